@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Compiles the test models with TVM 0.16 and records upstream's outputs for them.
+
+Run through scripts/make_fixtures.sh, which fetches TVM and sets the environment. Every model lands in
+<out>/<name>/ as:
+
+  lib.so        export_library output (kernels plus the factory blob with graph and bound params)
+  graph.json    the graph alone
+  params.bin    the params blob (save_param_dict); for unbound models the weights load_params needs
+  manifest.txt  one record per line, space separated, read by the Rust and C tests:
+                  model <name>
+                  factory_weights <yes|no>    does the factory in lib.so carry every weight?
+                  input <name> <dtype> <ndim> <dims...> <file>
+                  output <dtype> <ndim> <dims...> <file>
+  in_<k>.bin / out_<k>.bin   raw little-endian tensors: inputs, and upstream's outputs (1 thread)
+
+Only the small models are committed (tests/fixtures); --bench builds the large benchmark models into
+another folder on demand.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+os.environ.setdefault("TVM_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relay  # noqa: E402
+from tvm.contrib import graph_executor  # noqa: E402
+import tvm.relay.testing  # noqa: E402,F401
+
+TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
+
+
+def build(mod, params=None, **kw):
+    with tvm.transform.PassContext(opt_level=kw.pop("opt_level", 3)):
+        return relay.build(mod, target=TARGET, params=params, **kw)
+
+
+def random_inputs(mod, rng, skip=()):
+    out = {}
+    for p in mod["main"].params:
+        name = p.name_hint
+        if name in skip:
+            continue
+        ty = p.checked_type if hasattr(p, "checked_type") and p.checked_type else p.type_annotation
+        shape = [int(d) for d in ty.shape]
+        dtype = ty.dtype
+        if dtype.startswith("float"):
+            arr = rng.uniform(-1, 1, size=shape).astype(dtype)
+        elif dtype == "bool":
+            arr = rng.integers(0, 2, size=shape).astype(dtype)
+        elif dtype in ("int8", "uint8"):
+            info = np.iinfo(dtype)
+            arr = rng.integers(max(info.min, -20), min(info.max, 20), size=shape).astype(dtype)
+        else:
+            arr = rng.integers(-100, 100, size=shape).astype(dtype)
+        out[name] = arr
+    return out
+
+
+def tensor_line(arr):
+    return "%s %d %s" % (arr.dtype, arr.ndim, " ".join(str(d) for d in arr.shape))
+
+
+def write_model(outdir, name, lib, inputs, load_params=None, factory_weights=True, extra=None):
+    """Exports lib, runs it on upstream's runtime and writes the fixture folder."""
+    d = os.path.join(outdir, name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    lib_path = os.path.join(d, "lib.so")
+    lib.export_library(lib_path)
+    with open(os.path.join(d, "graph.json"), "w") as f:
+        f.write(lib.get_graph_json())
+    params_blob = relay.save_param_dict(load_params if load_params is not None else lib.get_params())
+    with open(os.path.join(d, "params.bin"), "wb") as f:
+        f.write(params_blob)
+
+    # Reference outputs from upstream's runtime, loading the exported artefacts as a user would.
+    loaded = tvm.runtime.load_module(lib_path)
+    dev = tvm.cpu(0)
+    gmod = graph_executor.GraphModule(loaded["default"](dev))
+    if load_params is not None:
+        gmod.load_params(params_blob)
+    for k, v in inputs.items():
+        gmod.set_input(k, v)
+    gmod.run()
+    outputs = [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
+
+    lines = ["model %s" % name, "factory_weights %s" % ("yes" if factory_weights else "no")]
+    for k, (iname, arr) in enumerate(inputs.items()):
+        fname = "in_%d.bin" % k
+        np.ascontiguousarray(arr).tofile(os.path.join(d, fname))
+        lines.append("input %s %s %s" % (iname, tensor_line(arr), fname))
+    for k, arr in enumerate(outputs):
+        fname = "out_%d.bin" % k
+        np.ascontiguousarray(arr).tofile(os.path.join(d, fname))
+        lines.append("output %s %s" % (tensor_line(arr), fname))
+    lines.extend(extra or [])
+    with open(os.path.join(d, "manifest.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote %-18s %8d bytes lib, %d outputs" % (name, os.path.getsize(lib_path), len(outputs)))
+    return d
+
+
+def mlp(batch, dtype="float32"):
+    mod, params = relay.testing.mlp.get_workload(batch_size=batch, dtype=dtype)
+    return mod, params
+
+
+def small_convnet(batch=1):
+    data = relay.var("data", shape=(batch, 3, 16, 16))
+    w1 = relay.var("conv1_weight", shape=(8, 3, 3, 3))
+    b1 = relay.var("conv1_bias", shape=(8,))
+    w2 = relay.var("conv2_weight", shape=(16, 8, 3, 3))
+    b2 = relay.var("conv2_bias", shape=(16,))
+    wd = relay.var("fc_weight", shape=(10, 16))
+    bd = relay.var("fc_bias", shape=(10,))
+    x = relay.nn.relu(relay.nn.bias_add(relay.nn.conv2d(data, w1, padding=(1, 1), channels=8,
+                                                        kernel_size=(3, 3)), b1))
+    x = relay.nn.max_pool2d(x, pool_size=(2, 2), strides=(2, 2))
+    x = relay.nn.relu(relay.nn.bias_add(relay.nn.conv2d(x, w2, padding=(1, 1), channels=16,
+                                                        kernel_size=(3, 3)), b2))
+    x = relay.nn.batch_flatten(relay.nn.global_avg_pool2d(x))
+    x = relay.nn.softmax(relay.nn.bias_add(relay.nn.dense(x, wd), bd))
+    fn = relay.Function(relay.analysis.free_vars(x), x)
+    mod = tvm.IRModule.from_expr(fn)
+    mod = relay.transform.InferType()(mod)
+    rng = np.random.default_rng(7)
+    params = {p.name_hint: tvm.nd.array(rng.uniform(-0.5, 0.5, [int(d) for d in p.checked_type.shape])
+                                        .astype("float32"))
+              for p in mod["main"].params if p.name_hint != "data"}
+    return mod, params
+
+
+def multi_io():
+    x = relay.var("x", shape=(2, 3), dtype="float32")
+    y = relay.var("y", shape=(2, 3), dtype="int32")
+    z = relay.var("z", shape=(4,), dtype="uint8")
+    outs = relay.Tuple([
+        x * relay.const(2.0) + relay.cast(y, "float32"),   # float32 [2,3]
+        relay.sum(x),                                       # float32 0-d
+        relay.greater(x, relay.const(0.0)),                 # bool [2,3]
+        relay.cast(y, "int64") + relay.const(1, "int64"),   # int64 [2,3]
+        z + z,                                              # uint8 [4]
+        relay.cast(x, "float64") * relay.const(3.0, "float64"),  # float64 [2,3]
+        relay.cast(y, "int8"),                              # int8 [2,3]
+    ])
+    mod = tvm.IRModule.from_expr(relay.Function([x, y, z], outs))
+    return relay.transform.InferType()(mod)
+
+
+def int8_dense():
+    data = relay.var("data", shape=(2, 64), dtype="int8")
+    rng = np.random.default_rng(3)
+    w = relay.const(rng.integers(-8, 8, size=(32, 64)).astype("int8"))
+    b = relay.const(rng.integers(-100, 100, size=(32,)).astype("int32"))
+    acc = relay.nn.bias_add(relay.nn.dense(data, w, out_dtype="int32"), b)
+    requant = relay.cast(relay.clip(relay.right_shift(acc, relay.const(4)), -128, 127), "int8")
+    mod = tvm.IRModule.from_expr(relay.Function([data], relay.Tuple([acc, requant])))
+    return relay.transform.InferType()(mod)
+
+
+def lstm(seq_len, hidden=16, inp=8, batch=1):
+    """An unrolled LSTM: the weights are graph inputs (unbound), the biases are reshaped, so the
+    executor sees `__nop` reshape nodes aliasing parameter storage."""
+    xs = relay.var("data", shape=(seq_len, batch, inp))
+    i2h_w = relay.var("i2h_weight", shape=(4 * hidden, inp))
+    i2h_b = relay.var("i2h_bias", shape=(4 * hidden,))
+    h2h_w = relay.var("h2h_weight", shape=(4 * hidden, hidden))
+    h2h_b = relay.var("h2h_bias", shape=(4 * hidden,))
+    bias_i = relay.reshape(i2h_b, (1, 4 * hidden))
+    bias_h = relay.reshape(h2h_b, (1, 4 * hidden))
+    h = relay.zeros((batch, hidden), "float32")
+    c = relay.zeros((batch, hidden), "float32")
+    steps = relay.split(xs, seq_len, axis=0)
+    outs = []
+    for t in range(seq_len):
+        x = relay.reshape(steps[t], (batch, inp))
+        gates = relay.nn.dense(x, i2h_w) + bias_i + relay.nn.dense(h, h2h_w) + bias_h
+        g = relay.split(gates, 4, axis=1)
+        in_gate = relay.sigmoid(g[0])
+        forget_gate = relay.sigmoid(g[1])
+        in_transform = relay.tanh(g[2])
+        out_gate = relay.sigmoid(g[3])
+        c = forget_gate * c + in_gate * in_transform
+        h = out_gate * relay.tanh(c)
+        outs.append(h)
+    out = relay.Tuple([relay.stack(outs, axis=0), c])
+    fn = relay.Function(relay.analysis.free_vars(out), out)
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(fn))
+    rng = np.random.default_rng(11)
+    params = {}
+    for p in mod["main"].params:
+        if p.name_hint != "data":
+            params[p.name_hint] = tvm.nd.array(
+                rng.uniform(-0.4, 0.4, [int(d) for d in p.checked_type.shape]).astype("float32"))
+    return mod, params
+
+
+def to_nd(params):
+    return {k: (v if isinstance(v, tvm.nd.NDArray) else tvm.nd.array(v)) for k, v in params.items()}
+
+
+def make_small(outdir):
+    rng = np.random.default_rng(2024)
+
+    # MLP, batch 1 and 8, the same weights bound at build time (pre-packed by the compiler).
+    mod1, mlp_params = mlp(1)
+    mod8, _ = mlp(8)
+    for batch, mod in ((1, mod1), (8, mod8)):
+        write_model(outdir, "mlp_b%d" % batch, build(mod, mlp_params),
+                    random_inputs(mod, rng, skip=mlp_params))
+
+    # The same MLP with params left unbound: the weights keep their names and come from load_params,
+    # so batch 1 and batch 8 can share one copy.
+    for batch, mod in ((1, mod1), (8, mod8)):
+        write_model(outdir, "mlp_unbound_b%d" % batch, build(mod),
+                    random_inputs(mod, rng, skip=mlp_params), load_params=to_nd(mlp_params),
+                    factory_weights=False)
+
+    mod, params = small_convnet()
+    write_model(outdir, "convnet", build(mod, params), random_inputs(mod, rng, skip=params))
+
+    mod = multi_io()
+    write_model(outdir, "multi_io", build(mod), random_inputs(mod, rng))
+
+    mod16, params16 = mlp(1, dtype="float16")
+    write_model(outdir, "mlp_fp16", build(mod16, params16), random_inputs(mod16, rng, skip=params16))
+
+    mod = int8_dense()
+    write_model(outdir, "int8_dense", build(mod), random_inputs(mod, rng))
+
+    lib = build(mod1, mlp_params, executor=relay.backend.Executor("graph", {"link-params": True}))
+    write_model(outdir, "mlp_link_params", lib, random_inputs(mod1, rng, skip=mlp_params))
+
+    for seq in (8, 16):
+        mod, params_l = lstm(seq)
+        write_model(outdir, "lstm_seq%d" % seq, build(mod), random_inputs(mod, rng, skip=params_l),
+                    load_params=params_l, factory_weights=False)
+
+    make_system_lib(outdir, mod1, mlp_params)
+
+
+def make_system_lib(outdir, mod, params):
+    """A --system-lib build of mlp_b1: objects to link into a host, no lib.so."""
+    lib = build(mod, params, runtime=relay.backend.Runtime("cpp", {"system-lib": True}))
+    d = os.path.join(outdir, "mlp_syslib")
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    with tempfile.TemporaryDirectory() as tmp:
+        tar_path = os.path.join(tmp, "lib.tar")
+        lib.export_library(tar_path)
+        with tarfile.open(tar_path) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".o"):
+                    tar.extract(member, tmp)
+                    shutil.move(os.path.join(tmp, member.name), os.path.join(d, os.path.basename(member.name)))
+    with open(os.path.join(d, "graph.json"), "w") as f:
+        f.write(lib.get_graph_json())
+    # Same kernels and weights as mlp_b1: its inputs and reference outputs apply.
+    src = os.path.join(outdir, "mlp_b1")
+    for fname in os.listdir(src):
+        if fname.endswith(".bin") or fname == "manifest.txt":
+            shutil.copy(os.path.join(src, fname), d)
+    print("wrote mlp_syslib          %s" % sorted(os.listdir(d)))
+
+
+def make_bench(outdir):
+    """Large models for benchmarks, never committed."""
+    rng = np.random.default_rng(5)
+    for name, (mod, params) in {
+        "resnet18": relay.testing.resnet.get_workload(num_layers=18, batch_size=1),
+        "mobilenet": relay.testing.mobilenet.get_workload(batch_size=1),
+        "squeezenet": relay.testing.squeezenet.get_workload(batch_size=1),
+    }.items():
+        write_model(outdir, name, build(mod, params), random_inputs(mod, rng, skip=params))
+    mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=8)
+    write_model(outdir, "resnet18_b8", build(mod, params), random_inputs(mod, rng, skip=params))
+    mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=1)
+    write_model(outdir, "resnet18_unbound", build(mod), random_inputs(mod, rng, skip=params),
+                load_params=to_nd(params), factory_weights=False)
+    mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=8)
+    write_model(outdir, "resnet18_unbound_b8", build(mod), random_inputs(mod, rng, skip=params),
+                load_params=to_nd(params), factory_weights=False)
+    # A chain of 200 tiny unfused ops: the runtime's per-node dispatch cost.
+    x = relay.var("x", shape=(4,))
+    y = x
+    for i in range(200):
+        y = y + relay.const(float(i % 7)) if i % 2 == 0 else y * relay.const(0.5)
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+    write_model(outdir, "chain200", build(mod, opt_level=0), random_inputs(mod, rng))
+    mod, params = lstm(32, hidden=256, inp=128)
+    write_model(outdir, "lstm_big", build(mod), random_inputs(mod, rng, skip=params),
+                load_params=params, factory_weights=False)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--bench", action="store_true", help="build the large benchmark models instead")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    (make_bench if args.bench else make_small)(args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

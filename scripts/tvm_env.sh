@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Fetches TVM 0.16 (the hhb-tvm wheel: compiler, upstream runtime, headers) and a Python venv able to
+# run it. Idempotent; prints the variables to eval:  eval "$(scripts/tvm_env.sh)"
+# Location: $TVM_HOME_DIR (default: .tvm-cache in the repo, git-ignored).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dir=${TVM_HOME_DIR:-$repo/.tvm-cache}
+mkdir -p "$dir"
+if [ ! -f "$dir/unz/tvm/libtvm_runtime.so" ]; then
+  echo "fetching hhb-tvm==3.2.3 into $dir" >&2
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.8 \
+    --platform manylinux1_x86_64 hhb-tvm==3.2.3 -d "$dir/wheel" >&2
+  rm -rf "$dir/unz.tmp"
+  python3 -c "import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + '/*.whl')[0]).extractall(sys.argv[2])" \
+    "$dir/wheel" "$dir/unz.tmp"
+  mv "$dir/unz.tmp" "$dir/unz"
+fi
+if [ ! -x "$dir/venv/bin/python" ] || [ ! -f "$dir/venv/.complete" ]; then
+  echo "creating the Python venv in $dir/venv" >&2
+  python3 -m venv "$dir/venv"
+  "$dir/venv/bin/pip" install -q "numpy<2" decorator attrs psutil typing_extensions cloudpickle \
+    tornado scipy tqdm tflite pytest >&2
+  touch "$dir/venv/.complete"
+fi
+echo "export TVM_WHEEL_DIR='$dir/unz'"
+echo "export TVM_PYTHON='$dir/venv/bin/python'"
+echo "export TVM_UPSTREAM_RUNTIME='$dir/unz/tvm/libtvm_runtime.so'"
+echo "export TVM_UPSTREAM_INCLUDE='$dir/unz/tvm/include'"
+echo "export TVM_DLPACK_INCLUDE='$dir/unz/tvm/dlpack/include'"

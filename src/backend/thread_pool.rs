@@ -1,0 +1,330 @@
+//! The pool behind `TVMBackendParallelLaunch`. Each launching thread gets its own workers (as
+//! upstream), created on first use and sized once. The launcher runs task 0 itself; workers spin
+//! briefly for the next launch, then park. A launch allocates nothing.
+
+use crate::dlpack::{FTVMParallelLambda, TVMParallelGroupEnv};
+use crate::error::{Error, Result};
+use crate::last_error;
+use once_cell::sync::Lazy;
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// Threads a launch uses by default: `TVM_NUM_THREADS`, else `OMP_NUM_THREADS`, else the number
+/// of physical cores. Read once per process.
+pub static DEFAULT_THREADS: Lazy<usize> = Lazy::new(|| {
+    let from_env = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+    };
+    from_env("TVM_NUM_THREADS")
+        .or_else(|| from_env("OMP_NUM_THREADS"))
+        .unwrap_or_else(physical_cores)
+        .max(1)
+});
+
+static SPIN_COUNT: Lazy<u32> = Lazy::new(|| {
+    std::env::var("TVM_THREAD_POOL_SPIN_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 16)
+});
+
+fn physical_cores() -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut cores = std::collections::HashSet::new();
+    for cpu in 0..logical {
+        let base = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
+        let read = |f: &str| {
+            std::fs::read_to_string(format!("{base}/{f}"))
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        match (read("physical_package_id"), read("core_id")) {
+            (Some(p), Some(c)) => {
+                cores.insert((p, c));
+            }
+            _ => return logical,
+        }
+    }
+    cores.len().clamp(1, logical)
+}
+
+/// What task barriers synchronise on; `sync_handle` points here.
+#[derive(Default)]
+pub struct Barrier {
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl Barrier {
+    /// Waits until all `n` tasks of the launch have arrived.
+    pub fn wait(&self, n: usize) {
+        let gen = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == n {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+        } else {
+            let mut spins = 0u32;
+            while self.generation.load(Ordering::Acquire) == gen {
+                backoff(&mut spins);
+            }
+        }
+    }
+}
+
+fn backoff(spins: &mut u32) {
+    if *spins < 1 << 10 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+    *spins = spins.saturating_add(1);
+}
+
+#[derive(Clone, Copy)]
+struct Job {
+    func: Option<FTVMParallelLambda>,
+    cdata: *mut c_void,
+    num_task: usize,
+}
+
+struct Shared {
+    job: UnsafeCell<Job>,
+    barrier: Barrier,
+    epoch: AtomicU64,
+    pending: AtomicUsize,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+    failed: Mutex<Vec<(usize, String)>>,
+    shutdown: AtomicBool,
+}
+
+// SAFETY: `job` is written only by the launcher while every worker is idle (pending == 0), and
+// read by workers only after they observe the epoch bump that publishes it.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the cdata pointer is the kernel's to share with its own tasks.
+unsafe impl Send for Shared {}
+
+pub struct Pool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+thread_local! {
+    static POOL: RefCell<Option<Pool>> = const { RefCell::new(None) };
+    static IN_WORKER: Cell<bool> = const { Cell::new(false) };
+    static THREAD_OVERRIDE: Cell<usize> = const { Cell::new(0) };
+}
+
+impl Pool {
+    fn new(threads: usize) -> Pool {
+        let shared = Arc::new(Shared {
+            job: UnsafeCell::new(Job {
+                func: None,
+                cdata: std::ptr::null_mut(),
+                num_task: 0,
+            }),
+            barrier: Barrier::default(),
+            epoch: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            failed: Mutex::new(Vec::new()),
+            shutdown: AtomicBool::new(false),
+        });
+        let workers = (1..threads)
+            .map(|id| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("tvm-worker-{id}"))
+                    .spawn(move || worker(s, id))
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        Pool { shared, workers }
+    }
+
+    fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    fn launch(&self, func: FTVMParallelLambda, cdata: *mut c_void, num_task: usize) -> Result<()> {
+        let s = &*self.shared;
+        // SAFETY: every worker is idle (the previous launch waited for pending == 0).
+        unsafe {
+            *s.job.get() = Job {
+                func: Some(func),
+                cdata,
+                num_task,
+            }
+        };
+        s.pending.store(self.workers.len(), Ordering::Relaxed);
+        s.epoch.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        let rc = run_task(s, 0);
+        let mut spins = 0u32;
+        while s.pending.load(Ordering::Acquire) != 0 {
+            backoff(&mut spins);
+        }
+        let mut failed = std::mem::take(&mut *s.failed.lock().unwrap_or_else(|e| e.into_inner()));
+        if rc != 0 {
+            failed.push((0, last_error::get()));
+        }
+        if failed.is_empty() {
+            return Ok(());
+        }
+        failed.sort_by_key(|(t, _)| *t);
+        let text: Vec<String> = failed
+            .iter()
+            .map(|(t, m)| format!("Task {t} error: {m}"))
+            .collect();
+        Err(Error::Foreign(text.join("\n")))
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        {
+            let _g = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Runs task `id` of the current job; returns the lambda's status (0 for idle ids).
+fn run_task(s: &Shared, id: usize) -> i32 {
+    // SAFETY: the job was published before the epoch bump this thread observed.
+    let job = unsafe { *s.job.get() };
+    if id >= job.num_task {
+        return 0;
+    }
+    let mut env = TVMParallelGroupEnv {
+        sync_handle: (&s.barrier as *const Barrier).cast_mut().cast(),
+        num_task: job.num_task as i32,
+    };
+    let func = job.func.expect("a published job has a function");
+    // SAFETY: the kernel's lambda, with the environment it expects and its own closure data.
+    unsafe { func(id as i32, &mut env, job.cdata) }
+}
+
+fn worker(s: Arc<Shared>, id: usize) {
+    IN_WORKER.with(|w| w.set(true));
+    let mut seen = 0u64;
+    loop {
+        let mut spins = 0u32;
+        let mut epoch = s.epoch.load(Ordering::Acquire);
+        while epoch == seen && spins < *SPIN_COUNT {
+            backoff(&mut spins);
+            epoch = s.epoch.load(Ordering::Acquire);
+        }
+        if epoch == seen {
+            let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
+            while s.epoch.load(Ordering::SeqCst) == seen {
+                g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
+            epoch = s.epoch.load(Ordering::Acquire);
+        }
+        seen = epoch;
+        if s.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        if run_task(&s, id) != 0 {
+            s.failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((id, last_error::get()));
+        }
+        s.pending.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Threads a launch on this thread uses now.
+pub fn num_threads() -> usize {
+    let o = THREAD_OVERRIDE.with(Cell::get);
+    if o > 0 {
+        o
+    } else {
+        *DEFAULT_THREADS
+    }
+}
+
+/// Sets this thread's pool size (0 = the default); the pool is rebuilt on the next launch.
+pub fn configure(threads: usize) {
+    THREAD_OVERRIDE.with(|c| c.set(threads));
+    POOL.with(|p| *p.borrow_mut() = None);
+}
+
+/// Runs `func` on `num_task` concurrent tasks (0 = all threads).
+pub fn parallel_launch(func: FTVMParallelLambda, cdata: *mut c_void, num_task: i32) -> Result<()> {
+    if IN_WORKER.with(Cell::get) {
+        return Err(Error::tvm(
+            "Cannot launch parallel job inside worker, consider fuse then parallel",
+        ));
+    }
+    let threads = num_threads();
+    let n = match usize::try_from(num_task) {
+        Ok(0) => threads,
+        Ok(n) if n <= threads => n,
+        _ => {
+            return Err(Error::value(format!(
+                "parallel launch of {num_task} tasks on a pool of {threads} threads"
+            )))
+        }
+    };
+    if n == 1 {
+        let barrier = Barrier::default();
+        let mut env = TVMParallelGroupEnv {
+            sync_handle: (&barrier as *const Barrier).cast_mut().cast(),
+            num_task: 1,
+        };
+        // SAFETY: the kernel's lambda with its own closure data.
+        let rc = unsafe { func(0, &mut env, cdata) };
+        return if rc == 0 {
+            Ok(())
+        } else {
+            Err(Error::Foreign(format!(
+                "Task 0 error: {}",
+                last_error::get()
+            )))
+        };
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.as_ref().is_none_or(|pool| pool.threads() != threads) {
+            *p = None;
+            *p = Some(Pool::new(threads));
+        }
+        p.as_ref().expect("created above").launch(func, cdata, n)
+    })
+}
+
+/// `TVMBackendParallelBarrier`.
+///
+/// # Safety
+/// `penv` must be the environment of a running launch of this pool.
+pub unsafe fn barrier(penv: *const TVMParallelGroupEnv) -> Result<()> {
+    // SAFETY: per the contract.
+    let env = unsafe { penv.as_ref() }.ok_or_else(|| Error::value("null parallel environment"))?;
+    // SAFETY: launches set `sync_handle` to their barrier, alive until the launch returns.
+    let b = unsafe { env.sync_handle.cast::<Barrier>().as_ref() }
+        .ok_or_else(|| Error::value("null barrier"))?;
+    b.wait(env.num_task.max(1) as usize);
+    Ok(())
+}

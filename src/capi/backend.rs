@@ -1,0 +1,176 @@
+//! What compiled operators call: through the context slots of a loaded library, or by name when
+//! they were built as a system library or with the C backend.
+
+use super::{c_str, function::TVMFuncCall, guard, out, TVMFunctionHandle};
+use crate::backend::{thread_pool, workspace};
+use crate::dlpack::{FTVMParallelLambda, TVMParallelGroupEnv};
+use crate::error::Error;
+use crate::last_error;
+use crate::library;
+use once_cell::sync::Lazy;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Mutex;
+
+/// The context slots a library may export, with what to store in each.
+pub fn context_functions() -> [(&'static str, *mut c_void); 7] {
+    [
+        ("__TVMFuncCall", TVMFuncCall as *mut c_void),
+        (
+            "__TVMAPISetLastError",
+            super::error::TVMAPISetLastError as *mut c_void,
+        ),
+        (
+            "__TVMBackendGetFuncFromEnv",
+            TVMBackendGetFuncFromEnv as *mut c_void,
+        ),
+        (
+            "__TVMBackendAllocWorkspace",
+            TVMBackendAllocWorkspace as *mut c_void,
+        ),
+        (
+            "__TVMBackendFreeWorkspace",
+            TVMBackendFreeWorkspace as *mut c_void,
+        ),
+        (
+            "__TVMBackendParallelLaunch",
+            TVMBackendParallelLaunch as *mut c_void,
+        ),
+        (
+            "__TVMBackendParallelBarrier",
+            TVMBackendParallelBarrier as *mut c_void,
+        ),
+    ]
+}
+
+/// Finds a function for compiled code: the imports of its library, then the global registry.
+/// The handle is borrowed and stays valid as long as the library.
+#[no_mangle]
+pub unsafe extern "C" fn TVMBackendGetFuncFromEnv(
+    mod_node: *mut c_void,
+    func_name: *const c_char,
+    out_func: *mut TVMFunctionHandle,
+) -> c_int {
+    guard(|| {
+        // SAFETY: caller's string and out-pointer; `mod_node` is checked by the library.
+        unsafe {
+            let name = c_str(func_name, "function name")?;
+            let f = library::get_func_from_env(mod_node, name)?;
+            out(out_func, f.cast(), "TVMBackendGetFuncFromEnv")
+        }
+    })
+}
+
+/// Scratch memory for a kernel, 64-byte aligned, from the calling thread's pool; NULL on failure.
+#[no_mangle]
+pub extern "C" fn TVMBackendAllocWorkspace(
+    device_type: c_int,
+    _device_id: c_int,
+    nbytes: u64,
+    _dtype_code_hint: c_int,
+    _dtype_bits_hint: c_int,
+) -> *mut c_void {
+    super::guard_value(std::ptr::null_mut(), || {
+        if device_type != crate::dlpack::kDLCPU {
+            return Err(Error::value(format!(
+                "workspace on device type {device_type}: only the CPU is enabled"
+            )));
+        }
+        workspace::alloc(nbytes).map(|p| p.cast())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn TVMBackendFreeWorkspace(
+    _device_type: c_int,
+    _device_id: c_int,
+    ptr: *mut c_void,
+) -> c_int {
+    guard(|| workspace::free(ptr.cast()))
+}
+
+/// Runs `flambda` on `num_task` concurrent tasks (0 = all threads) and waits for them.
+#[no_mangle]
+pub unsafe extern "C" fn TVMBackendParallelLaunch(
+    flambda: Option<FTVMParallelLambda>,
+    cdata: *mut c_void,
+    num_task: c_int,
+) -> c_int {
+    guard(|| {
+        let f = flambda.ok_or_else(|| Error::value("TVMBackendParallelLaunch: null lambda"))?;
+        thread_pool::parallel_launch(f, cdata, num_task)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMBackendParallelBarrier(
+    _task_id: c_int,
+    penv: *mut TVMParallelGroupEnv,
+) -> c_int {
+    // SAFETY: `penv` is the environment the pool passed to this task.
+    guard(|| unsafe { thread_pool::barrier(penv) })
+}
+
+/// Runs `f(cdata)` the first time a given handle slot is seen.
+#[no_mangle]
+pub unsafe extern "C" fn TVMBackendRunOnce(
+    handle: *mut *mut c_void,
+    f: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    cdata: *mut c_void,
+    _nbytes: c_int,
+) -> c_int {
+    static ONCE: Mutex<()> = Mutex::new(());
+    if handle.is_null() {
+        last_error::set("ValueError: TVMBackendRunOnce: null handle");
+        return -1;
+    }
+    let Some(f) = f else { return 0 };
+    let _g = ONCE.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: the caller's slot; serialised by the lock so the call happens once.
+    unsafe {
+        if (*handle).is_null() {
+            *handle = 1 as *mut c_void;
+            return f(cdata);
+        }
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMBackendRegisterSystemLibSymbol(
+    name: *const c_char,
+    ptr: *mut c_void,
+) -> c_int {
+    guard(|| {
+        // SAFETY: caller's string.
+        crate::library::symbols::register_system_symbol(
+            unsafe { c_str(name, "symbol name") }?,
+            ptr,
+        );
+        Ok(())
+    })
+}
+
+/// Front-end callbacks (Python's signal check and reference counting), kept by name.
+pub static ENV_CAPI: Lazy<Mutex<HashMap<String, usize>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMBackendRegisterEnvCAPI(name: *const c_char, ptr: *mut c_void) -> c_int {
+    guard(|| {
+        // SAFETY: caller's string.
+        let name = unsafe { c_str(name, "name") }?;
+        match name {
+            "PyErr_CheckSignals" | "Py_IncRef" | "Py_DecRef" | "PyGILState_Ensure"
+            | "PyGILState_Release" => {
+                ENV_CAPI
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(name.to_string(), ptr as usize);
+                Ok(())
+            }
+            other => Err(Error::value(format!(
+                "TVMBackendRegisterEnvCAPI: unknown name '{other}'"
+            ))),
+        }
+    })
+}

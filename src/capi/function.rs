@@ -1,0 +1,250 @@
+//! Packed functions: calls, callbacks, the global registry.
+
+use super::{borrow, c_str, guard, out, TVMFunctionHandle, TVMRetValueHandle};
+use crate::dlpack::*;
+use crate::error::{Error, Result};
+use crate::object::{release, AnyObject, ObjectHeader};
+use crate::packed::{registry, Args, PackedFunc, RetValue};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CString};
+
+thread_local! {
+    static RET_STR: RefCell<CString> = RefCell::new(CString::default());
+    static RET_BYTES: RefCell<(Vec<u8>, TVMByteArray)> =
+        RefCell::new((Vec::new(), TVMByteArray { data: std::ptr::null(), size: 0 }));
+    static GLOBAL_NAMES: RefCell<(Vec<CString>, Vec<*const c_char>)> = RefCell::new((Vec::new(), Vec::new()));
+}
+
+/// Whether `p` is this thread's bytes return buffer (`TVMByteArrayFree` leaves it alone).
+pub(crate) fn is_ret_bytes(p: *const TVMByteArray) -> bool {
+    RET_BYTES.with(|b| std::ptr::eq(&b.borrow().1, p))
+}
+
+/// Hands a return value to a C caller; strings and bytes live in thread-local storage until the
+/// next call on this thread.
+pub(crate) unsafe fn write_return(
+    rv: RetValue,
+    value: *mut TVMValue,
+    code: *mut i32,
+) -> Result<()> {
+    if value.is_null() || code.is_null() {
+        return Err(Error::value("null return value or type code pointer"));
+    }
+    let (v, c) = match rv.into_c_scalar() {
+        Ok(pair) => pair,
+        Err(RetValue::Str(s)) => (store_str(&s), kTVMStr),
+        Err(RetValue::DataType(t)) => (store_str(&t.to_string()), kTVMStr),
+        Err(RetValue::Bytes(b)) => {
+            let p = RET_BYTES.with(|slot| {
+                let mut slot = slot.borrow_mut();
+                slot.0 = b;
+                slot.1 = TVMByteArray {
+                    data: slot.0.as_ptr().cast(),
+                    size: slot.0.len(),
+                };
+                &slot.1 as *const TVMByteArray
+            });
+            (
+                TVMValue {
+                    v_handle: p.cast_mut().cast(),
+                },
+                kTVMBytes,
+            )
+        }
+        Err(_) => unreachable!("into_c_scalar only refuses strings, bytes and dtypes"),
+    };
+    // SAFETY: both checked non-null above.
+    unsafe {
+        value.write(v);
+        code.write(c);
+    }
+    Ok(())
+}
+
+fn store_str(s: &str) -> TVMValue {
+    let c = CString::new(s.replace('\0', "")).expect("NULs removed");
+    RET_STR.with(|slot| {
+        *slot.borrow_mut() = c;
+        TVMValue {
+            v_str: slot.borrow().as_ptr(),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMFuncCall(
+    func: TVMFunctionHandle,
+    arg_values: *mut TVMValue,
+    type_codes: *mut c_int,
+    num_args: c_int,
+    ret_val: *mut TVMValue,
+    ret_type_code: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's handle and arrays are valid for the call.
+        unsafe {
+            let f = borrow::<PackedFunc>(func, "PackedFunc")?;
+            let args = Args::from_raw(arg_values, type_codes, num_args)?;
+            let rv = f.call(&args)?;
+            write_return(rv, ret_val, ret_type_code)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMFuncFree(func: TVMFunctionHandle) -> c_int {
+    guard(|| {
+        if !func.is_null() {
+            // SAFETY: the caller gives up its count.
+            unsafe {
+                borrow::<PackedFunc>(func, "PackedFunc")?;
+                release(func.cast());
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMFuncCreateFromCFunc(
+    func: Option<TVMPackedCFunc>,
+    resource_handle: *mut std::ffi::c_void,
+    fin: Option<TVMPackedCFuncFinalizer>,
+    out_handle: *mut TVMFunctionHandle,
+) -> c_int {
+    guard(|| {
+        let func = func.ok_or_else(|| Error::value("TVMFuncCreateFromCFunc: null function"))?;
+        if out_handle.is_null() {
+            return Err(Error::value("TVMFuncCreateFromCFunc: null output pointer"));
+        }
+        let f = PackedFunc::from_callback(func, resource_handle, fin);
+        // SAFETY: checked non-null.
+        unsafe { out(out_handle, f.into_raw().cast(), "TVMFuncCreateFromCFunc") }
+    })
+}
+
+/// Sets the return value of a callback; `num_ret` must be 1.
+#[no_mangle]
+pub unsafe extern "C" fn TVMCFuncSetReturn(
+    ret: TVMRetValueHandle,
+    value: *mut TVMValue,
+    type_code: *mut c_int,
+    num_ret: c_int,
+) -> c_int {
+    guard(|| {
+        if num_ret != 1 {
+            return Err(Error::value(format!(
+                "TVMCFuncSetReturn: num_ret must be 1, got {num_ret}"
+            )));
+        }
+        if ret.is_null() || value.is_null() || type_code.is_null() {
+            return Err(Error::value("TVMCFuncSetReturn: null argument"));
+        }
+        // SAFETY: `ret` is the slot `PackedFunc::call` passed to the callback; the value is the
+        // callback's own, borrowed for this call.
+        unsafe { *ret.cast::<RetValue>() = RetValue::from_borrowed_c(*value, *type_code)? };
+        Ok(())
+    })
+}
+
+/// Turns a borrowed callback argument into an owned value in place.
+#[no_mangle]
+pub unsafe extern "C" fn TVMCbArgToReturn(value: *mut TVMValue, code: *mut c_int) -> c_int {
+    guard(|| {
+        if value.is_null() || code.is_null() {
+            return Err(Error::value("TVMCbArgToReturn: null argument"));
+        }
+        // SAFETY: checked non-null; the pair is a callback argument valid for the call.
+        unsafe {
+            match *code {
+                kTVMObjectHandle
+                | kTVMModuleHandle
+                | kTVMPackedFuncHandle
+                | kTVMNDArrayHandle
+                | kTVMObjectRValueRefArg => {
+                    let rv = RetValue::from_borrowed_c(*value, *code)?;
+                    let (v, c) = rv
+                        .into_c_scalar()
+                        .map_err(|_| Error::internal("object conversion"))?;
+                    value.write(v);
+                    code.write(c);
+                }
+                kTVMStr | kTVMBytes => {
+                    return Err(Error::type_err(
+                        "TVMCbArgToReturn: strings and bytes are not supported",
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMFuncRegisterGlobal(
+    name: *const c_char,
+    f: TVMFunctionHandle,
+    override_: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: caller's string and handle, valid for the call.
+        let (name, func) = unsafe {
+            let name = c_str(name, "name")?;
+            borrow::<PackedFunc>(f, "PackedFunc")?;
+            let func = AnyObject::retain_raw(f.cast::<ObjectHeader>())
+                .and_then(|o| o.downcast::<PackedFunc>().ok())
+                .ok_or_else(|| Error::type_err("not a PackedFunc"))?;
+            (name, func)
+        };
+        registry::register(name, func, override_ != 0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMFuncGetGlobal(
+    name: *const c_char,
+    out_handle: *mut TVMFunctionHandle,
+) -> c_int {
+    guard(|| {
+        // SAFETY: caller's string and out-pointer.
+        unsafe {
+            let name = c_str(name, "name")?;
+            let h = registry::get(name).map_or(std::ptr::null_mut(), |f| f.into_raw().cast());
+            out(out_handle, h, "TVMFuncGetGlobal")
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMFuncListGlobalNames(
+    out_size: *mut c_int,
+    out_array: *mut *const *const c_char,
+) -> c_int {
+    guard(|| {
+        let names = registry::names();
+        let (n, p) = GLOBAL_NAMES.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            slot.0 = names
+                .into_iter()
+                .filter_map(|s| CString::new(s).ok())
+                .collect();
+            slot.1 = slot.0.iter().map(|c| c.as_ptr()).collect();
+            (slot.1.len() as c_int, slot.1.as_ptr())
+        });
+        // SAFETY: caller's out-pointers.
+        unsafe {
+            out(out_size, n, "TVMFuncListGlobalNames")?;
+            out(out_array, p, "TVMFuncListGlobalNames")
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMFuncRemoveGlobal(name: *const c_char) -> c_int {
+    guard(|| {
+        // SAFETY: caller's string.
+        registry::remove(unsafe { c_str(name, "name") }?);
+        Ok(())
+    })
+}

@@ -1,0 +1,88 @@
+//! The C boundary. Every exported function converts and checks its arguments, calls one safe
+//! function of the core, and turns the outcome into TVM's convention: 0, or -1 with the message
+//! in `TVMGetLastError`. A panic never crosses: it becomes an `InternalError`.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+pub mod array;
+pub mod backend;
+pub mod device;
+pub mod error;
+pub mod function;
+pub mod module;
+pub mod object;
+
+use crate::error::{Error, Result};
+use crate::last_error;
+use crate::object::{payload_of, ObjectHeader, ObjectType};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Handle typedefs of `c_runtime_api.h`.
+pub type TVMModuleHandle = *mut c_void;
+pub type TVMFunctionHandle = *mut c_void;
+pub type TVMRetValueHandle = *mut c_void;
+pub type TVMStreamHandle = *mut c_void;
+pub type TVMObjectHandle = *mut c_void;
+pub type TVMArrayHandle = *mut crate::dlpack::DLTensor;
+
+/// Runs `f` inside the panic boundary and maps its outcome to a C status.
+pub(crate) fn guard(f: impl FnOnce() -> Result<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            last_error::set(&e.to_c_message());
+            -1
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            last_error::set(&format!("InternalError: the runtime panicked: {what}"));
+            -1
+        }
+    }
+}
+
+/// Like `guard` for functions that return a value instead of a status.
+pub(crate) fn guard_value<T>(fallback: T, f: impl FnOnce() -> Result<T>) -> T {
+    let mut out = None;
+    guard(|| {
+        out = Some(f()?);
+        Ok(())
+    });
+    out.unwrap_or(fallback)
+}
+
+/// A C string argument.
+pub(crate) unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
+    if p.is_null() {
+        return Err(Error::value(format!("{what} is null")));
+    }
+    // SAFETY: non-null C strings from callers are NUL-terminated.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Error::value(format!("{what} is not UTF-8")))
+}
+
+/// Writes through an out-pointer, refusing null.
+pub(crate) unsafe fn out<T>(p: *mut T, v: T, what: &str) -> Result<()> {
+    if p.is_null() {
+        return Err(Error::value(format!("{what}: null output pointer")));
+    }
+    // SAFETY: non-null out-pointers from callers point at writable storage.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// The payload of a borrowed handle that must be a `T`.
+pub(crate) unsafe fn borrow<'a, T: ObjectType>(h: *mut c_void, what: &str) -> Result<&'a T> {
+    if h.is_null() {
+        return Err(Error::value(format!("{what} handle is null")));
+    }
+    // SAFETY: non-null handles from callers are live objects for the call.
+    unsafe { payload_of::<T>(h.cast::<ObjectHeader>()) }
+        .ok_or_else(|| Error::type_err(format!("the handle is not a {what}")))
+}

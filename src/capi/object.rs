@@ -1,0 +1,108 @@
+//! Generic objects: type indices and reference counts.
+
+use super::{c_str, function::is_ret_bytes, guard, out, TVMObjectHandle};
+use crate::dlpack::TVMByteArray;
+use crate::error::Error;
+use crate::object::{self, release, ObjectHeader};
+use std::ffi::{c_char, c_int, CString};
+use std::sync::atomic::Ordering;
+
+unsafe fn header<'a>(h: TVMObjectHandle) -> crate::error::Result<&'a ObjectHeader> {
+    // SAFETY: a live handle from the caller.
+    unsafe { h.cast::<ObjectHeader>().as_ref() }
+        .ok_or_else(|| Error::value("object handle is null"))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMObjectGetTypeIndex(
+    obj: TVMObjectHandle,
+    out_tindex: *mut u32,
+) -> c_int {
+    // SAFETY: caller's handle and out-pointer.
+    guard(|| unsafe { out(out_tindex, header(obj)?.type_index, "TVMObjectGetTypeIndex") })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMObjectRetain(obj: TVMObjectHandle) -> c_int {
+    guard(|| {
+        // SAFETY: caller's live handle.
+        unsafe { header(obj)? }
+            .ref_counter
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+/// Drops one count; NULL is accepted.
+#[no_mangle]
+pub unsafe extern "C" fn TVMObjectFree(obj: TVMObjectHandle) -> c_int {
+    guard(|| {
+        if !obj.is_null() {
+            // SAFETY: the caller gives up its count.
+            unsafe { release(obj.cast()) };
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMObjectTypeKey2Index(
+    type_key: *const c_char,
+    out_tindex: *mut u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: caller's string and out-pointer.
+        unsafe {
+            let key = c_str(type_key, "type key")?;
+            out(
+                out_tindex,
+                object::type_key_to_index(key)?,
+                "TVMObjectTypeKey2Index",
+            )
+        }
+    })
+}
+
+/// The key of a type index, as a `malloc`ed string the caller frees with `free`.
+#[no_mangle]
+pub unsafe extern "C" fn TVMObjectTypeIndex2Key(
+    tindex: u32,
+    out_type_key: *mut *mut c_char,
+) -> c_int {
+    guard(|| {
+        let key = CString::new(object::type_index_to_key(tindex)?).expect("keys have no NUL");
+        // SAFETY: strdup copies into malloc'ed memory that the caller frees.
+        let p = unsafe { libc::strdup(key.as_ptr()) };
+        if p.is_null() {
+            return Err(Error::tvm("out of memory"));
+        }
+        // SAFETY: caller's out-pointer.
+        unsafe { out(out_type_key, p, "TVMObjectTypeIndex2Key") }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn TVMObjectDerivedFrom(
+    child_type_index: u32,
+    parent_type_index: u32,
+    is_derived: *mut c_int,
+) -> c_int {
+    guard(|| {
+        let d = object::derived_from(child_type_index, parent_type_index) as c_int;
+        // SAFETY: caller's out-pointer.
+        unsafe { out(is_derived, d, "TVMObjectDerivedFrom") }
+    })
+}
+
+/// Byte arrays returned by `TVMFuncCall` live in thread-local storage: nothing to free.
+#[no_mangle]
+pub unsafe extern "C" fn TVMByteArrayFree(arr: *mut TVMByteArray) -> c_int {
+    guard(|| {
+        if !arr.is_null() && !is_ret_bytes(arr) {
+            return Err(Error::value(
+                "TVMByteArrayFree: not a byte array returned by this runtime",
+            ));
+        }
+        Ok(())
+    })
+}

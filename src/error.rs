@@ -1,0 +1,161 @@
+//! One error type for the whole runtime. Its `Display` is what a C caller reads from
+//! `TVMGetLastError` after the kind prefix, so every message names what was wrong and where.
+
+use std::fmt;
+
+/// The kind TVM's Python FFI maps to an exception class (first word of the message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    TVMError,
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    InternalError,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A message with an explicit kind.
+    #[error("{msg}")]
+    Msg { kind: ErrorKind, msg: String },
+    /// A failure reported by foreign code (a kernel or a host callback) through the thread's last
+    /// error; kept verbatim, it may already carry its own `Kind:` prefix.
+    #[error("{0}")]
+    Foreign(String),
+    #[error("{context}: {source}")]
+    Context { context: String, source: Box<Error> },
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn new(kind: ErrorKind, msg: impl Into<String>) -> Error {
+        Error::Msg {
+            kind,
+            msg: msg.into(),
+        }
+    }
+    pub fn value(msg: impl Into<String>) -> Error {
+        Error::new(ErrorKind::ValueError, msg)
+    }
+    pub fn type_err(msg: impl Into<String>) -> Error {
+        Error::new(ErrorKind::TypeError, msg)
+    }
+    pub fn index(msg: impl Into<String>) -> Error {
+        Error::new(ErrorKind::IndexError, msg)
+    }
+    pub fn key(msg: impl Into<String>) -> Error {
+        Error::new(ErrorKind::KeyError, msg)
+    }
+    pub fn attribute(msg: impl Into<String>) -> Error {
+        Error::new(ErrorKind::AttributeError, msg)
+    }
+    pub fn tvm(msg: impl Into<String>) -> Error {
+        Error::new(ErrorKind::TVMError, msg)
+    }
+    pub fn internal(msg: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InternalError, msg)
+    }
+
+    /// Prefixes the message with where it happened, keeping the kind.
+    pub fn context(self, context: impl Into<String>) -> Error {
+        Error::Context {
+            context: context.into(),
+            source: Box::new(self),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Msg { kind, .. } => *kind,
+            Error::Foreign(_) | Error::Io { .. } => ErrorKind::TVMError,
+            Error::Context { source, .. } => source.kind(),
+        }
+    }
+
+    /// The full text for `TVMGetLastError`: `"<Kind>: <message>"`. A foreign message that already
+    /// starts with a kind keeps it, so Python raises the class the callee meant.
+    pub fn to_c_message(&self) -> String {
+        if let Some(inner) = self.foreign_root() {
+            if has_kind_prefix(inner) {
+                let (kind, rest) = inner.split_once(": ").unwrap_or((inner, ""));
+                return format!("{kind}: {}{rest}", self.context_prefix());
+            }
+        }
+        format!("{}: {}", self.kind(), self)
+    }
+
+    fn foreign_root(&self) -> Option<&str> {
+        match self {
+            Error::Foreign(s) => Some(s),
+            Error::Context { source, .. } => source.foreign_root(),
+            _ => None,
+        }
+    }
+
+    fn context_prefix(&self) -> String {
+        match self {
+            Error::Context { context, source } => format!("{context}: {}", source.context_prefix()),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Whether `msg` starts with `SomeError: ` as TVM's error normaliser writes it.
+fn has_kind_prefix(msg: &str) -> bool {
+    match msg.split_once(": ") {
+        Some((head, _)) => {
+            let head = head.strip_prefix("tvm.error.").unwrap_or(head);
+            !head.is_empty()
+                && head.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && head.ends_with("Error")
+        }
+        None => false,
+    }
+}
+
+/// Adds context to the error of a `Result`, lazily.
+pub trait ResultExt<T> {
+    fn ctx<F: FnOnce() -> String>(self, f: F) -> Result<T>;
+}
+
+impl<T> ResultExt<T> for Result<T> {
+    fn ctx<F: FnOnce() -> String>(self, f: F) -> Result<T> {
+        self.map_err(|e| e.context(f()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_message_has_kind_and_context() {
+        let e = Error::key("no input named 'x'").context("set_input");
+        assert_eq!(e.to_c_message(), "KeyError: set_input: no input named 'x'");
+    }
+
+    #[test]
+    fn foreign_kind_is_kept() {
+        let e = Error::Foreign("ValueError: bad".into()).context("node 3");
+        assert_eq!(e.to_c_message(), "ValueError: node 3: bad");
+        let e = Error::Foreign("Assert fail: num_args == 2".into()).context("node 3");
+        assert_eq!(
+            e.to_c_message(),
+            "TVMError: node 3: Assert fail: num_args == 2"
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! The `GraphExecutorFactory` module that `export_library` embeds: graph, weights and a name.
+//! Executors it creates share its weights (no copy per executor) and one plan.
+
+use super::plan::Plan;
+use super::GraphExecutor;
+use crate::dlpack::{kDLDevice, DLDevice};
+use crate::error::{Error, Result};
+use crate::module::{property, Module, ModuleNode};
+use crate::object::ObjRef;
+use crate::packed::{Args, MapObj, PackedFunc, RetValue};
+use crate::params;
+use crate::stream::Reader;
+use crate::tensor::NDArray;
+use once_cell::sync::OnceCell;
+use std::any::Any;
+use std::sync::Arc;
+
+pub struct Factory {
+    graph_json: String,
+    params: Vec<(String, ObjRef<NDArray>)>,
+    module_name: String,
+    plan: OnceCell<Arc<Plan>>,
+}
+
+impl Factory {
+    pub fn new(
+        graph_json: String,
+        params: Vec<(String, ObjRef<NDArray>)>,
+        module_name: String,
+    ) -> Factory {
+        Factory {
+            graph_json,
+            params,
+            module_name,
+            plan: OnceCell::new(),
+        }
+    }
+
+    /// Reads the factory's bytes from a module blob.
+    pub fn load_binary(r: &mut Reader<'_>) -> Result<Factory> {
+        let graph_json = r.string()?.to_string();
+        let count = r.u64()?;
+        let names = r.strings()?;
+        if names.len() as u64 != count {
+            return Err(r.error(format!(
+                "factory: {count} params announced but {} names",
+                names.len()
+            )));
+        }
+        let mut params = Vec::with_capacity(names.len());
+        for name in names {
+            let rec = params::read_record(r)
+                .map_err(|e| e.context(format!("factory parameter '{name}'")))?;
+            params.push((name.to_string(), rec.to_ndarray()?));
+        }
+        let module_name = r.string()?.to_string();
+        Ok(Factory::new(graph_json, params, module_name))
+    }
+
+    pub fn graph_json(&self) -> &str {
+        &self.graph_json
+    }
+
+    pub fn params(&self) -> &[(String, ObjRef<NDArray>)] {
+        &self.params
+    }
+
+    fn library(this: &ObjRef<Module>) -> Result<ObjRef<Module>> {
+        this.imports()
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::value("the factory has no operator library imported"))
+    }
+
+    /// A new executor on `device`, bound to the factory's weights.
+    pub fn create_executor(
+        &self,
+        this: &ObjRef<Module>,
+        device: DLDevice,
+    ) -> Result<ObjRef<Module>> {
+        let plan = self
+            .plan
+            .get_or_try_init(|| Plan::new(&self.graph_json, Factory::library(this)?, device))?
+            .clone();
+        if plan.device != device {
+            return Err(Error::value(format!(
+                "this factory already serves {:?}; got {device:?}",
+                plan.device
+            )));
+        }
+        let exec = GraphExecutor::new(plan)?;
+        for (name, array) in &self.params {
+            exec.bind_param(name, array)?;
+        }
+        Ok(Module::new(exec))
+    }
+}
+
+fn devices(args: &Args<'_>) -> Result<DLDevice> {
+    if args.is_empty() {
+        return Err(Error::type_err("expected at least one device"));
+    }
+    if args.code(0) != kDLDevice {
+        // Upstream's C++ also accepts (dev_type, dev_id) pairs here.
+        return Ok(DLDevice {
+            device_type: args.int32(0)?,
+            device_id: args.int32(1)?,
+        });
+    }
+    args.device(0)
+}
+
+fn factory(m: &ObjRef<Module>) -> &Factory {
+    m.node::<Factory>()
+        .expect("factory functions are only made for factories")
+}
+
+impl ModuleNode for Factory {
+    fn type_key(&self) -> &str {
+        "GraphExecutorFactory"
+    }
+
+    fn get_function(
+        &self,
+        this: &ObjRef<Module>,
+        name: &str,
+    ) -> Result<Option<ObjRef<PackedFunc>>> {
+        let m = this.clone();
+        Ok(Some(match name {
+            n if n == self.module_name => PackedFunc::native(move |a| {
+                let dev = devices(a)?;
+                factory(&m)
+                    .create_executor(&m, dev)
+                    .map(Into::into)
+                    .map_err(|e| e.context("GraphExecutorFactory"))
+            }),
+            "get_graph_json" => {
+                PackedFunc::native(move |_| Ok(RetValue::Str(factory(&m).graph_json.clone())))
+            }
+            "get_graph_params" => PackedFunc::native(move |_| {
+                let f = factory(&m);
+                let pairs = f
+                    .params
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.clone().into_any()))
+                    .collect();
+                Ok(MapObj::from_str_pairs(pairs).into())
+            }),
+            "remove_params" => PackedFunc::native(move |_| {
+                let f = factory(&m);
+                let fresh = Module::new(Factory::new(
+                    f.graph_json.clone(),
+                    Vec::new(),
+                    f.module_name.clone(),
+                ));
+                for import in m.imports() {
+                    Module::import(&fresh, import)?;
+                }
+                Ok(fresh.into())
+            }),
+            _ => return Ok(None),
+        }))
+    }
+
+    fn property_mask(&self) -> i32 {
+        property::BINARY_SERIALIZABLE
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,241 @@
+//! The executor's packed-function table, as upstream 0.16 names and calls it.
+
+use super::{GraphExecutor, Key};
+use crate::dlpack::DLDevice;
+use crate::error::{Error, Result};
+use crate::module::Module;
+use crate::object::ObjRef;
+use crate::packed::{Args, ArrayObj, MapObj, PackedFunc, RetValue, ShapeTupleObj, StringObj};
+
+pub const NAMES: &[&str] = &[
+    "set_input",
+    "set_input_zero_copy",
+    "set_output_zero_copy",
+    "get_output",
+    "get_input",
+    "get_num_outputs",
+    "get_num_inputs",
+    "get_input_index",
+    "get_output_index",
+    "get_input_info",
+    "get_output_info",
+    "run",
+    "run_from_inputs",
+    "load_params",
+    "share_params",
+    "get_memory_usage",
+];
+
+fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
+    if args.is_name(i) {
+        return Ok(Key::Name(args.str(i)?));
+    }
+    let v = args.int(i)?;
+    usize::try_from(v)
+        .map(Key::Index)
+        .map_err(|_| Error::index(format!("negative index {v}")))
+}
+
+fn exec(m: &ObjRef<Module>) -> &GraphExecutor {
+    m.node::<GraphExecutor>()
+        .expect("functions are only made for executors")
+}
+
+/// The executor function `name`, or `None` when there is no such function.
+pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
+    let m = this.clone();
+    let f = move |body: fn(&GraphExecutor, &Args<'_>) -> Result<RetValue>, name: &'static str| {
+        let m = m.clone();
+        PackedFunc::native(move |args| body(exec(&m), args).map_err(|e| e.context(name)))
+    };
+    Some(match name {
+        "set_input" => f(set_input, "set_input"),
+        "set_input_zero_copy" => f(
+            |ex, a| {
+                a.expect_count("set_input_zero_copy", 2, 2)?;
+                let i = ex.input_index(key(a, 0)?)?;
+                ex.set_input_zero_copy(i, a.tensor(1)?).map(Into::into)
+            },
+            "set_input_zero_copy",
+        ),
+        "set_output_zero_copy" => f(
+            |ex, a| {
+                a.expect_count("set_output_zero_copy", 2, 2)?;
+                let i = match key(a, 0)? {
+                    Key::Name(n) => *ex.plan.output_keys.get(n).ok_or_else(|| {
+                        Error::key(format!("no output named '{n}' (use \"<node>:<index>\")"))
+                    })?,
+                    Key::Index(i) => i,
+                };
+                ex.set_output_zero_copy(i, a.tensor(1)?).map(Into::into)
+            },
+            "set_output_zero_copy",
+        ),
+        "get_output" => f(
+            |ex, a| {
+                a.expect_count("get_output", 1, 2)?;
+                let i = ex.output_index(key(a, 0)?)?;
+                if a.len() == 2 {
+                    ex.copy_output_to(i, a.tensor(1)?).map(Into::into)
+                } else {
+                    ex.output(i).map(Into::into)
+                }
+            },
+            "get_output",
+        ),
+        "get_input" => f(
+            |ex, a| {
+                a.expect_count("get_input", 1, 1)?;
+                match key(a, 0)? {
+                    // Upstream answers None for an unknown name; Python relies on it.
+                    Key::Name(n) => match ex.plan.input_index(n) {
+                        Some(i) => ex.input(i).map(Into::into),
+                        None => Ok(RetValue::None),
+                    },
+                    Key::Index(i) => ex.input(i).map(Into::into),
+                }
+            },
+            "get_input",
+        ),
+        "get_num_outputs" => f(
+            |ex, _| Ok(RetValue::Int(ex.plan.num_outputs() as i64)),
+            "get_num_outputs",
+        ),
+        "get_num_inputs" => f(
+            |ex, _| Ok(RetValue::Int(ex.plan.num_inputs() as i64)),
+            "get_num_inputs",
+        ),
+        "get_input_index" => f(
+            |ex, a| {
+                if !a.is_name(0) {
+                    return Err(Error::type_err("Input key is not a string"));
+                }
+                Ok(RetValue::Int(
+                    ex.plan.input_index(a.str(0)?).map_or(-1, |i| i as i64),
+                ))
+            },
+            "get_input_index",
+        ),
+        "get_output_index" => f(
+            |ex, a| {
+                if !a.is_name(0) {
+                    return Err(Error::type_err("Output key is not a string"));
+                }
+                Ok(RetValue::Int(
+                    ex.plan.output_index(a.str(0)?).map_or(-1, |i| i as i64),
+                ))
+            },
+            "get_output_index",
+        ),
+        "get_input_info" => f(|ex, _| Ok(input_info(ex).into()), "get_input_info"),
+        "get_output_info" => f(|ex, _| Ok(output_info(ex).into()), "get_output_info"),
+        "run" => f(|ex, _| ex.run().map(Into::into), "run"),
+        "run_from_inputs" => f(run_from_inputs, "run_from_inputs"),
+        "load_params" => f(
+            |ex, a| ex.load_params(a.bytes(0)?).map(Into::into),
+            "load_params",
+        ),
+        "share_params" => f(
+            |ex, a| {
+                a.expect_count("share_params", 2, 2)?;
+                let other = a.module(0)?;
+                let other_ex = other.node::<GraphExecutor>().ok_or_else(|| {
+                    Error::type_err(format!(
+                        "share_params: the module is a {}, not a GraphExecutor",
+                        other.type_key()
+                    ))
+                })?;
+                ex.share_params(other_ex, a.bytes(1)?).map(Into::into)
+            },
+            "share_params",
+        ),
+        "get_memory_usage" => f(
+            |ex, _| {
+                let m = ex.memory_usage();
+                let ws = crate::backend::workspace::pooled_bytes();
+                Ok(RetValue::Str(format!(
+                    "{{\"weights_owned\": {}, \"weights_shared\": {}, \"activations\": {}, \"workspace\": {}}}",
+                    m.weights_owned, m.weights_shared, m.activations, ws
+                )))
+            },
+            "get_memory_usage",
+        ),
+        _ => return None,
+    })
+}
+
+fn set_input(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
+    a.expect_count("set_input", 2, 2)?;
+    let i = ex.input_index(key(a, 0)?)?;
+    if a.code(1) == crate::dlpack::kTVMBytes {
+        return ex.set_input_bytes(i, a.bytes(1)?).map(Into::into);
+    }
+    ex.set_input(i, a.tensor(1)?).map(Into::into)
+}
+
+fn run_from_inputs(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
+    if a.len() < 2 || a.len() % 2 != 0 {
+        return Err(Error::type_err(
+            "run_from_inputs takes (dev_type, dev_id, [name or index, tensor]...): an even count",
+        ));
+    }
+    let device = DLDevice {
+        device_type: a.int32(0)?,
+        device_id: a.int32(1)?,
+    };
+    for k in (2..a.len()).step_by(2) {
+        let i = ex.input_index(key(a, k)?)?;
+        ex.set_input(i, a.tensor(k + 1)?)?;
+    }
+    ex.run()?;
+    let outputs = (0..ex.plan.num_outputs())
+        .map(|i| {
+            let view = ex.output(i)?;
+            let copy = crate::tensor::NDArray::empty(view.shape(), view.dtype(), device)?;
+            crate::tensor::raw::copy_tensor(view.raw(), copy.raw())?;
+            Ok(copy.into_any())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ArrayObj::new(outputs).into())
+}
+
+fn info(
+    items: impl Iterator<Item = (String, crate::dlpack::DLDataType, Vec<i64>)>,
+) -> ObjRef<MapObj> {
+    let (mut shapes, mut dtypes) = (Vec::new(), Vec::new());
+    for (name, dtype, shape) in items {
+        shapes.push((
+            StringObj::new(&name).into_any(),
+            ShapeTupleObj::new(&shape).into_any(),
+        ));
+        dtypes.push((
+            StringObj::new(&name).into_any(),
+            StringObj::new(&dtype.to_string()).into_any(),
+        ));
+    }
+    MapObj::from_str_pairs(vec![
+        ("shape", MapObj::new(shapes).into_any()),
+        ("dtype", MapObj::new(dtypes).into_any()),
+    ])
+}
+
+fn input_info(ex: &GraphExecutor) -> ObjRef<MapObj> {
+    let params = ex.lock().param_names.clone();
+    let plan = &ex.plan;
+    info(
+        (0..plan.num_inputs())
+            .filter(|&i| !params.contains(plan.input_name(i)))
+            .map(|i| {
+                let e = &plan.graph.entries[plan.input_entries[i]];
+                (plan.input_name(i).to_string(), e.dtype, e.shape.to_vec())
+            }),
+    )
+}
+
+fn output_info(ex: &GraphExecutor) -> ObjRef<MapObj> {
+    let plan = &ex.plan;
+    info((0..plan.num_outputs()).map(|i| {
+        let e = &plan.graph.entries[plan.output_entries[i]];
+        (plan.output_name(i).to_string(), e.dtype, e.shape.to_vec())
+    }))
+}

@@ -1,0 +1,325 @@
+//! The graph executor: an `Arc<Plan>` shared by all executors of a model, plus one `Instance` of
+//! per-executor state behind a mutex (calls from several threads serialise; use one executor per
+//! thread to run in parallel — they can share weights).
+
+pub mod factory;
+pub mod functions;
+pub mod instance;
+pub mod plan;
+
+use crate::dlpack::DLDevice;
+use crate::error::{Error, Result};
+use crate::memory_plan::SlotRole;
+use crate::module::{property, Module, ModuleNode};
+use crate::object::ObjRef;
+use crate::packed::PackedFunc;
+use crate::params;
+use crate::tensor::{NDArray, RawTensor};
+use instance::Instance;
+use plan::Plan;
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub struct GraphExecutor {
+    plan: Arc<Plan>,
+    state: Mutex<Instance>,
+}
+
+/// What an executor holds, in bytes (`get_memory_usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Input slots (weights) with memory of this executor's own.
+    pub weights_owned: usize,
+    /// Input slots bound to memory shared with other executors or a factory.
+    pub weights_shared: usize,
+    /// Slots written by operators.
+    pub activations: usize,
+}
+
+/// A name or an index, as executor functions accept them.
+pub enum Key<'a> {
+    Name(&'a str),
+    Index(usize),
+}
+
+impl GraphExecutor {
+    pub fn new(plan: Arc<Plan>) -> Result<GraphExecutor> {
+        let state = Mutex::new(Instance::new(plan.clone())?);
+        Ok(GraphExecutor { plan, state })
+    }
+
+    /// `tvm.graph_executor.create`: parse, plan, resolve operators in `library`.
+    pub fn create(
+        graph_json: &str,
+        library: ObjRef<Module>,
+        device: DLDevice,
+    ) -> Result<ObjRef<Module>> {
+        let plan = Plan::new(graph_json, library, device)?;
+        Ok(Module::new(GraphExecutor::new(plan)?))
+    }
+
+    pub fn plan(&self) -> &Arc<Plan> {
+        &self.plan
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Instance> {
+        // A panic inside a kernel call cannot leave the instance half-updated in a way later
+        // calls rely on, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn input_index(&self, key: Key<'_>) -> Result<usize> {
+        match key {
+            Key::Name(n) => self
+                .plan
+                .input_index(n)
+                .ok_or_else(|| Error::key(format!("no input named '{n}'"))),
+            Key::Index(i) => self.plan.check_input(i).map(|_| i),
+        }
+    }
+
+    pub fn output_index(&self, key: Key<'_>) -> Result<usize> {
+        match key {
+            Key::Name(n) => self
+                .plan
+                .output_index(n)
+                .ok_or_else(|| Error::key(format!("Invalid output node:{n}"))),
+            Key::Index(i) => self.plan.check_output(i).map(|_| i),
+        }
+    }
+
+    /// Copies `src` into input `index`; shape and dtype must match.
+    pub fn set_input(&self, index: usize, src: RawTensor<'_>) -> Result<()> {
+        let eid = self.plan.check_input(index)?;
+        let e = &self.plan.graph.entries[eid];
+        if src.dtype() != e.dtype || src.shape() != &*e.shape {
+            return Err(Error::value(format!(
+                "input '{}' is {} {:?}, got {} {:?}",
+                self.plan.input_name(index),
+                e.dtype,
+                e.shape,
+                src.dtype(),
+                src.shape()
+            )));
+        }
+        self.lock().write_entry(eid, src)
+    }
+
+    pub fn set_input_bytes(&self, index: usize, bytes: &[u8]) -> Result<()> {
+        let eid = self.plan.check_input(index)?;
+        self.lock()
+            .write_entry_bytes(eid, bytes)
+            .map_err(|e| e.context(format!("input '{}'", self.plan.input_name(index))))
+    }
+
+    pub fn set_input_zero_copy(&self, index: usize, src: RawTensor<'_>) -> Result<()> {
+        let eid = self.plan.check_input(index)?;
+        self.lock()
+            .bind_input_external(eid, src)
+            .map_err(|e| e.context(format!("input '{}'", self.plan.input_name(index))))
+    }
+
+    pub fn set_output_zero_copy(&self, index: usize, dst: RawTensor<'_>) -> Result<()> {
+        let eid = self.plan.check_output(index)?;
+        self.lock()
+            .bind_output_external(eid, dst)
+            .map_err(|e| e.context(format!("output {index}")))
+    }
+
+    /// Input `index` as an array aliasing the executor's memory. Writing through it is how
+    /// Python's `set_input` works, so a shared weight is made private first (copy on write).
+    pub fn input(&self, index: usize) -> Result<ObjRef<NDArray>> {
+        let eid = self.plan.check_input(index)?;
+        let sid = self.plan.graph.entries[eid].storage_id;
+        let mut st = self.lock();
+        if st.slots[sid].shared {
+            st.make_private(sid)?;
+        }
+        st.entry_view(eid)
+    }
+
+    /// Output `index` as an array aliasing the executor's memory (overwritten by the next run).
+    pub fn output(&self, index: usize) -> Result<ObjRef<NDArray>> {
+        let eid = self.plan.check_output(index)?;
+        self.lock().entry_view(eid)
+    }
+
+    /// Copies output `index` into `dst`, whose shape must match.
+    pub fn copy_output_to(&self, index: usize, dst: RawTensor<'_>) -> Result<()> {
+        let eid = self.plan.check_output(index)?;
+        let st = self.lock();
+        let src = st.entry_tensor(eid);
+        if src.shape() != dst.shape() {
+            return Err(Error::value(format!(
+                "output {index} has shape {:?}, the target {:?}",
+                src.shape(),
+                dst.shape()
+            )));
+        }
+        crate::tensor::raw::copy_tensor(src, dst)
+    }
+
+    pub fn run(&self) -> Result<()> {
+        self.lock().run()
+    }
+
+    /// Loads a params blob straight into the executor's memory: one copy per weight. Names that
+    /// are not inputs are skipped (a blob may hold more than one graph needs).
+    pub fn load_params(&self, blob: &[u8]) -> Result<()> {
+        let records = params::parse(blob)?;
+        let mut st = self.lock();
+        for (name, rec) in &records {
+            let Some(index) = self.plan.input_index(name) else {
+                continue;
+            };
+            let eid = self.plan.input_entries[index];
+            let e = &self.plan.graph.entries[eid];
+            if rec.dtype != e.dtype
+                || rec.data.len() != crate::dtype::tensor_bytes(&e.shape, e.dtype)?
+            {
+                return Err(Error::value(format!(
+                    "load_params: parameter '{name}' is {} {:?} in the blob but {} {:?} in the graph",
+                    rec.dtype, rec.shape, e.dtype, e.shape
+                )));
+            }
+            st.write_entry_bytes(eid, rec.data)
+                .map_err(|err| err.context(format!("load_params: parameter '{name}'")))?;
+            st.param_names.insert(name.to_string());
+        }
+        Ok(())
+    }
+
+    /// Binds input `name` to `array`'s memory without copying when its slot can share, else
+    /// copies. Used by factories, which keep the weights for all their executors.
+    pub fn bind_param(&self, name: &str, array: &NDArray) -> Result<()> {
+        let Some(index) = self.plan.input_index(name) else {
+            return Ok(());
+        };
+        let eid = self.plan.input_entries[index];
+        let e = &self.plan.graph.entries[eid];
+        let at = || format!("parameter '{name}'");
+        if array.dtype() != e.dtype
+            || array.nbytes() != crate::dtype::tensor_bytes(&e.shape, e.dtype)?
+        {
+            return Err(Error::value(format!(
+                "{}: {} {:?} does not fit {} {:?}",
+                at(),
+                array.dtype(),
+                array.shape(),
+                e.dtype,
+                e.shape
+            )));
+        }
+        let sid = e.storage_id;
+        let mut st = self.lock();
+        match array.buffer() {
+            Some(buf)
+                if self.plan.is_shareable_slot(sid)
+                    && buf.len() >= self.plan.storage.slots[sid].bytes =>
+            {
+                st.bind_shared(sid, buf.clone());
+            }
+            _ => st
+                .write_entry(eid, array.raw())
+                .map_err(|err| err.context(at()))?,
+        }
+        st.param_names.insert(name.to_string());
+        Ok(())
+    }
+
+    /// `share_params`: binds every input named in `blob` to `other`'s memory for it. Matched by
+    /// name; shapes and dtypes must agree. Afterwards this executor owns no memory for them.
+    pub fn share_params(&self, other: &GraphExecutor, blob: &[u8]) -> Result<()> {
+        if std::ptr::eq(self, other) {
+            return Ok(());
+        }
+        let names = params::parse_names(blob)?;
+        // Lock in address order so two threads sharing in opposite directions cannot deadlock.
+        let (mut mine, mut theirs) = if (self as *const Self) < (other as *const Self) {
+            let a = self.lock();
+            (a, other.lock())
+        } else {
+            let b = other.lock();
+            (self.lock(), b)
+        };
+        let mut bindings = Vec::new();
+        for name in names {
+            let Some(index) = self.plan.input_index(name) else {
+                continue;
+            };
+            let at = || format!("share_params: parameter '{name}'");
+            let other_index = other.plan.input_index(name).ok_or_else(|| {
+                Error::key(format!(
+                    "{}: not an input of the executor shared from",
+                    at()
+                ))
+            })?;
+            let eid = self.plan.input_entries[index];
+            let oeid = other.plan.input_entries[other_index];
+            let (e, oe) = (
+                &self.plan.graph.entries[eid],
+                &other.plan.graph.entries[oeid],
+            );
+            if e.dtype != oe.dtype || e.shape != oe.shape {
+                return Err(Error::value(format!(
+                    "{}: {} {:?} here but {} {:?} in the other executor",
+                    at(),
+                    e.dtype,
+                    e.shape,
+                    oe.dtype,
+                    oe.shape
+                )));
+            }
+            bindings.push((name, eid, e.storage_id, oeid, oe.storage_id));
+        }
+        for (name, eid, sid, oeid, osid) in bindings {
+            let fits = other.plan.storage.slots[osid].bytes >= self.plan.storage.slots[sid].bytes;
+            if self.plan.is_shareable_slot(sid) && other.plan.is_shareable_slot(osid) && fits {
+                let buf = theirs.share_out(osid)?;
+                mine.bind_shared(sid, buf);
+            } else {
+                let src = theirs.entry_tensor(oeid);
+                mine.write_entry(eid, src)
+                    .map_err(|e| e.context(format!("share_params: parameter '{name}'")))?;
+            }
+            mine.param_names.insert(name.to_string());
+        }
+        Ok(())
+    }
+
+    pub fn memory_usage(&self) -> MemoryUsage {
+        let st = self.lock();
+        let mut m = MemoryUsage::default();
+        for (mem, slot) in st.slots.iter().zip(&self.plan.storage.slots) {
+            let Some(buf) = &mem.buffer else { continue };
+            match (&slot.role, mem.shared) {
+                (SlotRole::Input, true) => m.weights_shared += buf.len(),
+                (SlotRole::Input, false) => m.weights_owned += buf.len(),
+                _ => m.activations += buf.len(),
+            }
+        }
+        m
+    }
+}
+
+impl ModuleNode for GraphExecutor {
+    fn type_key(&self) -> &str {
+        "GraphExecutor"
+    }
+
+    fn get_function(
+        &self,
+        this: &ObjRef<Module>,
+        name: &str,
+    ) -> Result<Option<ObjRef<PackedFunc>>> {
+        Ok(functions::get(this, name))
+    }
+
+    fn property_mask(&self) -> i32 {
+        property::RUNNABLE
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

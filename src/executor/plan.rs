@@ -1,0 +1,189 @@
+//! The immutable part of an executor: graph, storage plan, resolved operators, name maps. One
+//! `Arc<Plan>` serves every executor of a model (a factory builds it once).
+
+use crate::dlpack::{kDLCPU, DLDevice, TVMBackendPackedCFunc};
+use crate::error::{Error, Result};
+use crate::graph::{Graph, NodeKind};
+use crate::memory_plan::StoragePlan;
+use crate::module::Module;
+use crate::object::ObjRef;
+use crate::packed::PackedFunc;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub enum OpKind {
+    /// A reshape whose output aliases its input: nothing to do.
+    Nop,
+    /// Copy input 0 into output 0.
+    Copy,
+    Kernel {
+        func: ObjRef<PackedFunc>,
+        raw: Option<TVMBackendPackedCFunc>,
+    },
+}
+
+pub struct OpPlan {
+    pub node: usize,
+    pub kind: OpKind,
+    /// Entry ids: the inputs, then the node's outputs.
+    pub args: Vec<usize>,
+}
+
+pub struct Plan {
+    pub graph: Graph,
+    pub storage: StoragePlan,
+    pub ops: Vec<OpPlan>,
+    pub input_names: HashMap<String, usize>,
+    /// Graph input index -> entry id.
+    pub input_entries: Vec<usize>,
+    /// Output index -> entry id.
+    pub output_entries: Vec<usize>,
+    /// `"<node name>:<k>"` -> output index, for `set_output_zero_copy`.
+    pub output_keys: HashMap<String, usize>,
+    /// Graph inputs in each storage slot (sharing needs exactly one).
+    pub inputs_per_slot: Vec<usize>,
+    pub library: ObjRef<Module>,
+    pub device: DLDevice,
+}
+
+impl Plan {
+    pub fn new(graph_json: &str, library: ObjRef<Module>, device: DLDevice) -> Result<Arc<Plan>> {
+        if device.device_type != kDLCPU {
+            return Err(Error::value(format!(
+                "device type {} is not enabled: this runtime runs on the CPU (device type 1)",
+                device.device_type
+            )));
+        }
+        let graph = Graph::parse(graph_json)?;
+        let storage = StoragePlan::new(&graph)?;
+        let mut ops = Vec::new();
+        for (nid, node) in graph.nodes.iter().enumerate() {
+            let NodeKind::Op(attrs) = &node.kind else {
+                continue;
+            };
+            let at = || format!("node {nid} ('{}')", node.name);
+            if attrs.flatten_data {
+                return Err(Error::value(format!(
+                    "{}: flatten_data=1 is not supported",
+                    at()
+                )));
+            }
+            let mut args: Vec<usize> = node
+                .inputs
+                .iter()
+                .map(|&(src, idx)| graph.entry_id(src, idx))
+                .collect();
+            args.extend((0..attrs.num_outputs).map(|k| graph.entry_id(nid, k)));
+            let kind = match attrs.func_name.as_str() {
+                "__nop" => OpKind::Nop,
+                "__copy" => OpKind::Copy,
+                name => {
+                    let func = Module::get_function(&library, name, true)
+                        .map_err(|e| e.context(at()))?
+                        .ok_or_else(|| {
+                            Error::attribute(format!(
+                                "{}: no such function in module: {name}",
+                                at()
+                            ))
+                        })?;
+                    let raw = func.kernel();
+                    OpKind::Kernel { func, raw }
+                }
+            };
+            ops.push(OpPlan {
+                node: nid,
+                kind,
+                args,
+            });
+        }
+        let input_entries: Vec<usize> = graph
+            .arg_nodes
+            .iter()
+            .map(|&n| graph.entry_id(n, 0))
+            .collect();
+        let input_names = graph
+            .arg_nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (graph.nodes[n].name.clone(), i))
+            .collect();
+        let output_entries = graph
+            .heads
+            .iter()
+            .map(|&(n, k)| graph.entry_id(n, k))
+            .collect();
+        let output_keys = graph
+            .heads
+            .iter()
+            .enumerate()
+            .map(|(i, &(n, k))| (format!("{}:{k}", graph.nodes[n].name), i))
+            .collect();
+        let mut inputs_per_slot = vec![0; storage.slots.len()];
+        for &eid in &input_entries {
+            inputs_per_slot[graph.entries[eid].storage_id] += 1;
+        }
+        Ok(Arc::new(Plan {
+            graph,
+            storage,
+            ops,
+            input_names,
+            input_entries,
+            output_entries,
+            output_keys,
+            inputs_per_slot,
+            library,
+            device,
+        }))
+    }
+
+    pub fn num_inputs(&self) -> usize {
+        self.input_entries.len()
+    }
+
+    pub fn num_outputs(&self) -> usize {
+        self.output_entries.len()
+    }
+
+    pub fn input_name(&self, index: usize) -> &str {
+        &self.graph.nodes[self.graph.arg_nodes[index]].name
+    }
+
+    pub fn output_name(&self, index: usize) -> &str {
+        &self.graph.nodes[self.graph.heads[index].0].name
+    }
+
+    pub fn input_index(&self, name: &str) -> Option<usize> {
+        self.input_names.get(name).copied()
+    }
+
+    /// The output whose node is called `name` (the last one, as upstream).
+    pub fn output_index(&self, name: &str) -> Option<usize> {
+        (0..self.num_outputs())
+            .rev()
+            .find(|&i| self.output_name(i) == name)
+    }
+
+    pub fn check_input(&self, index: usize) -> Result<usize> {
+        self.input_entries.get(index).copied().ok_or_else(|| {
+            Error::index(format!(
+                "input index {index} out of range ({} inputs)",
+                self.num_inputs()
+            ))
+        })
+    }
+
+    pub fn check_output(&self, index: usize) -> Result<usize> {
+        self.output_entries.get(index).copied().ok_or_else(|| {
+            Error::index(format!(
+                "output index {index} out of range ({} outputs)",
+                self.num_outputs()
+            ))
+        })
+    }
+
+    /// A slot that only this one graph input (and its aliases) uses: safe to bind to shared memory.
+    pub fn is_shareable_slot(&self, sid: usize) -> bool {
+        self.storage.slots[sid].role == crate::memory_plan::SlotRole::Input
+            && self.inputs_per_slot[sid] == 1
+    }
+}

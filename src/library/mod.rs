@@ -1,0 +1,165 @@
+//! Operator libraries: loading an `export_library` shared object (or the system library), filling
+//! its context slots, and rebuilding the module tree from its `__tvm_dev_mblob`.
+
+pub mod blob;
+pub mod symbols;
+
+use crate::dlpack::TVMBackendPackedCFunc;
+use crate::error::{Error, Result};
+use crate::module::{property, Module, ModuleNode};
+use crate::object::{ObjRef, ObjectHeader};
+use crate::packed::{registry, PackedFunc};
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use symbols::{Dso, SymbolSource, SystemLib};
+
+/// The `library` module: operators found by symbol name.
+pub struct LibraryModule {
+    source: Arc<dyn SymbolSource>,
+    /// Functions handed to kernels by `TVMBackendGetFuncFromEnv`, kept alive here because the
+    /// kernels cache the borrowed handle forever.
+    env_funcs: Mutex<HashMap<String, ObjRef<PackedFunc>>>,
+}
+
+impl LibraryModule {
+    pub fn source(&self) -> &dyn SymbolSource {
+        &*self.source
+    }
+}
+
+impl ModuleNode for LibraryModule {
+    fn type_key(&self) -> &str {
+        "library"
+    }
+
+    fn get_function(
+        &self,
+        this: &ObjRef<Module>,
+        name: &str,
+    ) -> Result<Option<ObjRef<PackedFunc>>> {
+        let symbol = if name == "__tvm_main__" {
+            let addr = self
+                .source
+                .lookup("__tvm_main__")
+                .ok_or_else(|| Error::attribute("library has no __tvm_main__"))?;
+            // SAFETY: `__tvm_main__` is the string symbol naming the entry function.
+            unsafe { symbols::read_c_str(addr) }
+        } else {
+            name.to_string()
+        };
+        Ok(self.source.lookup(&symbol).map(|addr| {
+            // SAFETY: exported function symbols of a TVM library are TVMBackendPackedCFuncs.
+            let f: TVMBackendPackedCFunc =
+                unsafe { std::mem::transmute::<*mut c_void, TVMBackendPackedCFunc>(addr) };
+            PackedFunc::from_kernel(f, this.clone().into_any())
+        }))
+    }
+
+    fn property_mask(&self) -> i32 {
+        property::BINARY_SERIALIZABLE | property::RUNNABLE | property::DSO_EXPORTABLE
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// `TVMBackendGetFuncFromEnv`: `ctx` is what we stored in the library's `__tvm_module_ctx`, the
+/// library module's object header. Looks in its imports, then the global registry; the handle
+/// stays valid as long as the library.
+pub fn get_func_from_env(ctx: *mut c_void, name: &str) -> Result<*mut ObjectHeader> {
+    // SAFETY: `ctx` was written by `load` as the header of the library module that owns the
+    // calling code; that module is alive while its code runs.
+    let module = unsafe { crate::object::AnyObject::retain_raw(ctx.cast()) }
+        .and_then(|o| o.downcast::<Module>().ok())
+        .ok_or_else(|| Error::value("TVMBackendGetFuncFromEnv: invalid module context"))?;
+    let lib = module
+        .node::<LibraryModule>()
+        .ok_or_else(|| Error::value("TVMBackendGetFuncFromEnv: context is not a library"))?;
+    let mut cache = lib.env_funcs.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = cache.get(name) {
+        return Ok(f.as_ptr());
+    }
+    let mut found = None;
+    for import in module.imports() {
+        if let Some(f) = Module::get_function(&import, name, true)? {
+            found = Some(f);
+            break;
+        }
+    }
+    let f = found.or_else(|| registry::get(name)).ok_or_else(|| {
+        Error::attribute(format!(
+            "Cannot find function {name} in the imported modules or global registry"
+        ))
+    })?;
+    let ptr = f.as_ptr();
+    cache.insert(name.to_string(), f);
+    Ok(ptr)
+}
+
+fn fill_context(source: &dyn SymbolSource) {
+    for (name, addr) in crate::capi::backend::context_functions() {
+        if let Some(slot) = source.lookup(name) {
+            // SAFETY: TVM's codegen exports these names as writable function-pointer globals.
+            unsafe { symbols::write_slot(slot, addr) };
+        }
+    }
+}
+
+fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
+    fill_context(&*source);
+    let lib = Module::new(LibraryModule {
+        source: source.clone(),
+        env_funcs: Mutex::new(HashMap::new()),
+    });
+    if let Some(ctx) = source.lookup("__tvm_module_ctx") {
+        // SAFETY: `__tvm_module_ctx` is a writable `void*` global of the library.
+        unsafe { symbols::write_slot(ctx, lib.as_ptr().cast()) };
+    }
+    match source.lookup("__tvm_dev_mblob") {
+        // SAFETY: the symbol is the module blob: a u64 length followed by the bytes.
+        Some(addr) => blob::load_tree(unsafe { symbols::read_blob(addr.cast()) }, lib),
+        None => Ok(lib),
+    }
+}
+
+/// Loads an `export_library` shared object: the root module of its tree.
+pub fn load_shared_library(path: &str) -> Result<ObjRef<Module>> {
+    finish(Arc::new(Dso::open(path)?)).map_err(|e| e.context(format!("loading '{path}'")))
+}
+
+/// `runtime.SystemLib(prefix)`: the operators linked into the host.
+pub fn system_lib(prefix: &str) -> Result<ObjRef<Module>> {
+    finish(Arc::new(SystemLib {
+        prefix: prefix.to_string(),
+    }))
+}
+
+/// `runtime.ModuleLoadFromFile` / `TVMModLoadFromFile`.
+pub fn load_file(path: &str, format: &str) -> Result<ObjRef<Module>> {
+    let fmt = if format.is_empty() {
+        std::path::Path::new(path)
+            .extension()
+            .and_then(|e| e.to_str())
+            .ok_or_else(|| {
+                Error::value(format!(
+                    "cannot deduce the format of '{path}' (no file extension)"
+                ))
+            })?
+    } else {
+        format
+    };
+    match fmt {
+        "so" | "dll" | "dylib" | "dso" => {
+            if !std::path::Path::new(path).exists() {
+                return Err(Error::value(format!("cannot load '{path}': no such file")));
+            }
+            load_shared_library(path)
+        }
+        other => Err(Error::value(format!(
+            "Loader for .{other} files is not registered (this CPU runtime loads shared libraries: so, dll, dylib, dso)"
+        ))),
+    }
+}

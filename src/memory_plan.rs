@@ -1,0 +1,102 @@
+//! Storage planning: one slot per storage id, sized for the largest entry planned into it (rounded
+//! up to 4 bytes, as upstream's float32 pools), and what each slot holds. A slot that holds only a
+//! graph input and `__nop` aliases of it can be bound to memory shared with other executors.
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, NodeKind};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotRole {
+    /// Holds graph input(s) only (and reshape aliases of them): weights live here.
+    Input,
+    /// Written by operators during `run`.
+    Activation,
+    /// Never referenced by any entry.
+    Unused,
+}
+
+#[derive(Debug, Clone)]
+pub struct Slot {
+    pub bytes: usize,
+    pub role: SlotRole,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoragePlan {
+    pub slots: Vec<Slot>,
+}
+
+impl StoragePlan {
+    pub fn new(graph: &Graph) -> Result<StoragePlan> {
+        let num_slots = graph
+            .entries
+            .iter()
+            .map(|e| e.storage_id + 1)
+            .max()
+            .unwrap_or(0);
+        let mut slots = vec![
+            Slot {
+                bytes: 0,
+                role: SlotRole::Unused
+            };
+            num_slots
+        ];
+        let mut device = vec![None; num_slots];
+        for (eid, e) in graph.entries.iter().enumerate() {
+            let bytes = crate::dtype::tensor_bytes(&e.shape, e.dtype)?;
+            let slot = &mut slots[e.storage_id];
+            slot.bytes = slot.bytes.max(bytes.div_ceil(4) * 4);
+            if !e.scope.is_empty() && e.scope != "global" {
+                return Err(Error::value(format!(
+                    "entry {eid}: storage scope '{}' is not supported on the CPU",
+                    e.scope
+                )));
+            }
+            if let Some(d) = e.device_type {
+                if d != crate::dlpack::kDLCPU {
+                    return Err(Error::value(format!(
+                        "entry {eid}: device type {d} is not enabled (CPU only)"
+                    )));
+                }
+                match device[e.storage_id] {
+                    Some(prev) if prev != d => {
+                        return Err(Error::value(format!(
+                            "storage id {} is used by two device types",
+                            e.storage_id
+                        )))
+                    }
+                    _ => device[e.storage_id] = Some(d),
+                }
+            }
+        }
+        // An entry is "input-like" if it is a graph input or a __nop alias of one.
+        let mut input_like = vec![false; graph.num_entries()];
+        for (nid, node) in graph.nodes.iter().enumerate() {
+            let eid = graph.node_row_ptr[nid];
+            input_like[eid] = match &node.kind {
+                NodeKind::Input => true,
+                NodeKind::Op(a) if a.func_name == "__nop" => node
+                    .inputs
+                    .first()
+                    .is_some_and(|&(src, idx)| input_like[graph.entry_id(src, idx)]),
+                NodeKind::Op(_) => false,
+            };
+        }
+        for (eid, e) in graph.entries.iter().enumerate() {
+            let slot = &mut slots[e.storage_id];
+            slot.role = match (&slot.role, input_like[eid]) {
+                (SlotRole::Unused, true) | (SlotRole::Input, true) => SlotRole::Input,
+                _ => SlotRole::Activation,
+            };
+        }
+        Ok(StoragePlan { slots })
+    }
+
+    pub fn bytes_of(&self, role: SlotRole) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.role == role)
+            .map(|s| s.bytes)
+            .sum()
+    }
+}

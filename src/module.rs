@@ -1,0 +1,121 @@
+//! The Module object: a node (library, factory, executor, ...) plus its imports. Functions are
+//! looked up by name in the node, then, when asked, depth-first in the imports.
+
+use crate::error::{Error, Result};
+use crate::object::{type_index, ObjRef, ObjectType};
+use crate::packed::PackedFunc;
+use std::any::Any;
+use std::sync::RwLock;
+
+/// Property bits reported by `runtime.ModuleGetPropertyMask`.
+pub mod property {
+    pub const BINARY_SERIALIZABLE: i32 = 0b001;
+    pub const RUNNABLE: i32 = 0b010;
+    pub const DSO_EXPORTABLE: i32 = 0b100;
+}
+
+pub trait ModuleNode: Send + Sync + 'static {
+    fn type_key(&self) -> &str;
+
+    /// The function `name` of this node alone; `this` is the module that owns the node, for
+    /// functions that must keep it alive.
+    fn get_function(&self, this: &ObjRef<Module>, name: &str)
+        -> Result<Option<ObjRef<PackedFunc>>>;
+
+    fn property_mask(&self) -> i32 {
+        0
+    }
+
+    fn as_any(&self) -> &dyn Any;
+}
+
+pub struct Module {
+    node: Box<dyn ModuleNode>,
+    imports: RwLock<Vec<ObjRef<Module>>>,
+}
+
+impl ObjectType for Module {
+    const TYPE_INDEX: u32 = type_index::MODULE;
+}
+
+impl Module {
+    pub fn new(node: impl ModuleNode) -> ObjRef<Module> {
+        ObjRef::new(Module {
+            node: Box::new(node),
+            imports: RwLock::new(Vec::new()),
+        })
+    }
+
+    pub fn type_key(&self) -> &str {
+        self.node.type_key()
+    }
+
+    pub fn property_mask(&self) -> i32 {
+        self.node.property_mask()
+    }
+
+    /// The node as its concrete type.
+    pub fn node<T: 'static>(&self) -> Option<&T> {
+        self.node.as_any().downcast_ref::<T>()
+    }
+
+    pub fn imports(&self) -> Vec<ObjRef<Module>> {
+        self.imports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn clear_imports(&self) {
+        self.imports
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Adds `dep` to the imports of `this`, refusing cycles.
+    pub fn import(this: &ObjRef<Module>, dep: ObjRef<Module>) -> Result<()> {
+        if ObjRef::ptr_eq(this, &dep) || dep.reaches(this) {
+            return Err(Error::value("Cyclic dependency detected during import"));
+        }
+        this.imports
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(dep);
+        Ok(())
+    }
+
+    fn reaches(&self, target: &ObjRef<Module>) -> bool {
+        self.imports()
+            .iter()
+            .any(|m| ObjRef::ptr_eq(m, target) || m.reaches(target))
+    }
+
+    pub fn get_function(
+        this: &ObjRef<Module>,
+        name: &str,
+        query_imports: bool,
+    ) -> Result<Option<ObjRef<PackedFunc>>> {
+        if let Some(f) = this.node.get_function(this, name)? {
+            return Ok(Some(f));
+        }
+        if query_imports {
+            for m in this.imports() {
+                if let Some(f) = Module::get_function(&m, name, true)? {
+                    return Ok(Some(f));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Like `get_function`, failing with a message when the function does not exist.
+    pub fn require_function(this: &ObjRef<Module>, name: &str) -> Result<ObjRef<PackedFunc>> {
+        Module::get_function(this, name, true)?.ok_or_else(|| {
+            Error::attribute(format!(
+                "module of type '{}' has no function '{name}'",
+                this.type_key()
+            ))
+        })
+    }
+}

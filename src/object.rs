@@ -1,0 +1,355 @@
+//! Reference-counted objects with TVM's C layout: a 16-byte header (type index, atomic count,
+//! deleter) followed by the payload. Handles given to C point at the header (an NDArray handle at
+//! the DLTensor 16 bytes further), so C callers and our Rust code share one count.
+//!
+//! `ObjRef<T>` is the owning smart pointer (like `Arc`), `AnyObject` its type-erased form.
+
+use crate::error::{Error, Result};
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicI32, Ordering};
+
+/// Static type indices of TVM 0.16.
+pub mod type_index {
+    pub const OBJECT: u32 = 0;
+    pub const MODULE: u32 = 1;
+    pub const NDARRAY: u32 = 2;
+    pub const STRING: u32 = 3;
+    pub const ARRAY: u32 = 4;
+    pub const MAP: u32 = 5;
+    pub const SHAPE_TUPLE: u32 = 6;
+    pub const PACKED_FUNC: u32 = 7;
+    pub const DISCO_DREF: u32 = 8;
+    pub const RPC_OBJECT_REF: u32 = 9;
+    pub const CLOSURE: u32 = 10;
+    pub const ADT: u32 = 11;
+    pub const STATIC_END: u32 = 12;
+}
+
+/// Type keys in index order; `runtime.Object` is listed but, as upstream, not resolvable by key.
+pub const TYPE_KEYS: [&str; type_index::STATIC_END as usize] = [
+    "runtime.Object",
+    "runtime.Module",
+    "runtime.NDArray",
+    "runtime.String",
+    "Array",
+    "Map",
+    "runtime.ShapeTuple",
+    "runtime.PackedFunc",
+    "runtime.disco.DRef",
+    "runtime.RPCObjectRef",
+    "runtime.Closure",
+    "runtime.ADT",
+];
+
+pub fn type_key_to_index(key: &str) -> Result<u32> {
+    TYPE_KEYS
+        .iter()
+        .position(|k| *k == key)
+        .filter(|&i| i != 0)
+        .map(|i| i as u32)
+        .ok_or_else(|| Error::value(format!("Cannot find type {key}")))
+}
+
+pub fn type_index_to_key(index: u32) -> Result<&'static str> {
+    TYPE_KEYS
+        .get(index as usize)
+        .copied()
+        .ok_or_else(|| Error::index(format!("unknown type index {index}")))
+}
+
+/// Every type derives from the root; the static types have no other parents.
+pub fn derived_from(child: u32, parent: u32) -> bool {
+    child == parent || parent == type_index::OBJECT
+}
+
+#[repr(C)]
+pub struct ObjectHeader {
+    pub type_index: u32,
+    pub ref_counter: AtomicI32,
+    pub deleter: Option<unsafe extern "C" fn(*mut ObjectHeader)>,
+}
+
+/// A payload type stored in an object; one Rust type per type index.
+pub trait ObjectType: Send + Sync + 'static {
+    const TYPE_INDEX: u32;
+}
+
+#[repr(C)]
+struct ObjectCell<T> {
+    header: ObjectHeader,
+    value: T,
+}
+
+unsafe extern "C" fn delete_cell<T>(obj: *mut ObjectHeader) {
+    // SAFETY: installed only by `ObjRef::<T>::new`, whose allocation is a `Box<ObjectCell<T>>`,
+    // and called once, when the count reaches zero.
+    drop(unsafe { Box::from_raw(obj.cast::<ObjectCell<T>>()) });
+}
+
+/// An owning reference to an object whose payload is `T`.
+pub struct ObjRef<T: ObjectType> {
+    ptr: NonNull<ObjectHeader>,
+    _marker: PhantomData<T>,
+}
+
+// SAFETY: the count is atomic and payloads are `Send + Sync`.
+unsafe impl<T: ObjectType> Send for ObjRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: ObjectType> Sync for ObjRef<T> {}
+
+impl<T: ObjectType> ObjRef<T> {
+    pub fn new(value: T) -> ObjRef<T> {
+        let cell = Box::new(ObjectCell {
+            header: ObjectHeader {
+                type_index: T::TYPE_INDEX,
+                ref_counter: AtomicI32::new(1),
+                deleter: Some(delete_cell::<T>),
+            },
+            value,
+        });
+        let ptr = NonNull::from(Box::leak(cell)).cast::<ObjectHeader>();
+        ObjRef {
+            ptr,
+            _marker: PhantomData,
+        }
+    }
+
+    /// The header address: the handle C callers hold.
+    pub fn as_ptr(&self) -> *mut ObjectHeader {
+        self.ptr.as_ptr()
+    }
+
+    /// Gives the reference to C: the count is not decremented.
+    pub fn into_raw(self) -> *mut ObjectHeader {
+        let p = self.ptr.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    pub fn into_any(self) -> AnyObject {
+        AnyObject {
+            ptr: NonNull::new(self.into_raw()).expect("object pointers are never null"),
+        }
+    }
+
+    pub fn ptr_eq(a: &ObjRef<T>, b: &ObjRef<T>) -> bool {
+        a.ptr == b.ptr
+    }
+
+    pub fn ref_count(&self) -> i32 {
+        self.header().ref_counter.load(Ordering::Relaxed)
+    }
+
+    fn header(&self) -> &ObjectHeader {
+        // SAFETY: the object stays alive while we hold a reference.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T: ObjectType> Deref for ObjRef<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the type index was checked when this reference was made, so the cell is an
+        // `ObjectCell<T>`, alive while we hold a count.
+        unsafe { &(*self.ptr.as_ptr().cast::<ObjectCell<T>>()).value }
+    }
+}
+
+impl<T: ObjectType> Clone for ObjRef<T> {
+    fn clone(&self) -> Self {
+        self.header().ref_counter.fetch_add(1, Ordering::Relaxed);
+        ObjRef {
+            ptr: self.ptr,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<T: ObjectType> Drop for ObjRef<T> {
+    fn drop(&mut self) {
+        // SAFETY: we own one count of a live object.
+        unsafe { release(self.ptr.as_ptr()) }
+    }
+}
+
+/// Drops one count of the object at `obj`, running its deleter on the last one.
+///
+/// # Safety
+/// `obj` must point at a live object header of which the caller owns one count.
+pub unsafe fn release(obj: *mut ObjectHeader) {
+    // SAFETY: per the contract, `obj` is live.
+    let header = unsafe { &*obj };
+    if header.ref_counter.fetch_sub(1, Ordering::Release) == 1 {
+        fence(Ordering::Acquire);
+        if let Some(deleter) = header.deleter {
+            // SAFETY: last count: nobody else can reach the object any more.
+            unsafe { deleter(obj) }
+        }
+    }
+}
+
+/// The payload of a borrowed handle, if it is an object of type `T` made by this runtime.
+///
+/// # Safety
+/// `ptr` must be null or a live object header, and stay alive for `'a`.
+pub unsafe fn payload_of<'a, T: ObjectType>(ptr: *mut ObjectHeader) -> Option<&'a T> {
+    // SAFETY: per the contract.
+    let header = unsafe { ptr.as_ref() }?;
+    // Each type index belongs to one payload type, and every object is made by `ObjRef::new`
+    // (handles come only from this runtime), so the index identifies the cell type.
+    if header.type_index != T::TYPE_INDEX || header.deleter.is_none() {
+        return None;
+    }
+    // SAFETY: see above.
+    Some(unsafe { &(*ptr.cast::<ObjectCell<T>>()).value })
+}
+
+/// A type-erased owning reference.
+pub struct AnyObject {
+    ptr: NonNull<ObjectHeader>,
+}
+
+// SAFETY: see `ObjRef`.
+unsafe impl Send for AnyObject {}
+// SAFETY: see `ObjRef`.
+unsafe impl Sync for AnyObject {}
+
+impl AnyObject {
+    /// Takes over one count of a raw handle.
+    ///
+    /// # Safety
+    /// `ptr` must be null or a live object header of which the caller gives up one count.
+    pub unsafe fn from_raw(ptr: *mut ObjectHeader) -> Option<AnyObject> {
+        NonNull::new(ptr).map(|ptr| AnyObject { ptr })
+    }
+
+    /// Takes a new count on a borrowed handle.
+    ///
+    /// # Safety
+    /// `ptr` must be null or a live object header.
+    pub unsafe fn retain_raw(ptr: *mut ObjectHeader) -> Option<AnyObject> {
+        let obj = NonNull::new(ptr)?;
+        // SAFETY: per the contract the header is live.
+        unsafe { obj.as_ref() }
+            .ref_counter
+            .fetch_add(1, Ordering::Relaxed);
+        Some(AnyObject { ptr: obj })
+    }
+
+    pub fn type_index(&self) -> u32 {
+        // SAFETY: alive while we hold a count.
+        unsafe { self.ptr.as_ref() }.type_index
+    }
+
+    pub fn as_ptr(&self) -> *mut ObjectHeader {
+        self.ptr.as_ptr()
+    }
+
+    pub fn into_raw(self) -> *mut ObjectHeader {
+        let p = self.ptr.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    pub fn downcast<T: ObjectType>(self) -> std::result::Result<ObjRef<T>, AnyObject> {
+        // SAFETY: alive while we hold a count.
+        if unsafe { payload_of::<T>(self.ptr.as_ptr()) }.is_some() {
+            Ok(ObjRef {
+                ptr: NonNull::new(self.into_raw()).expect("non-null"),
+                _marker: PhantomData,
+            })
+        } else {
+            Err(self)
+        }
+    }
+
+    pub fn downcast_ref<T: ObjectType>(&self) -> Option<ObjRef<T>> {
+        self.clone().downcast().ok()
+    }
+
+    pub fn as_c_handle(&self) -> *mut c_void {
+        self.ptr.as_ptr().cast()
+    }
+}
+
+impl Clone for AnyObject {
+    fn clone(&self) -> Self {
+        // SAFETY: alive while we hold a count.
+        unsafe { self.ptr.as_ref() }
+            .ref_counter
+            .fetch_add(1, Ordering::Relaxed);
+        AnyObject { ptr: self.ptr }
+    }
+}
+
+impl Drop for AnyObject {
+    fn drop(&mut self) {
+        // SAFETY: we own one count.
+        unsafe { release(self.ptr.as_ptr()) }
+    }
+}
+
+impl std::fmt::Debug for AnyObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Object({}, {:p})",
+            type_index_to_key(self.type_index()).unwrap_or("?"),
+            self.ptr
+        )
+    }
+}
+
+impl<T: ObjectType> std::fmt::Debug for ObjRef<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ObjRef({}, {:p})",
+            type_index_to_key(T::TYPE_INDEX).unwrap_or("?"),
+            self.ptr
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    struct Probe(Arc<AtomicUsize>);
+    impl ObjectType for Probe {
+        const TYPE_INDEX: u32 = 100;
+    }
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn counts_and_drops_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let a = ObjRef::new(Probe(drops.clone()));
+        let b = a.clone();
+        assert_eq!(a.ref_count(), 2);
+        let any = b.into_any();
+        assert_eq!(any.type_index(), 100);
+        let back: ObjRef<Probe> = any.downcast().unwrap();
+        drop(a);
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
+        drop(back);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(type_key_to_index("runtime.NDArray").unwrap(), 2);
+        assert_eq!(type_key_to_index("Map").unwrap(), 5);
+        assert!(type_key_to_index("runtime.Object").is_err());
+        assert!(type_key_to_index("relay.Expr").is_err());
+    }
+}

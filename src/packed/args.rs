@@ -1,0 +1,396 @@
+//! Packed-call arguments: a borrowed view of the caller's value and type-code arrays, converted
+//! on demand (no copy per call), and a builder for calls made from Rust.
+
+use super::containers::StringObj;
+use super::function::PackedFunc;
+use crate::dlpack::*;
+use crate::error::{Error, Result};
+use crate::module::Module;
+use crate::object::{AnyObject, ObjRef, ObjectHeader, ObjectType};
+use crate::tensor::{NDArray, RawTensor};
+use std::ffi::{c_void, CStr, CString};
+
+/// Offset of the DLTensor inside an NDArray object: handle = object + 16.
+pub const NDARRAY_TENSOR_OFFSET: usize = 16;
+
+pub fn type_code_name(code: i32) -> &'static str {
+    match code {
+        kTVMArgInt => "int",
+        kTVMArgFloat => "float",
+        kTVMOpaqueHandle => "handle",
+        kTVMNullptr => "NULL",
+        kTVMDataType => "DataType",
+        kDLDevice => "Device",
+        kTVMDLTensorHandle => "ArrayHandle",
+        kTVMObjectHandle => "Object",
+        kTVMModuleHandle => "Module",
+        kTVMPackedFuncHandle => "PackedFunc",
+        kTVMStr => "str",
+        kTVMBytes => "bytes",
+        kTVMNDArrayHandle => "NDArray",
+        kTVMObjectRValueRefArg => "ObjectRValueRef",
+        _ => "unknown",
+    }
+}
+
+/// The arguments of one call, borrowed for its duration.
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    values: &'a [TVMValue],
+    codes: &'a [i32],
+}
+
+impl<'a> Args<'a> {
+    pub const EMPTY: Args<'static> = Args {
+        values: &[],
+        codes: &[],
+    };
+
+    /// # Safety
+    /// `values` and `codes` must hold `n` elements, and each value must be what its code says
+    /// (live handles, NUL-terminated strings) for `'a`: the packed-call contract.
+    pub unsafe fn from_raw(values: *const TVMValue, codes: *const i32, n: i32) -> Result<Args<'a>> {
+        if n < 0 {
+            return Err(Error::value(format!("negative argument count {n}")));
+        }
+        if n == 0 {
+            return Ok(Args {
+                values: &[],
+                codes: &[],
+            });
+        }
+        if values.is_null() || codes.is_null() {
+            return Err(Error::value(format!(
+                "{n} arguments announced but the value or code array is null"
+            )));
+        }
+        // SAFETY: per the contract.
+        unsafe {
+            Ok(Args {
+                values: std::slice::from_raw_parts(values, n as usize),
+                codes: std::slice::from_raw_parts(codes, n as usize),
+            })
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    pub fn raw_values(&self) -> &'a [TVMValue] {
+        self.values
+    }
+
+    pub fn raw_codes(&self) -> &'a [i32] {
+        self.codes
+    }
+
+    pub fn code(&self, i: usize) -> i32 {
+        self.codes.get(i).copied().unwrap_or(-1)
+    }
+
+    /// Fails unless there are exactly `n` arguments (or within `lo..=hi`).
+    pub fn expect_count(&self, func: &str, lo: usize, hi: usize) -> Result<()> {
+        let n = self.len();
+        if n < lo || n > hi {
+            let want = if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo} to {hi}")
+            };
+            return Err(Error::type_err(format!(
+                "{func} takes {want} arguments, {n} given"
+            )));
+        }
+        Ok(())
+    }
+
+    fn get(&self, i: usize) -> Result<(TVMValue, i32)> {
+        match (self.values.get(i), self.codes.get(i)) {
+            (Some(v), Some(c)) => Ok((*v, *c)),
+            _ => Err(Error::index(format!(
+                "argument {i} missing: only {} given",
+                self.len()
+            ))),
+        }
+    }
+
+    fn mismatch(&self, i: usize, want: &str) -> Error {
+        let code = self.code(i);
+        Error::type_err(format!(
+            "argument {i}: expected {want}, got {} (type code {code})",
+            type_code_name(code)
+        ))
+    }
+
+    pub fn int(&self, i: usize) -> Result<i64> {
+        let (v, c) = self.get(i)?;
+        match c {
+            // SAFETY: code 0 carries `v_int64`.
+            kTVMArgInt => Ok(unsafe { v.v_int64 }),
+            _ => Err(self.mismatch(i, "int")),
+        }
+    }
+
+    /// An int that must fit `i32` (indices, device ids).
+    pub fn int32(&self, i: usize) -> Result<i32> {
+        let v = self.int(i)?;
+        i32::try_from(v)
+            .map_err(|_| Error::value(format!("argument {i}: {v} does not fit a 32-bit int")))
+    }
+
+    pub fn float(&self, i: usize) -> Result<f64> {
+        let (v, c) = self.get(i)?;
+        match c {
+            // SAFETY: code 2 carries `v_float64`, code 0 `v_int64`.
+            kTVMArgFloat => Ok(unsafe { v.v_float64 }),
+            kTVMArgInt => Ok(unsafe { v.v_int64 } as f64),
+            _ => Err(self.mismatch(i, "float")),
+        }
+    }
+
+    pub fn handle(&self, i: usize) -> Result<*mut c_void> {
+        let (v, c) = self.get(i)?;
+        match c {
+            // SAFETY: codes 3 and 7 carry `v_handle`.
+            kTVMOpaqueHandle | kTVMDLTensorHandle => Ok(unsafe { v.v_handle }),
+            kTVMNullptr => Ok(std::ptr::null_mut()),
+            _ => Err(self.mismatch(i, "handle")),
+        }
+    }
+
+    pub fn device(&self, i: usize) -> Result<DLDevice> {
+        let (v, c) = self.get(i)?;
+        match c {
+            // SAFETY: code 6 carries `v_device`.
+            kDLDevice => Ok(unsafe { v.v_device }),
+            _ => Err(self.mismatch(i, "Device")),
+        }
+    }
+
+    /// A string argument: `str`, `bytes` (UTF-8), or a String object.
+    pub fn str(&self, i: usize) -> Result<&'a str> {
+        let (v, c) = self.get(i)?;
+        match c {
+            kTVMStr => {
+                // SAFETY: code 11 carries a NUL-terminated string valid for the call.
+                let p = unsafe { v.v_str };
+                if p.is_null() {
+                    return Err(Error::value(format!("argument {i}: null string")));
+                }
+                // SAFETY: non-null, NUL-terminated per the contract.
+                unsafe { CStr::from_ptr(p) }
+                    .to_str()
+                    .map_err(|_| Error::value(format!("argument {i}: string is not UTF-8")))
+            }
+            kTVMBytes => std::str::from_utf8(self.bytes(i)?)
+                .map_err(|_| Error::value(format!("argument {i}: bytes are not UTF-8"))),
+            kTVMObjectHandle => {
+                let obj = self
+                    .borrowed_object(i)?
+                    .ok_or_else(|| self.mismatch(i, "str"))?;
+                let s = obj
+                    .downcast_ref::<StringObj>()
+                    .ok_or_else(|| self.mismatch(i, "str"))?;
+                // SAFETY: the caller's handle keeps the String alive for the call, beyond our
+                // temporary count.
+                Ok(unsafe { &*(s.as_str() as *const str) })
+            }
+            _ => Err(self.mismatch(i, "str")),
+        }
+    }
+
+    /// Whether argument `i` names something (a string) rather than indexing it.
+    pub fn is_name(&self, i: usize) -> bool {
+        match self.code(i) {
+            kTVMStr => true,
+            kTVMObjectHandle => self
+                .borrowed_object(i)
+                .ok()
+                .flatten()
+                .is_some_and(|o| o.type_index() == StringObj::TYPE_INDEX),
+            _ => false,
+        }
+    }
+
+    pub fn bytes(&self, i: usize) -> Result<&'a [u8]> {
+        let (v, c) = self.get(i)?;
+        match c {
+            kTVMBytes => {
+                // SAFETY: code 12 carries a `TVMByteArray*` valid for the call.
+                let arr = unsafe { v.v_handle.cast::<TVMByteArray>().as_ref() }
+                    .ok_or_else(|| Error::value(format!("argument {i}: null byte array")))?;
+                if arr.size == 0 {
+                    return Ok(&[]);
+                }
+                if arr.data.is_null() {
+                    return Err(Error::value(format!(
+                        "argument {i}: byte array of {} bytes at null",
+                        arr.size
+                    )));
+                }
+                // SAFETY: the byte array describes `size` readable bytes.
+                Ok(unsafe { std::slice::from_raw_parts(arr.data.cast::<u8>(), arr.size) })
+            }
+            kTVMStr => Ok(self.str(i)?.as_bytes()),
+            _ => Err(self.mismatch(i, "bytes")),
+        }
+    }
+
+    /// A tensor argument: a plain DLTensor (7) or an NDArray (13).
+    pub fn tensor(&self, i: usize) -> Result<RawTensor<'a>> {
+        let (v, c) = self.get(i)?;
+        match c {
+            kTVMDLTensorHandle | kTVMNDArrayHandle => {
+                // SAFETY: codes 7 and 13 carry a `DLTensor*` valid for the call.
+                unsafe { RawTensor::from_ptr(v.v_handle.cast()) }
+                    .map_err(|e| e.context(format!("argument {i}")))
+            }
+            _ => Err(self.mismatch(i, "tensor")),
+        }
+    }
+
+    /// An object-like argument (codes 8, 9, 10, 13; 14 is borrowed too), with a new count.
+    pub fn object(&self, i: usize) -> Result<Option<AnyObject>> {
+        let (_, c) = self.get(i)?;
+        match c {
+            kTVMObjectHandle
+            | kTVMModuleHandle
+            | kTVMPackedFuncHandle
+            | kTVMNDArrayHandle
+            | kTVMObjectRValueRefArg
+            | kTVMNullptr => self.borrowed_object(i),
+            _ => Err(self.mismatch(i, "object")),
+        }
+    }
+
+    fn borrowed_object(&self, i: usize) -> Result<Option<AnyObject>> {
+        let (v, c) = self.get(i)?;
+        // SAFETY: per code, `v_handle` is an object header, an NDArray's DLTensor (header 16 bytes
+        // before it), or the address of the caller's object slot; all live for the call.
+        unsafe {
+            let header: *mut ObjectHeader = match c {
+                kTVMNullptr => return Ok(None),
+                kTVMObjectHandle | kTVMModuleHandle | kTVMPackedFuncHandle => v.v_handle.cast(),
+                kTVMNDArrayHandle => {
+                    if v.v_handle.is_null() {
+                        return Ok(None);
+                    }
+                    v.v_handle.cast::<u8>().sub(NDARRAY_TENSOR_OFFSET).cast()
+                }
+                kTVMObjectRValueRefArg => {
+                    let slot = v.v_handle.cast::<*mut ObjectHeader>();
+                    if slot.is_null() {
+                        return Ok(None);
+                    }
+                    *slot
+                }
+                _ => return Err(self.mismatch(i, "object")),
+            };
+            Ok(AnyObject::retain_raw(header))
+        }
+    }
+
+    fn typed<T: ObjectType>(&self, i: usize, want: &str) -> Result<ObjRef<T>> {
+        let obj = self
+            .object(i)
+            .map_err(|_| self.mismatch(i, want))?
+            .ok_or_else(|| self.mismatch(i, want))?;
+        obj.downcast::<T>().map_err(|_| self.mismatch(i, want))
+    }
+
+    pub fn module(&self, i: usize) -> Result<ObjRef<Module>> {
+        self.typed(i, "Module")
+    }
+
+    pub fn func(&self, i: usize) -> Result<ObjRef<PackedFunc>> {
+        self.typed(i, "PackedFunc")
+    }
+
+    pub fn ndarray(&self, i: usize) -> Result<ObjRef<NDArray>> {
+        self.typed(i, "NDArray")
+    }
+
+    pub fn typed_object<T: ObjectType>(&self, i: usize, want: &str) -> Result<ObjRef<T>> {
+        self.typed(i, want)
+    }
+}
+
+/// Builds arguments for a call made from Rust; keeps what the values point to alive.
+#[derive(Default)]
+pub struct ArgsBuilder {
+    values: Vec<TVMValue>,
+    codes: Vec<i32>,
+    strings: Vec<CString>,
+    objects: Vec<AnyObject>,
+}
+
+impl ArgsBuilder {
+    pub fn new() -> ArgsBuilder {
+        ArgsBuilder::default()
+    }
+
+    fn push(&mut self, v: TVMValue, code: i32) -> &mut Self {
+        self.values.push(v);
+        self.codes.push(code);
+        self
+    }
+
+    pub fn int(&mut self, v: i64) -> &mut Self {
+        self.push(TVMValue { v_int64: v }, kTVMArgInt)
+    }
+
+    pub fn float(&mut self, v: f64) -> &mut Self {
+        self.push(TVMValue { v_float64: v }, kTVMArgFloat)
+    }
+
+    pub fn device(&mut self, d: DLDevice) -> &mut Self {
+        self.push(TVMValue { v_device: d }, kDLDevice)
+    }
+
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        let c = CString::new(s.replace('\0', "")).expect("NULs removed");
+        let p = c.as_ptr();
+        self.strings.push(c);
+        self.push(TVMValue { v_str: p }, kTVMStr)
+    }
+
+    pub fn null(&mut self) -> &mut Self {
+        self.push(TVMValue::NULL, kTVMNullptr)
+    }
+
+    /// An object, passed with its natural code (NDArrays as their DLTensor, code 13).
+    pub fn object(&mut self, obj: AnyObject) -> &mut Self {
+        let (v, code) = object_to_value(&obj);
+        self.objects.push(obj);
+        self.push(v, code)
+    }
+
+    pub fn args(&self) -> Args<'_> {
+        Args {
+            values: &self.values,
+            codes: &self.codes,
+        }
+    }
+}
+
+/// The value and code under which an object travels.
+pub fn object_to_value(obj: &AnyObject) -> (TVMValue, i32) {
+    use crate::object::type_index as ti;
+    let p = obj.as_c_handle();
+    match obj.type_index() {
+        ti::NDARRAY => (
+            TVMValue {
+                v_handle: p.cast::<u8>().wrapping_add(NDARRAY_TENSOR_OFFSET).cast(),
+            },
+            kTVMNDArrayHandle,
+        ),
+        ti::MODULE => (TVMValue { v_handle: p }, kTVMModuleHandle),
+        ti::PACKED_FUNC => (TVMValue { v_handle: p }, kTVMPackedFuncHandle),
+        _ => (TVMValue { v_handle: p }, kTVMObjectHandle),
+    }
+}

@@ -1,0 +1,147 @@
+//! The runtime objects Python and C++ callers meet besides arrays and modules: String, ShapeTuple,
+//! Array and Map. String and ShapeTuple keep upstream's layout (data pointer, size).
+
+use crate::object::{type_index, AnyObject, ObjRef, ObjectType};
+use std::ffi::c_char;
+
+#[repr(C)]
+pub struct StringObj {
+    data: *const c_char,
+    size: u64,
+    value: Box<str>,
+}
+
+// SAFETY: `data` points into `value`, immutable after construction.
+unsafe impl Send for StringObj {}
+// SAFETY: as above.
+unsafe impl Sync for StringObj {}
+
+impl ObjectType for StringObj {
+    const TYPE_INDEX: u32 = type_index::STRING;
+}
+
+impl StringObj {
+    pub fn new(s: &str) -> ObjRef<StringObj> {
+        let value: Box<str> = s.into();
+        ObjRef::new(StringObj {
+            data: value.as_ptr().cast(),
+            size: value.len() as u64,
+            value,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.value
+    }
+}
+
+#[repr(C)]
+pub struct ShapeTupleObj {
+    data: *const i64,
+    size: u64,
+    dims: Box<[i64]>,
+}
+
+// SAFETY: `data` points into `dims`, immutable after construction.
+unsafe impl Send for ShapeTupleObj {}
+// SAFETY: as above.
+unsafe impl Sync for ShapeTupleObj {}
+
+impl ObjectType for ShapeTupleObj {
+    const TYPE_INDEX: u32 = type_index::SHAPE_TUPLE;
+}
+
+impl ShapeTupleObj {
+    pub fn new(dims: &[i64]) -> ObjRef<ShapeTupleObj> {
+        let dims: Box<[i64]> = dims.into();
+        ObjRef::new(ShapeTupleObj {
+            data: dims.as_ptr(),
+            size: dims.len() as u64,
+            dims,
+        })
+    }
+
+    pub fn dims(&self) -> &[i64] {
+        &self.dims
+    }
+}
+
+pub struct ArrayObj {
+    items: Vec<AnyObject>,
+}
+
+impl ObjectType for ArrayObj {
+    const TYPE_INDEX: u32 = type_index::ARRAY;
+}
+
+impl ArrayObj {
+    pub fn new(items: Vec<AnyObject>) -> ObjRef<ArrayObj> {
+        ObjRef::new(ArrayObj { items })
+    }
+
+    pub fn items(&self) -> &[AnyObject] {
+        &self.items
+    }
+}
+
+/// A map with String keys compared by content and other keys by identity; insertion order is kept
+/// (upstream's is unspecified).
+pub struct MapObj {
+    entries: Vec<(AnyObject, AnyObject)>,
+}
+
+impl ObjectType for MapObj {
+    const TYPE_INDEX: u32 = type_index::MAP;
+}
+
+fn key_str(k: &AnyObject) -> Option<ObjRef<StringObj>> {
+    k.downcast_ref::<StringObj>()
+}
+
+fn same_key(a: &AnyObject, b: &AnyObject) -> bool {
+    match (key_str(a), key_str(b)) {
+        (Some(x), Some(y)) => x.as_str() == y.as_str(),
+        _ => a.as_ptr() == b.as_ptr(),
+    }
+}
+
+impl MapObj {
+    /// Builds a map; a later duplicate key replaces the earlier value.
+    pub fn new(pairs: Vec<(AnyObject, AnyObject)>) -> ObjRef<MapObj> {
+        let mut entries: Vec<(AnyObject, AnyObject)> = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            match entries.iter_mut().find(|(ek, _)| same_key(ek, &k)) {
+                Some(slot) => slot.1 = v,
+                None => entries.push((k, v)),
+            }
+        }
+        ObjRef::new(MapObj { entries })
+    }
+
+    pub fn from_str_pairs(pairs: Vec<(&str, AnyObject)>) -> ObjRef<MapObj> {
+        MapObj::new(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (StringObj::new(k).into_any(), v))
+                .collect(),
+        )
+    }
+
+    pub fn entries(&self) -> &[(AnyObject, AnyObject)] {
+        &self.entries
+    }
+
+    pub fn get(&self, key: &AnyObject) -> Option<&AnyObject> {
+        self.entries
+            .iter()
+            .find(|(k, _)| same_key(k, key))
+            .map(|(_, v)| v)
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<&AnyObject> {
+        self.entries
+            .iter()
+            .find(|(k, _)| key_str(k).is_some_and(|s| s.as_str() == key))
+            .map(|(_, v)| v)
+    }
+}

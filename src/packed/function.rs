@@ -1,0 +1,157 @@
+//! The PackedFunc object: a Rust closure, a host callback, or an operator exported by a compiled
+//! library. Calling the two foreign kinds is the unsafe part of this file.
+
+use super::args::Args;
+use super::value::RetValue;
+use crate::dlpack::{
+    kTVMNullptr, TVMBackendPackedCFunc, TVMPackedCFunc, TVMPackedCFuncFinalizer, TVMValue,
+};
+use crate::error::{Error, Result};
+use crate::last_error;
+use crate::object::{type_index, AnyObject, ObjRef, ObjectType};
+use std::ffi::c_void;
+
+pub type NativeFn = dyn Fn(&Args<'_>) -> Result<RetValue> + Send + Sync;
+
+pub enum FuncImpl {
+    Native(Box<NativeFn>),
+    /// A host callback from `TVMFuncCreateFromCFunc`.
+    Callback {
+        func: TVMPackedCFunc,
+        resource: *mut c_void,
+        finalizer: Option<TVMPackedCFuncFinalizer>,
+    },
+    /// An operator of a loaded library; `owner` keeps the library loaded.
+    Kernel {
+        func: TVMBackendPackedCFunc,
+        owner: AnyObject,
+    },
+}
+
+pub struct PackedFunc {
+    imp: FuncImpl,
+}
+
+// SAFETY: callbacks and kernels are called from any thread by TVM's contract; the resource handle
+// is the host's to make thread-safe, as in upstream.
+unsafe impl Send for PackedFunc {}
+// SAFETY: as above.
+unsafe impl Sync for PackedFunc {}
+
+impl ObjectType for PackedFunc {
+    const TYPE_INDEX: u32 = type_index::PACKED_FUNC;
+}
+
+impl Drop for PackedFunc {
+    fn drop(&mut self) {
+        if let FuncImpl::Callback {
+            resource,
+            finalizer: Some(fin),
+            ..
+        } = self.imp
+        {
+            // SAFETY: the host asked for this call, once, when the function is destroyed.
+            unsafe { fin(resource) }
+        }
+    }
+}
+
+impl PackedFunc {
+    pub fn native<F>(f: F) -> ObjRef<PackedFunc>
+    where
+        F: Fn(&Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
+    {
+        ObjRef::new(PackedFunc {
+            imp: FuncImpl::Native(Box::new(f)),
+        })
+    }
+
+    pub fn from_callback(
+        func: TVMPackedCFunc,
+        resource: *mut c_void,
+        finalizer: Option<TVMPackedCFuncFinalizer>,
+    ) -> ObjRef<PackedFunc> {
+        ObjRef::new(PackedFunc {
+            imp: FuncImpl::Callback {
+                func,
+                resource,
+                finalizer,
+            },
+        })
+    }
+
+    pub fn from_kernel(func: TVMBackendPackedCFunc, owner: AnyObject) -> ObjRef<PackedFunc> {
+        ObjRef::new(PackedFunc {
+            imp: FuncImpl::Kernel { func, owner },
+        })
+    }
+
+    /// The raw operator, for callers that prepare argument arrays once and call it directly.
+    pub fn kernel(&self) -> Option<TVMBackendPackedCFunc> {
+        match self.imp {
+            FuncImpl::Kernel { func, .. } => Some(func),
+            _ => None,
+        }
+    }
+
+    pub fn call(&self, args: &Args<'_>) -> Result<RetValue> {
+        match &self.imp {
+            FuncImpl::Native(f) => f(args),
+            FuncImpl::Callback { func, resource, .. } => {
+                let mut ret = RetValue::None;
+                // SAFETY: the arrays hold `len` valid values; `ret` outlives the call and is only
+                // written through `TVMCFuncSetReturn`, which casts the handle back to `RetValue`.
+                let rc = unsafe {
+                    func(
+                        args.raw_values().as_ptr().cast_mut(),
+                        args.raw_codes().as_ptr().cast_mut(),
+                        args.len() as i32,
+                        (&mut ret as *mut RetValue).cast(),
+                        *resource,
+                    )
+                };
+                if rc != 0 {
+                    return Err(Error::Foreign(last_error::get()));
+                }
+                Ok(ret)
+            }
+            FuncImpl::Kernel { func, .. } => {
+                let mut ret = TVMValue::NULL;
+                let mut code = kTVMNullptr;
+                // SAFETY: the operator contract: it reads `len` values, checks their codes itself.
+                let rc = unsafe {
+                    call_kernel(
+                        *func,
+                        args.raw_values().as_ptr().cast_mut(),
+                        args.raw_codes().as_ptr().cast_mut(),
+                        args.len(),
+                        &mut ret,
+                        &mut code,
+                    )
+                };
+                if rc != 0 {
+                    return Err(Error::Foreign(last_error::get()));
+                }
+                // SAFETY: the operator hands over what it returned.
+                unsafe { RetValue::from_owned_c(ret, code) }
+            }
+        }
+    }
+}
+
+/// Calls an operator with prepared arrays. Returns its status code.
+///
+/// # Safety
+/// The arrays must hold `n` values valid for the operator.
+#[inline]
+pub unsafe fn call_kernel(
+    func: TVMBackendPackedCFunc,
+    values: *mut TVMValue,
+    codes: *mut i32,
+    n: usize,
+    ret: &mut TVMValue,
+    ret_code: &mut i32,
+) -> i32 {
+    // SAFETY: per the contract.
+    unsafe { func(values, codes, n as i32, ret, ret_code, std::ptr::null_mut()) }
+}

@@ -1,0 +1,49 @@
+//! The process-wide registry of global functions (`TVMFuncGetGlobal` and friends).
+
+use super::function::PackedFunc;
+use crate::error::{Error, Result};
+use crate::object::ObjRef;
+use once_cell::sync::Lazy;
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+
+type Table = BTreeMap<String, ObjRef<PackedFunc>>;
+
+static REGISTRY: Lazy<RwLock<Table>> = Lazy::new(|| {
+    let mut table = Table::new();
+    crate::globals::register_builtins(&mut |name, f| {
+        table.insert(name.to_string(), f);
+    });
+    RwLock::new(table)
+});
+
+fn read() -> std::sync::RwLockReadGuard<'static, Table> {
+    REGISTRY.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write() -> std::sync::RwLockWriteGuard<'static, Table> {
+    REGISTRY.write().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn get(name: &str) -> Option<ObjRef<PackedFunc>> {
+    read().get(name).cloned()
+}
+
+pub fn register(name: &str, f: ObjRef<PackedFunc>, override_existing: bool) -> Result<()> {
+    let mut table = write();
+    if !override_existing && table.contains_key(name) {
+        return Err(Error::value(format!(
+            "Global PackedFunc {name} is already registered"
+        )));
+    }
+    table.insert(name.to_string(), f);
+    Ok(())
+}
+
+pub fn remove(name: &str) {
+    write().remove(name);
+}
+
+pub fn names() -> Vec<String> {
+    read().keys().cloned().collect()
+}

@@ -1,0 +1,182 @@
+//! The params blob (`save_param_dict`): a magic, names, then one NDArray record per name. Records
+//! are read in place: their data is a slice of the input, so loading copies each weight once, into
+//! its final home.
+
+use crate::dlpack::{kDLCPU, DLDataType};
+use crate::dtype::tensor_bytes;
+use crate::error::Result;
+use crate::stream::{Reader, Writer};
+use crate::tensor::NDArray;
+
+pub const NDARRAY_LIST_MAGIC: u64 = 0xF7E5_8D4F_0504_9CB7;
+pub const NDARRAY_MAGIC: u64 = 0xDD5E_40F0_96B4_A13F;
+/// More dimensions than any model has: a corrupt ndim is refused before it sizes anything.
+const MAX_NDIM: i32 = 32;
+
+/// One tensor record: dtype, shape and the bytes, borrowed from the input.
+#[derive(Debug, Clone)]
+pub struct Record<'a> {
+    pub dtype: DLDataType,
+    pub shape: Vec<i64>,
+    pub data: &'a [u8],
+}
+
+impl Record<'_> {
+    pub fn to_ndarray(&self) -> Result<crate::object::ObjRef<NDArray>> {
+        NDArray::from_bytes(&self.shape, self.dtype, self.data)
+    }
+}
+
+/// Reads one NDArray record (also the format inside module blobs).
+pub fn read_record<'a>(r: &mut Reader<'a>) -> Result<Record<'a>> {
+    let magic = r.u64()?;
+    if magic != NDARRAY_MAGIC {
+        return Err(r.error(format!(
+            "bad NDArray magic {magic:#x}, expected {NDARRAY_MAGIC:#x}"
+        )));
+    }
+    let _reserved = r.u64()?;
+    let device_type = r.i32()?;
+    let _device_id = r.i32()?;
+    if device_type != kDLCPU {
+        return Err(r.error(format!(
+            "tensor saved for device type {device_type}; only CPU (1) records load"
+        )));
+    }
+    let ndim = r.i32()?;
+    if !(0..=MAX_NDIM).contains(&ndim) {
+        return Err(r.error(format!("invalid ndim {ndim}")));
+    }
+    let dtype = DLDataType::new(r.u8()?, r.u8()?, r.u16()?);
+    if dtype.lanes == 0 || dtype.bits == 0 || dtype.code > 7 {
+        return Err(r.error(format!(
+            "invalid dtype (code {}, bits {}, lanes {})",
+            dtype.code, dtype.bits, dtype.lanes
+        )));
+    }
+    let shape = (0..ndim).map(|_| r.i64()).collect::<Result<Vec<_>>>()?;
+    let expected =
+        tensor_bytes(&shape, DLDataType::new(dtype.code, dtype.bits, 1)).map_err(|e| r.error(e))?;
+    let data_bytes = r.i64()?;
+    if usize::try_from(data_bytes).ok() != Some(expected) {
+        return Err(r.error(format!(
+            "data size {data_bytes} does not match {dtype} {shape:?} ({expected} bytes)"
+        )));
+    }
+    let data = r.bytes(expected)?;
+    Ok(Record { dtype, shape, data })
+}
+
+pub fn write_record(w: &mut Writer, a: &NDArray) {
+    let dtype = a.dtype();
+    w.u64(NDARRAY_MAGIC);
+    w.u64(0);
+    w.i32(kDLCPU);
+    w.i32(0);
+    w.i32(a.shape().len() as i32);
+    w.u8(dtype.code);
+    w.u8(dtype.bits);
+    w.u16(dtype.lanes);
+    for &d in a.shape() {
+        w.i64(d);
+    }
+    let bytes = a.to_vec();
+    w.i64(bytes.len() as i64);
+    w.bytes(&bytes);
+}
+
+fn read_header<'a>(r: &mut Reader<'a>) -> Result<Vec<&'a str>> {
+    let magic = r.u64()?;
+    if magic != NDARRAY_LIST_MAGIC {
+        return Err(r.error(format!(
+            "not a params blob: magic {magic:#x}, expected {NDARRAY_LIST_MAGIC:#x}"
+        )));
+    }
+    let _reserved = r.u64()?;
+    r.strings()
+}
+
+/// Parses a whole params blob into `(name, record)` pairs, in file order.
+pub fn parse(bytes: &[u8]) -> Result<Vec<(&str, Record<'_>)>> {
+    let mut r = Reader::new(bytes, "params");
+    let names = read_header(&mut r)?;
+    let count = r.count(40)?;
+    if count != names.len() {
+        return Err(r.error(format!("{} names but {count} arrays", names.len())));
+    }
+    let mut out = Vec::with_capacity(count);
+    for name in names {
+        let rec = read_record(&mut r).map_err(|e| e.context(format!("parameter '{name}'")))?;
+        out.push((name, rec));
+    }
+    if !r.is_at_end() {
+        return Err(r.error(format!("{} trailing bytes", r.remaining())));
+    }
+    Ok(out)
+}
+
+/// Only the names of a params blob (what `share_params` needs).
+pub fn parse_names(bytes: &[u8]) -> Result<Vec<&str>> {
+    let mut r = Reader::new(bytes, "params");
+    let names = read_header(&mut r)?;
+    let count = r.u64()?;
+    if count != names.len() as u64 {
+        return Err(r.error(format!("{} names but {count} arrays", names.len())));
+    }
+    Ok(names)
+}
+
+/// Serialises `(name, array)` pairs in the given order.
+pub fn save<'a>(items: impl IntoIterator<Item = (&'a str, &'a NDArray)>) -> Vec<u8> {
+    let items: Vec<_> = items.into_iter().collect();
+    let mut w = Writer::default();
+    w.u64(NDARRAY_LIST_MAGIC);
+    w.u64(0);
+    w.u64(items.len() as u64);
+    for (name, _) in &items {
+        w.string(name);
+    }
+    w.u64(items.len() as u64);
+    for (_, a) in &items {
+        write_record(&mut w, a);
+    }
+    w.buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let a = NDArray::from_bytes(&[2, 2], DLDataType::F32, &[1u8; 16]).unwrap();
+        let b = NDArray::from_bytes(&[], "int64".parse().unwrap(), &7i64.to_le_bytes()).unwrap();
+        save([("w", &*a), ("s", &*b)])
+    }
+
+    #[test]
+    fn round_trip() {
+        let blob = sample();
+        let p = parse(&blob).unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].0, "w");
+        assert_eq!(p[0].1.shape, vec![2, 2]);
+        assert_eq!(p[1].1.data, &7i64.to_le_bytes());
+        assert_eq!(parse_names(&blob).unwrap(), vec!["w", "s"]);
+    }
+
+    #[test]
+    fn every_truncation_fails_cleanly() {
+        let blob = sample();
+        for n in 0..blob.len() {
+            let e = parse(&blob[..n]).unwrap_err().to_string();
+            assert!(e.contains("params"), "{e}");
+        }
+    }
+
+    #[test]
+    fn absurd_counts_are_refused() {
+        let mut blob = sample();
+        blob[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(parse(&blob).unwrap_err().to_string().contains("exceeds"));
+    }
+}

@@ -1,0 +1,199 @@
+//! Aligned host memory. Large buffers are mapped and unmapped directly, so freeing a model returns
+//! its memory to the system at once instead of leaving it in the heap (glibc raises its mmap
+//! threshold after frees and would otherwise keep big blocks in the arena).
+
+use crate::error::{Error, Result};
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Allocations at least this large come straight from `mmap`.
+const MMAP_THRESHOLD: usize = 128 * 1024;
+/// Every buffer is at least this aligned (TVM's kAllocAlignment).
+pub const ALIGNMENT: usize = 64;
+/// Refuse single allocations above this before asking the system (a corrupt size, not a model).
+const MAX_ALLOCATION: usize = 1 << 40;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes currently held in `Buffer`s across the process.
+pub fn live_bytes() -> usize {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+enum Backing {
+    Heap(Layout),
+    Mapped(usize),
+    Empty,
+}
+
+/// An owned, zero-initialised, 64-byte aligned block of host memory.
+pub struct Buffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    backing: Backing,
+}
+
+// SAFETY: a buffer is plain memory; concurrent access to its bytes goes through raw pointers, with
+// the same rules as any C allocation (the executor serialises its own writers).
+unsafe impl Send for Buffer {}
+// SAFETY: as above.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// A zeroed buffer of `len` bytes.
+    pub fn zeroed(len: usize) -> Result<Buffer> {
+        if len > MAX_ALLOCATION {
+            return Err(Error::value(format!("refusing to allocate {len} bytes")));
+        }
+        if len == 0 {
+            return Ok(Buffer {
+                ptr: NonNull::<[u8; ALIGNMENT]>::dangling().cast(),
+                len,
+                backing: Backing::Empty,
+            });
+        }
+        let buf = if len >= MMAP_THRESHOLD {
+            // SAFETY: an anonymous private mapping; the result is checked before use.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(Error::tvm(format!(
+                    "out of memory: mmap of {len} bytes failed"
+                )));
+            }
+            Buffer {
+                ptr: NonNull::new(p.cast()).expect("mmap never returns null"),
+                len,
+                backing: Backing::Mapped(len),
+            }
+        } else {
+            let layout =
+                Layout::from_size_align(len, ALIGNMENT).map_err(|e| Error::value(e.to_string()))?;
+            // SAFETY: the layout has a non-zero size.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            let ptr = NonNull::new(p)
+                .ok_or_else(|| Error::tvm(format!("out of memory allocating {len} bytes")))?;
+            Buffer {
+                ptr,
+                len,
+                backing: Backing::Heap(layout),
+            }
+        };
+        LIVE_BYTES.fetch_add(len, Ordering::Relaxed);
+        Ok(buf)
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Buffer> {
+        let buf = Buffer::zeroed(bytes.len())?;
+        buf.write(0, bytes)?;
+        Ok(buf)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Copies `bytes` in at `offset`.
+    pub fn write(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.check(offset, bytes.len())?;
+        // SAFETY: bounds checked above; `bytes` cannot overlap a block we own exclusively.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ptr.as_ptr().add(offset),
+                bytes.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes out from `offset`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        // SAFETY: bounds checked above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// A new buffer with the same contents.
+    pub fn duplicate(&self) -> Result<Buffer> {
+        let copy = Buffer::zeroed(self.len)?;
+        // SAFETY: both blocks are `len` bytes and distinct.
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_ptr(), self.len) };
+        Ok(copy)
+    }
+
+    fn check(&self, offset: usize, n: usize) -> Result<()> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::index(format!(
+                "{n} bytes at offset {offset} exceed a buffer of {} bytes",
+                self.len
+            ))),
+        }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        match self.backing {
+            // SAFETY: allocated by `alloc_zeroed` with this layout.
+            Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) },
+            Backing::Mapped(len) => {
+                // SAFETY: mapped by us with this length, unmapped once.
+                unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
+            }
+            Backing::Empty => return,
+        }
+        LIVE_BYTES.fetch_sub(self.len, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer({} bytes at {:p})", self.len, self.ptr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_and_zeroed() {
+        for len in [1, 100, 4096, MMAP_THRESHOLD + 3] {
+            let b = Buffer::zeroed(len).unwrap();
+            assert_eq!(b.as_ptr() as usize % ALIGNMENT, 0);
+            let mut out = vec![1u8; len];
+            b.read(0, &mut out).unwrap();
+            assert!(out.iter().all(|&x| x == 0));
+        }
+        assert!(Buffer::zeroed(usize::MAX).is_err());
+        let b = Buffer::from_bytes(&[1, 2, 3]).unwrap();
+        assert!(b.write(2, &[0, 0]).is_err());
+    }
+}

@@ -1,0 +1,9 @@
+//! Host tensors: raw aligned memory, the NDArray object, and access to caller-owned DLTensors.
+
+pub mod buffer;
+pub mod ndarray;
+pub mod raw;
+
+pub use buffer::Buffer;
+pub use ndarray::NDArray;
+pub use raw::RawTensor;

@@ -1,0 +1,268 @@
+//! The NDArray object: TVM's container layout (header, DLTensor at +16, manager_ctx at +64, shape
+//! object at +72) followed by what keeps the data alive.
+
+use super::buffer::Buffer;
+use super::raw::{self, RawTensor};
+use crate::dlpack::{kDLCPU, DLDataType, DLDevice, DLManagedTensor, DLTensor};
+use crate::dtype::tensor_bytes;
+use crate::error::{Error, Result};
+use crate::object::{type_index, ObjRef, ObjectType};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// What keeps an array's memory alive.
+pub enum Owner {
+    /// Memory of this runtime (a pool slot, a weight, a fresh allocation).
+    Buffer(Arc<Buffer>),
+    /// Memory the caller (or a loaded library) owns for longer than the array.
+    External,
+    /// A DLPack tensor whose deleter runs when the array goes.
+    DLPack(*mut DLManagedTensor),
+}
+
+#[repr(C)]
+pub struct NDArray {
+    tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    shape_obj: *mut c_void,
+    shape: Box<[i64]>,
+    owner: Owner,
+}
+
+// SAFETY: the raw pointers address memory the `owner` keeps alive; an NDArray's fields are not
+// changed after construction.
+unsafe impl Send for NDArray {}
+// SAFETY: as above.
+unsafe impl Sync for NDArray {}
+
+impl ObjectType for NDArray {
+    const TYPE_INDEX: u32 = type_index::NDARRAY;
+}
+
+const _: () = assert!(std::mem::offset_of!(NDArray, manager_ctx) == 48);
+
+impl Drop for NDArray {
+    fn drop(&mut self) {
+        if let Owner::DLPack(managed) = self.owner {
+            // SAFETY: we took the managed tensor over in `from_dlpack`; its deleter runs once.
+            unsafe {
+                if let Some(deleter) = (*managed).deleter {
+                    deleter(managed);
+                }
+            }
+        }
+    }
+}
+
+fn check_cpu(device: DLDevice) -> Result<()> {
+    if device.device_type != kDLCPU {
+        return Err(Error::value(format!(
+            "device type {} is not enabled: this runtime serves the CPU (device type 1) only",
+            device.device_type
+        )));
+    }
+    Ok(())
+}
+
+impl NDArray {
+    fn build(
+        data: *mut c_void,
+        shape: &[i64],
+        dtype: DLDataType,
+        device: DLDevice,
+        owner: Owner,
+    ) -> ObjRef<NDArray> {
+        let mut shape: Box<[i64]> = shape.into();
+        let tensor = DLTensor {
+            data,
+            device,
+            ndim: shape.len() as i32,
+            dtype,
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        ObjRef::new(NDArray {
+            tensor,
+            manager_ctx: std::ptr::null_mut(),
+            shape_obj: std::ptr::null_mut(),
+            shape,
+            owner,
+        })
+    }
+
+    /// A new zeroed array on the CPU.
+    pub fn empty(shape: &[i64], dtype: DLDataType, device: DLDevice) -> Result<ObjRef<NDArray>> {
+        check_cpu(device)?;
+        dtype.validate_for_alloc()?;
+        let buf = Arc::new(Buffer::zeroed(tensor_bytes(shape, dtype)?)?);
+        Ok(Self::build(
+            buf.as_ptr().cast(),
+            shape,
+            dtype,
+            device,
+            Owner::Buffer(buf),
+        ))
+    }
+
+    /// A view of `buf` (from its start) with another shape and dtype; it keeps `buf` alive.
+    pub fn view_of(buf: &Arc<Buffer>, shape: &[i64], dtype: DLDataType) -> Result<ObjRef<NDArray>> {
+        let need = tensor_bytes(shape, dtype)?;
+        if need > buf.len() {
+            return Err(Error::value(format!(
+                "a view of {need} bytes ({dtype} {shape:?}) does not fit a buffer of {} bytes",
+                buf.len()
+            )));
+        }
+        Ok(Self::build(
+            buf.as_ptr().cast(),
+            shape,
+            dtype,
+            DLDevice::CPU,
+            Owner::Buffer(buf.clone()),
+        ))
+    }
+
+    /// An array over memory someone else keeps alive for longer (a caller's zero-copy tensor, a
+    /// constant inside a loaded library).
+    pub fn external(data: *mut c_void, shape: &[i64], dtype: DLDataType) -> ObjRef<NDArray> {
+        Self::build(data, shape, dtype, DLDevice::CPU, Owner::External)
+    }
+
+    /// An array holding a copy of `bytes`, which must be exactly its size.
+    pub fn from_bytes(shape: &[i64], dtype: DLDataType, bytes: &[u8]) -> Result<ObjRef<NDArray>> {
+        let need = tensor_bytes(shape, dtype)?;
+        if need != bytes.len() {
+            return Err(Error::value(format!(
+                "{dtype} {shape:?} needs {need} bytes, {} given",
+                bytes.len()
+            )));
+        }
+        let buf = Arc::new(Buffer::from_bytes(bytes)?);
+        Ok(Self::build(
+            buf.as_ptr().cast(),
+            shape,
+            dtype,
+            DLDevice::CPU,
+            Owner::Buffer(buf),
+        ))
+    }
+
+    /// Takes over a DLPack tensor without copying.
+    ///
+    /// # Safety
+    /// `managed` must be a valid DLPack tensor that the caller hands over.
+    pub unsafe fn from_dlpack(managed: *mut DLManagedTensor) -> Result<ObjRef<NDArray>> {
+        // SAFETY: per the contract.
+        let t = unsafe { RawTensor::from_ptr(&(*managed).dl_tensor) }?;
+        check_cpu(t.device())?;
+        if !t.is_compact() || t.data_ptr() as usize % 64 != 0 {
+            return Err(Error::value(
+                "DLPack import needs a compact tensor aligned to 64 bytes",
+            ));
+        }
+        Ok(Self::build(
+            t.data_ptr().cast(),
+            t.shape(),
+            t.dtype(),
+            t.device(),
+            Owner::DLPack(managed),
+        ))
+    }
+
+    pub fn dl_tensor(&self) -> &DLTensor {
+        &self.tensor
+    }
+
+    /// The handle C callers get (`TVMArrayHandle`, type code 13).
+    pub fn tensor_ptr(&self) -> *mut DLTensor {
+        (&self.tensor as *const DLTensor).cast_mut()
+    }
+
+    pub fn raw(&self) -> RawTensor<'_> {
+        // SAFETY: our own tensor: shape points at `self.shape`, strides null.
+        unsafe { RawTensor::from_ptr(&self.tensor) }.expect("own tensors are well formed")
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+
+    pub fn dtype(&self) -> DLDataType {
+        self.tensor.dtype
+    }
+
+    pub fn device(&self) -> DLDevice {
+        self.tensor.device
+    }
+
+    pub fn data_ptr(&self) -> *mut u8 {
+        self.tensor.data.cast()
+    }
+
+    pub fn nbytes(&self) -> usize {
+        tensor_bytes(&self.shape, self.tensor.dtype).expect("checked at construction")
+    }
+
+    /// The buffer behind this array, when it is runtime memory.
+    pub fn buffer(&self) -> Option<&Arc<Buffer>> {
+        match &self.owner {
+            Owner::Buffer(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn copy_from_bytes(&self, bytes: &[u8]) -> Result<()> {
+        raw::copy_from_bytes(self.raw(), bytes)
+    }
+
+    pub fn copy_to_bytes(&self, out: &mut [u8]) -> Result<()> {
+        raw::copy_to_bytes(self.raw(), out)
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.nbytes()];
+        self.copy_to_bytes(&mut out).expect("sizes agree");
+        out
+    }
+
+    /// A new array with the same shape, dtype and contents.
+    pub fn deep_copy(&self) -> Result<ObjRef<NDArray>> {
+        NDArray::from_bytes(&self.shape, self.dtype(), &self.to_vec())
+    }
+
+    /// A view with another shape (no larger than this array), keeping this one alive.
+    pub fn create_view(
+        this: &ObjRef<NDArray>,
+        shape: &[i64],
+        dtype: DLDataType,
+    ) -> Result<ObjRef<NDArray>> {
+        let need = tensor_bytes(shape, dtype)?;
+        if need > this.nbytes() {
+            return Err(Error::value(format!(
+                "Tries to create a view that has bigger memory than current one: {need} > {} bytes",
+                this.nbytes()
+            )));
+        }
+        match &this.owner {
+            Owner::Buffer(b) => Ok(Self::build(
+                this.data_ptr().cast(),
+                shape,
+                dtype,
+                this.device(),
+                Owner::Buffer(b.clone()),
+            )),
+            _ => Err(Error::value(
+                "views are only supported on arrays allocated by this runtime",
+            )),
+        }
+    }
+}
+
+/// The element view used by tests and tools: copies an array's bytes into a typed vector.
+pub fn read_f32(a: &NDArray) -> Vec<f32> {
+    a.to_vec()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}

@@ -1,0 +1,190 @@
+//! Shared helpers for the integration tests: the fixture manifests written by
+//! scripts/make_fixtures.py, and running a model through the packed-function API.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use tvm_runtime::dlpack::{DLDataType, DLDevice};
+use tvm_runtime::executor::GraphExecutor;
+use tvm_runtime::module::Module;
+use tvm_runtime::object::ObjRef;
+use tvm_runtime::packed::{registry, ArgsBuilder, PackedFunc};
+
+pub struct Tensor {
+    pub name: String,
+    pub dtype: DLDataType,
+    pub shape: Vec<i64>,
+    pub data: Vec<u8>,
+}
+
+pub struct Fixture {
+    pub name: String,
+    pub dir: PathBuf,
+    pub factory_weights: bool,
+    pub inputs: Vec<Tensor>,
+    pub outputs: Vec<Tensor>,
+}
+
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+impl Fixture {
+    pub fn load(name: &str) -> Fixture {
+        let dir = fixtures_dir().join(name);
+        let text = std::fs::read_to_string(dir.join("manifest.txt")).expect("manifest");
+        let mut f = Fixture {
+            name: name.into(),
+            dir: dir.clone(),
+            factory_weights: true,
+            inputs: vec![],
+            outputs: vec![],
+        };
+        for line in text.lines() {
+            let tok: Vec<&str> = line.split_whitespace().collect();
+            match tok.first().copied() {
+                Some("factory_weights") => f.factory_weights = tok[1] == "yes",
+                Some("input") => f.inputs.push(tensor(&dir, tok[1], &tok[2..])),
+                Some("output") => {
+                    let k = f.outputs.len();
+                    f.outputs.push(tensor(&dir, &k.to_string(), &tok[1..]))
+                }
+                _ => {}
+            }
+        }
+        f
+    }
+
+    /// Every model with a lib.so (the system-lib build has objects only).
+    pub fn all() -> Vec<Fixture> {
+        let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().join("lib.so").exists())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names.iter().map(|n| Fixture::load(n)).collect()
+    }
+
+    pub fn lib_path(&self) -> String {
+        self.dir.join("lib.so").to_string_lossy().into_owned()
+    }
+
+    pub fn graph_json(&self) -> String {
+        std::fs::read_to_string(self.dir.join("graph.json")).unwrap()
+    }
+
+    pub fn params(&self) -> Vec<u8> {
+        std::fs::read(self.dir.join("params.bin")).unwrap()
+    }
+
+    pub fn load_lib(&self) -> ObjRef<Module> {
+        tvm_runtime::library::load_file(&self.lib_path(), "").unwrap()
+    }
+
+    /// An executor from the factory's `default` function.
+    pub fn from_factory(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
+        let f = Module::get_function(lib, "default", false)
+            .unwrap()
+            .expect("default");
+        let mut a = ArgsBuilder::new();
+        a.device(DLDevice::CPU);
+        let m = f.call(&a.args()).unwrap().into_object::<Module>().unwrap();
+        if !self.factory_weights {
+            exec(&m).load_params(&self.params()).unwrap();
+        }
+        m
+    }
+
+    /// An executor from `tvm.graph_executor.create` plus `load_params`.
+    pub fn from_create(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
+        let create = registry::get("tvm.graph_executor.create").unwrap();
+        let mut a = ArgsBuilder::new();
+        a.str(&self.graph_json())
+            .object(lib.clone().into_any())
+            .int(1)
+            .int(0);
+        let m = create
+            .call(&a.args())
+            .unwrap()
+            .into_object::<Module>()
+            .unwrap();
+        call(&m, "load_params", |a| {
+            a.str("");
+        })
+        .unwrap_err();
+        exec(&m).load_params(&self.params()).unwrap();
+        m
+    }
+
+    pub fn set_inputs(&self, m: &ObjRef<Module>) {
+        let ex = exec(m);
+        for t in &self.inputs {
+            let i = ex.plan().input_index(&t.name).unwrap();
+            ex.set_input_bytes(i, &t.data).unwrap();
+        }
+    }
+
+    /// Checks every output against upstream's, byte for byte.
+    pub fn check_outputs(&self, m: &ObjRef<Module>, how: &str) {
+        let ex = exec(m);
+        assert_eq!(
+            ex.plan().num_outputs(),
+            self.outputs.len(),
+            "{}: output count",
+            self.name
+        );
+        for (k, want) in self.outputs.iter().enumerate() {
+            let got = ex.output(k).unwrap();
+            assert_eq!(
+                got.shape(),
+                &want.shape[..],
+                "{} ({how}): output {k} shape",
+                self.name
+            );
+            assert_eq!(
+                got.dtype(),
+                want.dtype,
+                "{} ({how}): output {k} dtype",
+                self.name
+            );
+            assert!(
+                got.to_vec() == want.data,
+                "{} ({how}): output {k} differs from upstream's",
+                self.name
+            );
+        }
+    }
+}
+
+fn tensor(dir: &Path, name: &str, tok: &[&str]) -> Tensor {
+    let dtype: DLDataType = tok[0].parse().unwrap();
+    let ndim: usize = tok[1].parse().unwrap();
+    let shape: Vec<i64> = tok[2..2 + ndim]
+        .iter()
+        .map(|d| d.parse().unwrap())
+        .collect();
+    let file = tok[2 + ndim];
+    Tensor {
+        name: name.into(),
+        dtype,
+        shape,
+        data: std::fs::read(dir.join(file)).unwrap(),
+    }
+}
+
+pub fn exec(m: &ObjRef<Module>) -> &GraphExecutor {
+    m.node::<GraphExecutor>().expect("an executor module")
+}
+
+/// Calls executor function `name` with arguments built by `build`.
+pub fn call(
+    m: &ObjRef<Module>,
+    name: &str,
+    build: impl FnOnce(&mut ArgsBuilder),
+) -> tvm_runtime::Result<tvm_runtime::packed::RetValue> {
+    let f: ObjRef<PackedFunc> = Module::get_function(m, name, false)?.expect(name);
+    let mut a = ArgsBuilder::new();
+    build(&mut a);
+    f.call(&a.args())
+}
