@@ -23,11 +23,9 @@ pub struct DLDevice {
     pub device_id: i32,
 }
 
+/// cbindgen:ignore
 impl DLDevice {
-    pub const CPU: DLDevice = DLDevice {
-        device_type: kDLCPU,
-        device_id: 0,
-    };
+    pub const CPU: DLDevice = DLDevice { device_type: kDLCPU, device_id: 0 };
 }
 
 /// An element type: code, bits, lanes. 4 bytes.
@@ -122,7 +120,16 @@ pub type TVMBackendPackedCFunc = unsafe extern "C" fn(
 ) -> i32;
 
 /// A host callback exposed as a packed function (`TVMFuncCreateFromCFunc`).
-pub type TVMPackedCFunc = unsafe extern "C" fn(
+pub type TVMPackedCFunc = Option<
+    unsafe extern "C" fn(
+        args: *mut TVMValue,
+        type_codes: *mut i32,
+        num_args: i32,
+        ret: *mut c_void,
+        resource_handle: *mut c_void,
+    ) -> i32,
+>;
+pub type PackedCFn = unsafe extern "C" fn(
     args: *mut TVMValue,
     type_codes: *mut i32,
     num_args: i32,
@@ -131,10 +138,12 @@ pub type TVMPackedCFunc = unsafe extern "C" fn(
 ) -> i32;
 
 /// Called once with the resource handle when a callback function is destroyed.
-pub type TVMPackedCFuncFinalizer = unsafe extern "C" fn(resource_handle: *mut c_void);
+pub type TVMPackedCFuncFinalizer = Option<unsafe extern "C" fn(resource_handle: *mut c_void)>;
 
 /// The body of a parallel loop handed to `TVMBackendParallelLaunch`.
 pub type FTVMParallelLambda =
+    Option<unsafe extern "C" fn(task_id: i32, penv: *mut TVMParallelGroupEnv, cdata: *mut c_void) -> i32>;
+pub type ParallelLambdaFn =
     unsafe extern "C" fn(task_id: i32, penv: *mut TVMParallelGroupEnv, cdata: *mut c_void) -> i32;
 
 const _: () = {

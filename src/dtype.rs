@@ -24,22 +24,16 @@ impl DLDataType {
     pub fn validate_for_alloc(&self) -> Result<()> {
         let bits = self.bits as u32;
         if self.lanes == 0 {
-            return Err(Error::value(format!(
-                "dtype {self}: lanes must be at least 1"
-            )));
+            return Err(Error::value(format!("dtype {self}: lanes must be at least 1")));
         }
         let ok = match self.code {
             c if c == kDLFloat || c == kDLBfloat => bits % 8 == 0 && bits > 0,
-            c if c == kDLInt || c == kDLUInt => {
-                bits == 1 || bits == 4 || (bits % 8 == 0 && bits > 0)
-            }
+            c if c == kDLInt || c == kDLUInt => bits == 1 || bits == 4 || (bits % 8 == 0 && bits > 0),
             c if c == kDLOpaqueHandle => bits == 64 || bits == 0,
             _ => false,
         };
         if !ok || !bits.is_power_of_two() && bits != 0 {
-            return Err(Error::value(format!(
-                "unsupported dtype {self} for an array"
-            )));
+            return Err(Error::value(format!("unsupported dtype {self} for an array")));
         }
         Ok(())
     }
@@ -75,11 +69,7 @@ pub fn parse(s: &str) -> Result<DLDataType> {
         Some((b, l)) => (b, Some(l)),
         None => (rest, None),
     };
-    let bits: u8 = if bits_str.is_empty() {
-        default_bits
-    } else {
-        bits_str.parse().map_err(|_| bad())?
-    };
+    let bits: u8 = if bits_str.is_empty() { default_bits } else { bits_str.parse().map_err(|_| bad())? };
     let lanes: u16 = match lanes_str {
         Some(l) => l.parse().map_err(|_| bad())?,
         None => 1,
@@ -119,10 +109,8 @@ impl fmt::Display for DLDataType {
 /// The number of elements of `shape`, refusing negative dims and overflow.
 pub fn num_elements(shape: &[i64]) -> Result<usize> {
     shape.iter().try_fold(1usize, |acc, &d| {
-        let d = usize::try_from(d)
-            .map_err(|_| Error::value(format!("negative dimension in shape {shape:?}")))?;
-        acc.checked_mul(d)
-            .ok_or_else(|| Error::value(format!("shape {shape:?} overflows")))
+        let d = usize::try_from(d).map_err(|_| Error::value(format!("negative dimension in shape {shape:?}")))?;
+        acc.checked_mul(d).ok_or_else(|| Error::value(format!("shape {shape:?} overflows")))
     })
 }
 
@@ -139,9 +127,7 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        for s in [
-            "float32", "float16", "int8", "uint8", "int64", "bool", "int8x4", "handle", "bfloat16",
-        ] {
+        for s in ["float32", "float16", "int8", "uint8", "int64", "bool", "int8x4", "handle", "bfloat16"] {
             assert_eq!(parse(s).unwrap().to_string(), s);
         }
         assert_eq!(parse("int").unwrap(), DLDataType::new(kDLInt, 32, 1));
@@ -153,10 +139,7 @@ mod tests {
     #[test]
     fn sizes() {
         assert_eq!(parse("bool").unwrap().element_bytes(), 1);
-        assert_eq!(
-            tensor_bytes(&[2, 3], parse("float64").unwrap()).unwrap(),
-            48
-        );
+        assert_eq!(tensor_bytes(&[2, 3], parse("float64").unwrap()).unwrap(), 48);
         assert_eq!(tensor_bytes(&[], DLDataType::F32).unwrap(), 4);
         assert!(tensor_bytes(&[-1], DLDataType::F32).is_err());
         assert!(tensor_bytes(&[i64::MAX, 4], DLDataType::F32).is_err());

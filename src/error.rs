@@ -33,20 +33,14 @@ pub enum Error {
     #[error("{context}: {source}")]
     Context { context: String, source: Box<Error> },
     #[error("I/O error on {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    Io { path: String, source: std::io::Error },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn new(kind: ErrorKind, msg: impl Into<String>) -> Error {
-        Error::Msg {
-            kind,
-            msg: msg.into(),
-        }
+        Error::Msg { kind, msg: msg.into() }
     }
     pub fn value(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::ValueError, msg)
@@ -72,10 +66,7 @@ impl Error {
 
     /// Prefixes the message with where it happened, keeping the kind.
     pub fn context(self, context: impl Into<String>) -> Error {
-        Error::Context {
-            context: context.into(),
-            source: Box::new(self),
-        }
+        Error::Context { context: context.into(), source: Box::new(self) }
     }
 
     pub fn kind(&self) -> ErrorKind {
@@ -119,9 +110,7 @@ fn has_kind_prefix(msg: &str) -> bool {
     match msg.split_once(": ") {
         Some((head, _)) => {
             let head = head.strip_prefix("tvm.error.").unwrap_or(head);
-            !head.is_empty()
-                && head.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && head.ends_with("Error")
+            !head.is_empty() && head.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && head.ends_with("Error")
         }
         None => false,
     }
@@ -153,9 +142,6 @@ mod tests {
         let e = Error::Foreign("ValueError: bad".into()).context("node 3");
         assert_eq!(e.to_c_message(), "ValueError: node 3: bad");
         let e = Error::Foreign("Assert fail: num_args == 2".into()).context("node 3");
-        assert_eq!(
-            e.to_c_message(),
-            "TVMError: node 3: Assert fail: num_args == 2"
-        );
+        assert_eq!(e.to_c_message(), "TVMError: node 3: Assert fail: num_args == 2");
     }
 }

@@ -14,10 +14,7 @@ use crate::tensor::NDArray;
 type Register<'a> = dyn FnMut(&str, ObjRef<PackedFunc>) + 'a;
 
 fn def(reg: &mut Register<'_>, name: &'static str, f: fn(&Args<'_>) -> Result<RetValue>) {
-    reg(
-        name,
-        PackedFunc::native(move |a| f(a).map_err(|e| e.context(name))),
-    );
+    reg(name, PackedFunc::native(move |a| f(a).map_err(|e| e.context(name))));
 }
 
 pub fn register_builtins(reg: &mut Register<'_>) {
@@ -31,23 +28,15 @@ pub fn register_builtins(reg: &mut Register<'_>) {
         "runtime.module.loadfile_dylib",
         "runtime.module.loadfile_dso",
     ] {
-        def(reg, name, |a| {
-            Ok(library::load_shared_library(a.str(0)?)?.into())
-        });
+        def(reg, name, |a| Ok(library::load_shared_library(a.str(0)?)?.into()));
     }
     def(reg, "runtime.SystemLib", |a| {
         let prefix = if a.is_empty() { "" } else { a.str(0)? };
         Ok(library::system_lib(prefix)?.into())
     });
     def(reg, "tvm.graph_executor.create", create_executor);
-    def(reg, "device_api.cpu", |_| {
-        Ok(RetValue::Handle(
-            std::ptr::NonNull::<u8>::dangling().as_ptr().cast(),
-        ))
-    });
-    def(reg, "runtime.RuntimeEnabled", |a| {
-        Ok(matches!(a.str(0)?, "cpu" | "llvm" | "c").into())
-    });
+    def(reg, "device_api.cpu", |_| Ok(RetValue::Handle(std::ptr::NonNull::<u8>::dangling().as_ptr().cast())));
+    def(reg, "runtime.RuntimeEnabled", |a| Ok(matches!(a.str(0)?, "cpu" | "llvm" | "c").into()));
     def(reg, "runtime.GetDeviceAttr", |a| {
         let (dev_type, kind) = (a.int(0)?, a.int(2)?);
         Ok(match kind {
@@ -65,9 +54,7 @@ pub fn register_builtins(reg: &mut Register<'_>) {
         if a.len() > 3 && a.code(3) != crate::dlpack::kTVMNullptr {
             let scope = a.str(3)?;
             if !scope.is_empty() && scope != "global" {
-                return Err(Error::value(format!(
-                    "memory scope '{scope}' is not supported on the CPU"
-                )));
+                return Err(Error::value(format!("memory scope '{scope}' is not supported on the CPU")));
             }
         }
         Ok(NDArray::empty(shape.dims(), dtype, dev)?.into())
@@ -75,107 +62,63 @@ pub fn register_builtins(reg: &mut Register<'_>) {
     def(reg, "runtime.TVMArrayCreateView", |a| {
         let arr = a.ndarray(0)?;
         let shape = a.typed_object::<ShapeTupleObj>(1, "ShapeTuple")?;
-        let dtype = if a.len() > 2 {
-            crate::dtype::parse(a.str(2)?)?
-        } else {
-            arr.dtype()
-        };
+        let dtype = if a.len() > 2 { crate::dtype::parse(a.str(2)?)? } else { arr.dtype() };
         Ok(NDArray::create_view(&arr, shape.dims(), dtype)?.into())
     });
 
     // Params.
-    def(reg, "runtime.SaveParams", |a| {
-        Ok(RetValue::Bytes(save_params(a)?))
-    });
+    def(reg, "runtime.SaveParams", |a| Ok(RetValue::Bytes(save_params(a)?)));
     def(reg, "runtime.SaveParamsToFile", |a| {
         let bytes = save_params(a)?;
         let path = a.str(1)?;
-        std::fs::write(path, bytes).map_err(|e| Error::Io {
-            path: path.into(),
-            source: e,
-        })?;
+        std::fs::write(path, bytes).map_err(|e| Error::Io { path: path.into(), source: e })?;
         Ok(RetValue::None)
     });
     def(reg, "runtime.LoadParams", |a| load_params_map(a.bytes(0)?));
     def(reg, "runtime.LoadParamsFromFile", |a| {
         let path = a.str(0)?;
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            path: path.into(),
-            source: e,
-        })?;
+        let bytes = std::fs::read(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
         load_params_map(&bytes)
     });
 
     // Containers.
-    def(reg, "runtime.String", |a| {
-        Ok(StringObj::new(a.str(0)?).into())
-    });
+    def(reg, "runtime.String", |a| Ok(StringObj::new(a.str(0)?).into()));
     def(reg, "runtime.GetFFIString", |a| Ok(a.str(0)?.into()));
     def(reg, "runtime.ShapeTuple", |a| {
         let dims = (0..a.len()).map(|i| a.int(i)).collect::<Result<Vec<_>>>()?;
         Ok(ShapeTupleObj::new(&dims).into())
     });
     def(reg, "runtime.GetShapeTupleSize", |a| {
-        Ok(RetValue::Int(
-            a.typed_object::<ShapeTupleObj>(0, "ShapeTuple")?
-                .dims()
-                .len() as i64,
-        ))
+        Ok(RetValue::Int(a.typed_object::<ShapeTupleObj>(0, "ShapeTuple")?.dims().len() as i64))
     });
     def(reg, "runtime.GetShapeTupleElem", |a| {
         let t = a.typed_object::<ShapeTupleObj>(0, "ShapeTuple")?;
         let i = a.int(1)?;
-        let v = usize::try_from(i)
-            .ok()
-            .and_then(|i| t.dims().get(i).copied());
-        v.map(RetValue::Int).ok_or_else(|| {
-            Error::index(format!("index {i} out of range ({} dims)", t.dims().len()))
-        })
+        let v = usize::try_from(i).ok().and_then(|i| t.dims().get(i).copied());
+        v.map(RetValue::Int).ok_or_else(|| Error::index(format!("index {i} out of range ({} dims)", t.dims().len())))
     });
-    def(reg, "runtime.Array", |a| {
-        Ok(ArrayObj::new(objects(a, 0)?).into())
-    });
-    def(reg, "runtime.ArraySize", |a| {
-        Ok(RetValue::Int(
-            a.typed_object::<ArrayObj>(0, "Array")?.items().len() as i64,
-        ))
-    });
+    def(reg, "runtime.Array", |a| Ok(ArrayObj::new(objects(a, 0)?).into()));
+    def(reg, "runtime.ArraySize", |a| Ok(RetValue::Int(a.typed_object::<ArrayObj>(0, "Array")?.items().len() as i64)));
     def(reg, "runtime.ArrayGetItem", |a| {
         let arr = a.typed_object::<ArrayObj>(0, "Array")?;
         let i = a.int(1)?;
-        let item = usize::try_from(i)
-            .ok()
-            .and_then(|i| arr.items().get(i).cloned());
-        item.map(RetValue::Object).ok_or_else(|| {
-            Error::index(format!(
-                "index {i} out of range ({} items)",
-                arr.items().len()
-            ))
-        })
+        let item = usize::try_from(i).ok().and_then(|i| arr.items().get(i).cloned());
+        item.map(RetValue::Object)
+            .ok_or_else(|| Error::index(format!("index {i} out of range ({} items)", arr.items().len())))
     });
     def(reg, "runtime.Map", |a| {
         if a.len() % 2 != 0 {
             return Err(Error::type_err("runtime.Map takes key, value pairs"));
         }
         let items = objects(a, 0)?;
-        let pairs = items
-            .chunks(2)
-            .map(|kv| (kv[0].clone(), kv[1].clone()))
-            .collect();
+        let pairs = items.chunks(2).map(|kv| (kv[0].clone(), kv[1].clone())).collect();
         Ok(MapObj::new(pairs).into())
     });
-    def(reg, "runtime.MapSize", |a| {
-        Ok(RetValue::Int(
-            a.typed_object::<MapObj>(0, "Map")?.entries().len() as i64,
-        ))
-    });
+    def(reg, "runtime.MapSize", |a| Ok(RetValue::Int(a.typed_object::<MapObj>(0, "Map")?.entries().len() as i64)));
     def(reg, "runtime.MapGetItem", |a| {
         let map = a.typed_object::<MapObj>(0, "Map")?;
         let key = object_arg(a, 1)?;
-        map.get(&key)
-            .cloned()
-            .map(RetValue::Object)
-            .ok_or_else(|| Error::key("key is not in the map"))
+        map.get(&key).cloned().map(RetValue::Object).ok_or_else(|| Error::key("key is not in the map"))
     });
     def(reg, "runtime.MapCount", |a| {
         let map = a.typed_object::<MapObj>(0, "Map")?;
@@ -183,48 +126,31 @@ pub fn register_builtins(reg: &mut Register<'_>) {
     });
     def(reg, "runtime.MapItems", |a| {
         let map = a.typed_object::<MapObj>(0, "Map")?;
-        let flat = map
-            .entries()
-            .iter()
-            .flat_map(|(k, v)| [k.clone(), v.clone()])
-            .collect();
+        let flat = map.entries().iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect();
         Ok(ArrayObj::new(flat).into())
     });
-    def(reg, "runtime.ObjectPtrHash", |a| {
-        Ok(RetValue::Int(object_arg(a, 0)?.as_ptr() as i64))
-    });
+    def(reg, "runtime.ObjectPtrHash", |a| Ok(RetValue::Int(object_arg(a, 0)?.as_ptr() as i64)));
 
     // Modules.
-    def(reg, "runtime.ModuleGetTypeKey", |a| {
-        Ok(a.module(0)?.type_key().into())
-    });
-    def(reg, "runtime.ModuleImportsSize", |a| {
-        Ok(RetValue::Int(a.module(0)?.imports().len() as i64))
-    });
+    def(reg, "runtime.ModuleGetTypeKey", |a| Ok(a.module(0)?.type_key().into()));
+    def(reg, "runtime.ModuleImportsSize", |a| Ok(RetValue::Int(a.module(0)?.imports().len() as i64)));
     def(reg, "runtime.ModuleGetImport", |a| {
         let m = a.module(0)?;
         let i = a.int(1)?;
-        let imp = usize::try_from(i)
-            .ok()
-            .and_then(|i| m.imports().get(i).cloned());
-        imp.map(Into::into)
-            .ok_or_else(|| Error::index(format!("import {i} out of range")))
+        let imp = usize::try_from(i).ok().and_then(|i| m.imports().get(i).cloned());
+        imp.map(Into::into).ok_or_else(|| Error::index(format!("import {i} out of range")))
     });
     def(reg, "runtime.ModuleClearImports", |a| {
         a.module(0)?.clear_imports();
         Ok(RetValue::None)
     });
-    def(reg, "runtime.ModuleGetPropertyMask", |a| {
-        Ok(RetValue::Int(a.module(0)?.property_mask() as i64))
-    });
+    def(reg, "runtime.ModuleGetPropertyMask", |a| Ok(RetValue::Int(a.module(0)?.property_mask() as i64)));
     def(reg, "runtime.ModuleIsDSOExportable", |a| {
         Ok((a.module(0)?.property_mask() & crate::module::property::DSO_EXPORTABLE != 0).into())
     });
     def(reg, "runtime.ModuleImplementsFunction", |a| {
         let q = a.len() > 2 && a.int(2)? != 0;
-        Ok(Module::get_function(&a.module(0)?, a.str(1)?, q)?
-            .is_some()
-            .into())
+        Ok(Module::get_function(&a.module(0)?, a.str(1)?, q)?.is_some().into())
     });
     def(reg, "runtime.ModuleGetFunction", |a| {
         let q = a.len() > 2 && a.int(2)? != 0;
@@ -235,11 +161,7 @@ pub fn register_builtins(reg: &mut Register<'_>) {
     });
 
     // Threads.
-    def(reg, "runtime.NumThreads", |_| {
-        Ok(RetValue::Int(
-            crate::backend::thread_pool::num_threads() as i64
-        ))
-    });
+    def(reg, "runtime.NumThreads", |_| Ok(RetValue::Int(crate::backend::thread_pool::num_threads() as i64)));
     def(reg, "runtime.config_threadpool", |a| {
         let n = a.int(1)?;
         crate::backend::thread_pool::configure(usize::try_from(n).unwrap_or(0));
@@ -251,8 +173,7 @@ fn object_arg(a: &Args<'_>, i: usize) -> Result<AnyObject> {
     if a.code(i) == crate::dlpack::kTVMStr {
         return Ok(StringObj::new(a.str(i)?).into_any());
     }
-    a.object(i)?
-        .ok_or_else(|| Error::value(format!("argument {i} is null")))
+    a.object(i)?.ok_or_else(|| Error::value(format!("argument {i} is null")))
 }
 
 fn objects(a: &Args<'_>, from: usize) -> Result<Vec<AnyObject>> {
@@ -263,12 +184,8 @@ fn save_params(a: &Args<'_>) -> Result<Vec<u8>> {
     let map = a.typed_object::<MapObj>(0, "Map")?;
     let mut items = Vec::new();
     for (k, v) in map.entries() {
-        let name = k
-            .downcast_ref::<StringObj>()
-            .ok_or_else(|| Error::type_err("params keys must be strings"))?;
-        let arr = v
-            .downcast_ref::<NDArray>()
-            .ok_or_else(|| Error::type_err("params values must be NDArrays"))?;
+        let name = k.downcast_ref::<StringObj>().ok_or_else(|| Error::type_err("params keys must be strings"))?;
+        let arr = v.downcast_ref::<NDArray>().ok_or_else(|| Error::type_err("params values must be NDArrays"))?;
         items.push((name, arr));
     }
     Ok(params::save(items.iter().map(|(k, v)| (k.as_str(), &**v))))
@@ -292,19 +209,10 @@ fn create_executor(a: &Args<'_>) -> Result<RetValue> {
     }
     let json = a.str(0)?;
     let lib = a.module(1)?;
-    let first_dev = if a.code(2) == crate::dlpack::kTVMPackedFuncHandle {
-        3
-    } else {
-        2
-    };
+    let first_dev = if a.code(2) == crate::dlpack::kTVMPackedFuncHandle { 3 } else { 2 };
     if (a.len() - first_dev) % 2 != 0 {
-        return Err(Error::type_err(
-            "devices must be given as (device_type, device_id) pairs",
-        ));
+        return Err(Error::type_err("devices must be given as (device_type, device_id) pairs"));
     }
-    let device = DLDevice {
-        device_type: a.int32(first_dev)?,
-        device_id: a.int32(first_dev + 1)?,
-    };
+    let device = DLDevice { device_type: a.int32(first_dev)?, device_id: a.int32(first_dev + 1)? };
     Ok(GraphExecutor::create(json, lib, device)?.into())
 }

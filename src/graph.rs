@@ -56,8 +56,7 @@ fn err(msg: impl Into<String>) -> Error {
 }
 
 fn as_array<'a>(v: &'a Value, what: &str) -> Result<&'a Vec<Value>> {
-    v.as_array()
-        .ok_or_else(|| err(format!("{what} must be an array")))
+    v.as_array().ok_or_else(|| err(format!("{what} must be an array")))
 }
 
 fn as_index(v: &Value, what: &str) -> Result<usize> {
@@ -67,32 +66,19 @@ fn as_index(v: &Value, what: &str) -> Result<usize> {
 }
 
 fn index_list(v: &Value, what: &str) -> Result<Vec<usize>> {
-    as_array(v, what)?
-        .iter()
-        .enumerate()
-        .map(|(i, x)| as_index(x, &format!("{what}[{i}]")))
-        .collect()
+    as_array(v, what)?.iter().enumerate().map(|(i, x)| as_index(x, &format!("{what}[{i}]"))).collect()
 }
 
 impl Graph {
     pub fn parse(json: &str) -> Result<Graph> {
-        let root: Value =
-            serde_json::from_str(json).map_err(|e| err(format!("not valid JSON: {e}")))?;
-        let obj = root
-            .as_object()
-            .ok_or_else(|| err("the top level must be an object"))?;
+        let root: Value = serde_json::from_str(json).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        let obj = root.as_object().ok_or_else(|| err("the top level must be an object"))?;
         for key in obj.keys() {
-            if !matches!(
-                key.as_str(),
-                "nodes" | "arg_nodes" | "node_row_ptr" | "heads" | "attrs" | "metadata"
-            ) {
+            if !matches!(key.as_str(), "nodes" | "arg_nodes" | "node_row_ptr" | "heads" | "attrs" | "metadata") {
                 return Err(err(format!("unknown top-level key '{key}'")));
             }
         }
-        let field = |k: &str| {
-            obj.get(k)
-                .ok_or_else(|| err(format!("missing required key '{k}'")))
-        };
+        let field = |k: &str| obj.get(k).ok_or_else(|| err(format!("missing required key '{k}'")));
         let nodes = as_array(field("nodes")?, "nodes")?
             .iter()
             .enumerate()
@@ -108,22 +94,11 @@ impl Graph {
                 if h.len() < 2 || h.len() > 3 {
                     return Err(err(format!("heads[{i}] must be [node, index, version]")));
                 }
-                Ok((
-                    as_index(&h[0], "head node")?,
-                    as_index(&h[1], "head index")?,
-                ))
+                Ok((as_index(&h[0], "head node")?, as_index(&h[1], "head index")?))
             })
             .collect::<Result<Vec<_>>>()?;
-        let attrs = field("attrs")?
-            .as_object()
-            .ok_or_else(|| err("attrs must be an object"))?;
-        let mut g = Graph {
-            nodes,
-            arg_nodes,
-            node_row_ptr,
-            heads,
-            entries: Vec::new(),
-        };
+        let attrs = field("attrs")?.as_object().ok_or_else(|| err("attrs must be an object"))?;
+        let mut g = Graph { nodes, arg_nodes, node_row_ptr, heads, entries: Vec::new() };
         g.check_structure()?;
         g.entries = parse_entries(attrs, g.num_entries())?;
         g.check_entries()?;
@@ -161,7 +136,10 @@ impl Graph {
                 NodeKind::Op(a) => a.num_outputs,
             };
             if owned != expected {
-                return Err(err(format!("node {i} ('{}') owns {owned} entries in node_row_ptr but has {expected} outputs", node.name)));
+                return Err(err(format!(
+                    "node {i} ('{}') owns {owned} entries in node_row_ptr but has {expected} outputs",
+                    node.name
+                )));
             }
             for &(src, idx) in &node.inputs {
                 if src >= i {
@@ -181,28 +159,16 @@ impl Graph {
         }
         for (k, &a) in self.arg_nodes.iter().enumerate() {
             match self.nodes.get(a) {
-                Some(Node {
-                    kind: NodeKind::Input,
-                    ..
-                }) => {}
+                Some(Node { kind: NodeKind::Input, .. }) => {}
                 Some(node) => {
-                    return Err(err(format!(
-                        "arg_nodes[{k}] = {a} ('{}') is an operator, not an input",
-                        node.name
-                    )))
+                    return Err(err(format!("arg_nodes[{k}] = {a} ('{}') is an operator, not an input", node.name)))
                 }
-                None => {
-                    return Err(err(format!(
-                        "arg_nodes[{k}] = {a} is out of range ({n} nodes)"
-                    )))
-                }
+                None => return Err(err(format!("arg_nodes[{k}] = {a} is out of range ({n} nodes)"))),
             }
         }
         for (k, &(node, idx)) in self.heads.iter().enumerate() {
             if node >= n || idx >= self.num_node_outputs(node) {
-                return Err(err(format!(
-                    "heads[{k}] = [{node}, {idx}] does not name an existing output"
-                )));
+                return Err(err(format!("heads[{k}] = [{node}, {idx}] does not name an existing output")));
             }
         }
         Ok(())
@@ -213,16 +179,11 @@ impl Graph {
             if let NodeKind::Op(a) = &node.kind {
                 if a.func_name == "__nop" || a.func_name == "__copy" {
                     let Some(&(src, idx)) = node.inputs.first() else {
-                        return Err(err(format!(
-                            "node {i} ('{}') is {} without an input",
-                            node.name, a.func_name
-                        )));
+                        return Err(err(format!("node {i} ('{}') is {} without an input", node.name, a.func_name)));
                     };
                     let out = self.entry_id(i, 0);
                     let input = self.entry_id(src, idx);
-                    if a.func_name == "__nop"
-                        && self.entries[out].storage_id != self.entries[input].storage_id
-                    {
+                    if a.func_name == "__nop" && self.entries[out].storage_id != self.entries[input].storage_id {
                         return Err(err(format!(
                             "node {i} ('{}'): a __nop must write the storage it reads",
                             node.name
@@ -236,26 +197,14 @@ impl Graph {
 }
 
 fn parse_node(v: &Value) -> Result<Node> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| err("a node must be an object"))?;
+    let obj = v.as_object().ok_or_else(|| err("a node must be an object"))?;
     for key in obj.keys() {
-        if !matches!(
-            key.as_str(),
-            "op" | "name" | "inputs" | "attrs" | "attr" | "control_deps"
-        ) {
+        if !matches!(key.as_str(), "op" | "name" | "inputs" | "attrs" | "attr" | "control_deps") {
             return Err(err(format!("unknown node key '{key}'")));
         }
     }
-    let op = obj
-        .get("op")
-        .and_then(Value::as_str)
-        .ok_or_else(|| err("missing string 'op'"))?;
-    let name = obj
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| err("missing string 'name'"))?
-        .to_string();
+    let op = obj.get("op").and_then(Value::as_str).ok_or_else(|| err("missing string 'op'"))?;
+    let name = obj.get("name").and_then(Value::as_str).ok_or_else(|| err("missing string 'name'"))?.to_string();
     let inputs = match obj.get("inputs") {
         None => Vec::new(),
         Some(v) => as_array(v, "inputs")?
@@ -263,14 +212,9 @@ fn parse_node(v: &Value) -> Result<Node> {
             .map(|e| {
                 let e = as_array(e, "an input")?;
                 if e.len() < 2 || e.len() > 3 {
-                    return Err(err(
-                        "an input must be [node, index] or [node, index, version]",
-                    ));
+                    return Err(err("an input must be [node, index] or [node, index, version]"));
                 }
-                Ok((
-                    as_index(&e[0], "input node")?,
-                    as_index(&e[1], "input index")?,
-                ))
+                Ok((as_index(&e[0], "input node")?, as_index(&e[1], "input index")?))
             })
             .collect::<Result<Vec<_>>>()?,
     };
@@ -278,36 +222,22 @@ fn parse_node(v: &Value) -> Result<Node> {
     let kind = match op {
         "null" => NodeKind::Input,
         "tvm_op" => {
-            let attrs = attrs
-                .and_then(Value::as_object)
-                .ok_or_else(|| err(format!("operator '{name}' has no attrs")))?;
-            NodeKind::Op(
-                parse_op_attrs(attrs).map_err(|e| e.context(format!("operator '{name}'")))?,
-            )
+            let attrs =
+                attrs.and_then(Value::as_object).ok_or_else(|| err(format!("operator '{name}' has no attrs")))?;
+            NodeKind::Op(parse_op_attrs(attrs).map_err(|e| e.context(format!("operator '{name}'")))?)
         }
-        other => {
-            return Err(err(format!(
-                "node '{name}': unsupported op '{other}' (only null and tvm_op)"
-            )))
-        }
+        other => return Err(err(format!("node '{name}': unsupported op '{other}' (only null and tvm_op)"))),
     };
     Ok(Node { name, kind, inputs })
 }
 
 fn parse_op_attrs(attrs: &Map<String, Value>) -> Result<OpAttrs> {
     let text = |k: &str| -> Result<&str> {
-        attrs
-            .get(k)
-            .and_then(Value::as_str)
-            .ok_or_else(|| err(format!("missing string attribute '{k}'")))
+        attrs.get(k).and_then(Value::as_str).ok_or_else(|| err(format!("missing string attribute '{k}'")))
     };
     let number = |k: &str| -> Result<usize> {
         let s = text(k)?;
-        s.parse().map_err(|_| {
-            err(format!(
-                "attribute '{k}' must be a non-negative number, got '{s}'"
-            ))
-        })
+        s.parse().map_err(|_| err(format!("attribute '{k}' must be a non-negative number, got '{s}'")))
     };
     let num_outputs = number("num_outputs")?;
     let _num_inputs = number("num_inputs")?;
@@ -316,18 +246,8 @@ fn parse_op_attrs(attrs: &Map<String, Value>) -> Result<OpAttrs> {
     }
     let extra = attrs
         .iter()
-        .filter(|(k, _)| {
-            !matches!(
-                k.as_str(),
-                "func_name" | "num_outputs" | "num_inputs" | "flatten_data"
-            )
-        })
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                v.as_str().map_or_else(|| v.to_string(), str::to_string),
-            )
-        })
+        .filter(|(k, _)| !matches!(k.as_str(), "func_name" | "num_outputs" | "num_inputs" | "flatten_data"))
+        .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
         .collect();
     Ok(OpAttrs {
         func_name: text("func_name")?.to_string(),
@@ -337,11 +257,7 @@ fn parse_op_attrs(attrs: &Map<String, Value>) -> Result<OpAttrs> {
     })
 }
 
-fn tagged<'a>(
-    attrs: &'a Map<String, Value>,
-    key: &str,
-    tag: &str,
-) -> Result<Option<&'a Vec<Value>>> {
+fn tagged<'a>(attrs: &'a Map<String, Value>, key: &str, tag: &str) -> Result<Option<&'a Vec<Value>>> {
     let Some(v) = attrs.get(key) else {
         return Ok(None);
     };
@@ -354,10 +270,7 @@ fn tagged<'a>(
 
 fn parse_entries(attrs: &Map<String, Value>, n: usize) -> Result<Vec<Entry>> {
     for (k, v) in attrs {
-        if matches!(
-            k.as_str(),
-            "dltype" | "storage_id" | "shape" | "device_index" | "storage_scope"
-        ) {
+        if matches!(k.as_str(), "dltype" | "storage_id" | "shape" | "device_index" | "storage_scope") {
             continue;
         }
         let tag = v.as_array().and_then(|a| a.first()).and_then(Value::as_str);
@@ -368,10 +281,7 @@ fn parse_entries(attrs: &Map<String, Value>, n: usize) -> Result<Vec<Entry>> {
     let need = |key: &str, tag: &str| -> Result<&Vec<Value>> {
         let list = tagged(attrs, key, tag)?.ok_or_else(|| err(format!("missing attrs.{key}")))?;
         if list.len() != n {
-            return Err(err(format!(
-                "attrs.{key} has {} elements for {n} entries",
-                list.len()
-            )));
+            return Err(err(format!("attrs.{key} has {} elements for {n} entries", list.len())));
         }
         Ok(list)
     };
@@ -380,10 +290,7 @@ fn parse_entries(attrs: &Map<String, Value>, n: usize) -> Result<Vec<Entry>> {
     let shapes = need("shape", "list_shape")?;
     let optional = |key: &str, tag: &str| -> Result<Option<&Vec<Value>>> {
         match tagged(attrs, key, tag)? {
-            Some(l) if l.len() != n => Err(err(format!(
-                "attrs.{key} has {} elements for {n} entries",
-                l.len()
-            ))),
+            Some(l) if l.len() != n => Err(err(format!("attrs.{key} has {} elements for {n} entries", l.len()))),
             other => Ok(other),
         }
     };
@@ -392,37 +299,24 @@ fn parse_entries(attrs: &Map<String, Value>, n: usize) -> Result<Vec<Entry>> {
     (0..n)
         .map(|i| {
             let at = |e: Error| e.context(format!("entry {i}"));
-            let dt = dltypes[i]
-                .as_str()
-                .ok_or_else(|| at(err("dltype must be a string")))?;
+            let dt = dltypes[i].as_str().ok_or_else(|| at(err("dltype must be a string")))?;
             let dtype = dtype::parse(dt).map_err(at)?;
-            let sid = sids[i].as_u64().ok_or_else(|| {
-                at(err(format!(
-                    "storage_id must be a non-negative integer, got {}",
-                    sids[i]
-                )))
-            })?;
+            let sid = sids[i]
+                .as_u64()
+                .ok_or_else(|| at(err(format!("storage_id must be a non-negative integer, got {}", sids[i]))))?;
             if sid >= n as u64 {
-                return Err(at(err(format!(
-                    "storage_id {sid} out of range (at most {} storage slots)",
-                    n
-                ))));
+                return Err(at(err(format!("storage_id {sid} out of range (at most {} storage slots)", n))));
             }
             let dims = as_array(&shapes[i], "shape").map_err(at)?;
             if dims.len() > MAX_NDIM {
-                return Err(at(err(format!(
-                    "{} dimensions is more than {MAX_NDIM}",
-                    dims.len()
-                ))));
+                return Err(at(err(format!("{} dimensions is more than {MAX_NDIM}", dims.len()))));
             }
             let shape = dims
                 .iter()
                 .map(|d| {
-                    d.as_i64().filter(|&d| d >= 0).ok_or_else(|| {
-                        at(err(format!(
-                            "shape dimension must be a non-negative integer, got {d}"
-                        )))
-                    })
+                    d.as_i64()
+                        .filter(|&d| d >= 0)
+                        .ok_or_else(|| at(err(format!("shape dimension must be a non-negative integer, got {d}"))))
                 })
                 .collect::<Result<Box<[i64]>>>()?;
             dtype::tensor_bytes(&shape, dtype).map_err(at)?;
@@ -435,19 +329,10 @@ fn parse_entries(attrs: &Map<String, Value>, n: usize) -> Result<Vec<Entry>> {
                 None => None,
             };
             let scope = match scopes {
-                Some(l) => l[i]
-                    .as_str()
-                    .ok_or_else(|| at(err("storage_scope must be a string")))?
-                    .to_string(),
+                Some(l) => l[i].as_str().ok_or_else(|| at(err("storage_scope must be a string")))?.to_string(),
                 None => String::new(),
             };
-            Ok(Entry {
-                dtype,
-                shape,
-                storage_id: sid as usize,
-                device_type,
-                scope,
-            })
+            Ok(Entry { dtype, shape, storage_id: sid as usize, device_type, scope })
         })
         .collect()
 }
@@ -474,28 +359,13 @@ mod tests {
         let cases = [
             (TINY.replace("[[1,0,0]]", "[[5,0,0]]"), "heads[0]"),
             (TINY.replace("[0,1,2]", "[0,1]"), "node_row_ptr"),
-            (
-                TINY.replace("[[0,0,0]]", "[[1,0,0]]"),
-                "does not come before",
-            ),
-            (
-                TINY.replace("[0,1]]", "[0,7]]"),
-                "storage_id 7 out of range",
-            ),
+            (TINY.replace("[[0,0,0]]", "[[1,0,0]]"), "does not come before"),
+            (TINY.replace("[0,1]]", "[0,7]]"), "storage_id 7 out of range"),
             (TINY.replace("[[2],[2]]", "[[2],[-2]]"), "non-negative"),
-            (
-                TINY.replace("\"float32\",\"float32\"", "\"float32\",\"cplx\""),
-                "unknown dtype",
-            ),
-            (
-                TINY.replace("\"arg_nodes\"", "\"extra\":1,\"arg_nodes\""),
-                "unknown top-level key",
-            ),
+            (TINY.replace("\"float32\",\"float32\"", "\"float32\",\"cplx\""), "unknown dtype"),
+            (TINY.replace("\"arg_nodes\"", "\"extra\":1,\"arg_nodes\""), "unknown top-level key"),
             (TINY[..40].to_string(), "not valid JSON"),
-            (
-                TINY.replace("\"num_outputs\":\"1\"", "\"num_outputs\":\"x\""),
-                "num_outputs",
-            ),
+            (TINY.replace("\"num_outputs\":\"1\"", "\"num_outputs\":\"x\""), "num_outputs"),
         ];
         for (json, want) in cases {
             let e = Graph::parse(&json).unwrap_err().to_string();

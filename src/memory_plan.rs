@@ -28,19 +28,8 @@ pub struct StoragePlan {
 
 impl StoragePlan {
     pub fn new(graph: &Graph) -> Result<StoragePlan> {
-        let num_slots = graph
-            .entries
-            .iter()
-            .map(|e| e.storage_id + 1)
-            .max()
-            .unwrap_or(0);
-        let mut slots = vec![
-            Slot {
-                bytes: 0,
-                role: SlotRole::Unused
-            };
-            num_slots
-        ];
+        let num_slots = graph.entries.iter().map(|e| e.storage_id + 1).max().unwrap_or(0);
+        let mut slots = vec![Slot { bytes: 0, role: SlotRole::Unused }; num_slots];
         let mut device = vec![None; num_slots];
         for (eid, e) in graph.entries.iter().enumerate() {
             let bytes = crate::dtype::tensor_bytes(&e.shape, e.dtype)?;
@@ -54,16 +43,11 @@ impl StoragePlan {
             }
             if let Some(d) = e.device_type {
                 if d != crate::dlpack::kDLCPU {
-                    return Err(Error::value(format!(
-                        "entry {eid}: device type {d} is not enabled (CPU only)"
-                    )));
+                    return Err(Error::value(format!("entry {eid}: device type {d} is not enabled (CPU only)")));
                 }
                 match device[e.storage_id] {
                     Some(prev) if prev != d => {
-                        return Err(Error::value(format!(
-                            "storage id {} is used by two device types",
-                            e.storage_id
-                        )))
+                        return Err(Error::value(format!("storage id {} is used by two device types", e.storage_id)))
                     }
                     _ => device[e.storage_id] = Some(d),
                 }
@@ -75,10 +59,9 @@ impl StoragePlan {
             let eid = graph.node_row_ptr[nid];
             input_like[eid] = match &node.kind {
                 NodeKind::Input => true,
-                NodeKind::Op(a) if a.func_name == "__nop" => node
-                    .inputs
-                    .first()
-                    .is_some_and(|&(src, idx)| input_like[graph.entry_id(src, idx)]),
+                NodeKind::Op(a) if a.func_name == "__nop" => {
+                    node.inputs.first().is_some_and(|&(src, idx)| input_like[graph.entry_id(src, idx)])
+                }
                 NodeKind::Op(_) => false,
             };
         }
@@ -93,10 +76,6 @@ impl StoragePlan {
     }
 
     pub fn bytes_of(&self, role: SlotRole) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.role == role)
-            .map(|s| s.bytes)
-            .sum()
+        self.slots.iter().filter(|s| s.role == role).map(|s| s.bytes).sum()
     }
 }

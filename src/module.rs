@@ -19,8 +19,7 @@ pub trait ModuleNode: Send + Sync + 'static {
 
     /// The function `name` of this node alone; `this` is the module that owns the node, for
     /// functions that must keep it alive.
-    fn get_function(&self, this: &ObjRef<Module>, name: &str)
-        -> Result<Option<ObjRef<PackedFunc>>>;
+    fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>>;
 
     fn property_mask(&self) -> i32 {
         0
@@ -40,10 +39,7 @@ impl ObjectType for Module {
 
 impl Module {
     pub fn new(node: impl ModuleNode) -> ObjRef<Module> {
-        ObjRef::new(Module {
-            node: Box::new(node),
-            imports: RwLock::new(Vec::new()),
-        })
+        ObjRef::new(Module { node: Box::new(node), imports: RwLock::new(Vec::new()) })
     }
 
     pub fn type_key(&self) -> &str {
@@ -60,17 +56,11 @@ impl Module {
     }
 
     pub fn imports(&self) -> Vec<ObjRef<Module>> {
-        self.imports
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.imports.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn clear_imports(&self) {
-        self.imports
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.imports.write().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// Adds `dep` to the imports of `this`, refusing cycles.
@@ -78,24 +68,15 @@ impl Module {
         if ObjRef::ptr_eq(this, &dep) || dep.reaches(this) {
             return Err(Error::value("Cyclic dependency detected during import"));
         }
-        this.imports
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(dep);
+        this.imports.write().unwrap_or_else(|e| e.into_inner()).push(dep);
         Ok(())
     }
 
     fn reaches(&self, target: &ObjRef<Module>) -> bool {
-        self.imports()
-            .iter()
-            .any(|m| ObjRef::ptr_eq(m, target) || m.reaches(target))
+        self.imports().iter().any(|m| ObjRef::ptr_eq(m, target) || m.reaches(target))
     }
 
-    pub fn get_function(
-        this: &ObjRef<Module>,
-        name: &str,
-        query_imports: bool,
-    ) -> Result<Option<ObjRef<PackedFunc>>> {
+    pub fn get_function(this: &ObjRef<Module>, name: &str, query_imports: bool) -> Result<Option<ObjRef<PackedFunc>>> {
         if let Some(f) = this.node.get_function(this, name)? {
             return Ok(Some(f));
         }
@@ -111,11 +92,7 @@ impl Module {
 
     /// Like `get_function`, failing with a message when the function does not exist.
     pub fn require_function(this: &ObjRef<Module>, name: &str) -> Result<ObjRef<PackedFunc>> {
-        Module::get_function(this, name, true)?.ok_or_else(|| {
-            Error::attribute(format!(
-                "module of type '{}' has no function '{name}'",
-                this.type_key()
-            ))
-        })
+        Module::get_function(this, name, true)?
+            .ok_or_else(|| Error::attribute(format!("module of type '{}' has no function '{name}'", this.type_key())))
     }
 }

@@ -54,10 +54,7 @@ pub fn type_key_to_index(key: &str) -> Result<u32> {
 }
 
 pub fn type_index_to_key(index: u32) -> Result<&'static str> {
-    TYPE_KEYS
-        .get(index as usize)
-        .copied()
-        .ok_or_else(|| Error::index(format!("unknown type index {index}")))
+    TYPE_KEYS.get(index as usize).copied().ok_or_else(|| Error::index(format!("unknown type index {index}")))
 }
 
 /// Every type derives from the root; the static types have no other parents.
@@ -111,10 +108,7 @@ impl<T: ObjectType> ObjRef<T> {
             value,
         });
         let ptr = NonNull::from(Box::leak(cell)).cast::<ObjectHeader>();
-        ObjRef {
-            ptr,
-            _marker: PhantomData,
-        }
+        ObjRef { ptr, _marker: PhantomData }
     }
 
     /// The header address: the handle C callers hold.
@@ -130,9 +124,7 @@ impl<T: ObjectType> ObjRef<T> {
     }
 
     pub fn into_any(self) -> AnyObject {
-        AnyObject {
-            ptr: NonNull::new(self.into_raw()).expect("object pointers are never null"),
-        }
+        AnyObject { ptr: NonNull::new(self.into_raw()).expect("object pointers are never null") }
     }
 
     pub fn ptr_eq(a: &ObjRef<T>, b: &ObjRef<T>) -> bool {
@@ -161,10 +153,7 @@ impl<T: ObjectType> Deref for ObjRef<T> {
 impl<T: ObjectType> Clone for ObjRef<T> {
     fn clone(&self) -> Self {
         self.header().ref_counter.fetch_add(1, Ordering::Relaxed);
-        ObjRef {
-            ptr: self.ptr,
-            _marker: PhantomData,
-        }
+        ObjRef { ptr: self.ptr, _marker: PhantomData }
     }
 }
 
@@ -233,9 +222,7 @@ impl AnyObject {
     pub unsafe fn retain_raw(ptr: *mut ObjectHeader) -> Option<AnyObject> {
         let obj = NonNull::new(ptr)?;
         // SAFETY: per the contract the header is live.
-        unsafe { obj.as_ref() }
-            .ref_counter
-            .fetch_add(1, Ordering::Relaxed);
+        unsafe { obj.as_ref() }.ref_counter.fetch_add(1, Ordering::Relaxed);
         Some(AnyObject { ptr: obj })
     }
 
@@ -257,10 +244,7 @@ impl AnyObject {
     pub fn downcast<T: ObjectType>(self) -> std::result::Result<ObjRef<T>, AnyObject> {
         // SAFETY: alive while we hold a count.
         if unsafe { payload_of::<T>(self.ptr.as_ptr()) }.is_some() {
-            Ok(ObjRef {
-                ptr: NonNull::new(self.into_raw()).expect("non-null"),
-                _marker: PhantomData,
-            })
+            Ok(ObjRef { ptr: NonNull::new(self.into_raw()).expect("non-null"), _marker: PhantomData })
         } else {
             Err(self)
         }
@@ -278,9 +262,7 @@ impl AnyObject {
 impl Clone for AnyObject {
     fn clone(&self) -> Self {
         // SAFETY: alive while we hold a count.
-        unsafe { self.ptr.as_ref() }
-            .ref_counter
-            .fetch_add(1, Ordering::Relaxed);
+        unsafe { self.ptr.as_ref() }.ref_counter.fetch_add(1, Ordering::Relaxed);
         AnyObject { ptr: self.ptr }
     }
 }
@@ -294,23 +276,13 @@ impl Drop for AnyObject {
 
 impl std::fmt::Debug for AnyObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Object({}, {:p})",
-            type_index_to_key(self.type_index()).unwrap_or("?"),
-            self.ptr
-        )
+        write!(f, "Object({}, {:p})", type_index_to_key(self.type_index()).unwrap_or("?"), self.ptr)
     }
 }
 
 impl<T: ObjectType> std::fmt::Debug for ObjRef<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "ObjRef({}, {:p})",
-            type_index_to_key(T::TYPE_INDEX).unwrap_or("?"),
-            self.ptr
-        )
+        write!(f, "ObjRef({}, {:p})", type_index_to_key(T::TYPE_INDEX).unwrap_or("?"), self.ptr)
     }
 }
 

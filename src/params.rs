@@ -31,17 +31,13 @@ impl Record<'_> {
 pub fn read_record<'a>(r: &mut Reader<'a>) -> Result<Record<'a>> {
     let magic = r.u64()?;
     if magic != NDARRAY_MAGIC {
-        return Err(r.error(format!(
-            "bad NDArray magic {magic:#x}, expected {NDARRAY_MAGIC:#x}"
-        )));
+        return Err(r.error(format!("bad NDArray magic {magic:#x}, expected {NDARRAY_MAGIC:#x}")));
     }
     let _reserved = r.u64()?;
     let device_type = r.i32()?;
     let _device_id = r.i32()?;
     if device_type != kDLCPU {
-        return Err(r.error(format!(
-            "tensor saved for device type {device_type}; only CPU (1) records load"
-        )));
+        return Err(r.error(format!("tensor saved for device type {device_type}; only CPU (1) records load")));
     }
     let ndim = r.i32()?;
     if !(0..=MAX_NDIM).contains(&ndim) {
@@ -49,19 +45,13 @@ pub fn read_record<'a>(r: &mut Reader<'a>) -> Result<Record<'a>> {
     }
     let dtype = DLDataType::new(r.u8()?, r.u8()?, r.u16()?);
     if dtype.lanes == 0 || dtype.bits == 0 || dtype.code > 7 {
-        return Err(r.error(format!(
-            "invalid dtype (code {}, bits {}, lanes {})",
-            dtype.code, dtype.bits, dtype.lanes
-        )));
+        return Err(r.error(format!("invalid dtype (code {}, bits {}, lanes {})", dtype.code, dtype.bits, dtype.lanes)));
     }
     let shape = (0..ndim).map(|_| r.i64()).collect::<Result<Vec<_>>>()?;
-    let expected =
-        tensor_bytes(&shape, DLDataType::new(dtype.code, dtype.bits, 1)).map_err(|e| r.error(e))?;
+    let expected = tensor_bytes(&shape, DLDataType::new(dtype.code, dtype.bits, 1)).map_err(|e| r.error(e))?;
     let data_bytes = r.i64()?;
     if usize::try_from(data_bytes).ok() != Some(expected) {
-        return Err(r.error(format!(
-            "data size {data_bytes} does not match {dtype} {shape:?} ({expected} bytes)"
-        )));
+        return Err(r.error(format!("data size {data_bytes} does not match {dtype} {shape:?} ({expected} bytes)")));
     }
     let data = r.bytes(expected)?;
     Ok(Record { dtype, shape, data })
@@ -88,9 +78,7 @@ pub fn write_record(w: &mut Writer, a: &NDArray) {
 fn read_header<'a>(r: &mut Reader<'a>) -> Result<Vec<&'a str>> {
     let magic = r.u64()?;
     if magic != NDARRAY_LIST_MAGIC {
-        return Err(r.error(format!(
-            "not a params blob: magic {magic:#x}, expected {NDARRAY_LIST_MAGIC:#x}"
-        )));
+        return Err(r.error(format!("not a params blob: magic {magic:#x}, expected {NDARRAY_LIST_MAGIC:#x}")));
     }
     let _reserved = r.u64()?;
     r.strings()

@@ -28,18 +28,12 @@ impl<'a> Reader<'a> {
 
     /// An error about the data at the current offset.
     pub fn error(&self, msg: impl std::fmt::Display) -> Error {
-        Error::value(format!(
-            "{}: {msg} (at byte offset {})",
-            self.what, self.pos
-        ))
+        Error::value(format!("{}: {msg} (at byte offset {})", self.what, self.pos))
     }
 
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(self.error(format!(
-                "truncated: {n} bytes needed, {} left",
-                self.remaining()
-            )));
+            return Err(self.error(format!("truncated: {n} bytes needed, {} left", self.remaining())));
         }
         let out = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -75,9 +69,7 @@ impl<'a> Reader<'a> {
     pub fn count(&mut self, min_item_bytes: usize) -> Result<usize> {
         let at = self.pos;
         let n = self.u64()?;
-        let fits = usize::try_from(n)
-            .ok()
-            .filter(|&n| n.saturating_mul(min_item_bytes.max(1)) <= self.remaining());
+        let fits = usize::try_from(n).ok().filter(|&n| n.saturating_mul(min_item_bytes.max(1)) <= self.remaining());
         fits.ok_or_else(|| {
             Error::value(format!(
                 "{}: count {n} at byte offset {at} exceeds the {} bytes that follow",
@@ -91,12 +83,8 @@ impl<'a> Reader<'a> {
         let n = self.count(1)?;
         let at = self.pos;
         let b = self.bytes(n)?;
-        std::str::from_utf8(b).map_err(|_| {
-            Error::value(format!(
-                "{}: string at byte offset {at} is not UTF-8",
-                self.what
-            ))
-        })
+        std::str::from_utf8(b)
+            .map_err(|_| Error::value(format!("{}: string at byte offset {at} is not UTF-8", self.what)))
     }
 
     pub fn strings(&mut self) -> Result<Vec<&'a str>> {

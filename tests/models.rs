@@ -9,7 +9,7 @@ fn every_fixture_matches_upstream_through_the_factory() {
     assert!(all.len() >= 10, "fixtures missing: {}", all.len());
     for f in all {
         let lib = f.load_lib();
-        let m = f.from_factory(&lib);
+        let m = f.executor_from_factory(&lib);
         f.set_inputs(&m);
         exec(&m).run().unwrap();
         f.check_outputs(&m, "factory");
@@ -20,7 +20,7 @@ fn every_fixture_matches_upstream_through_the_factory() {
 fn every_fixture_matches_upstream_through_create_and_load_params() {
     for f in Fixture::all() {
         let lib = f.load_lib();
-        let m = f.from_create(&lib);
+        let m = f.executor_from_create(&lib);
         f.set_inputs(&m);
         exec(&m).run().unwrap();
         f.check_outputs(&m, "create");

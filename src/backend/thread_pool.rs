@@ -2,7 +2,7 @@
 //! upstream), created on first use and sized once. The launcher runs task 0 itself; workers spin
 //! briefly for the next launch, then park. A launch allocates nothing.
 
-use crate::dlpack::{FTVMParallelLambda, TVMParallelGroupEnv};
+use crate::dlpack::{ParallelLambdaFn as FTVMParallelLambda, TVMParallelGroupEnv};
 use crate::error::{Error, Result};
 use crate::last_error;
 use once_cell::sync::Lazy;
@@ -15,35 +15,19 @@ use std::thread::JoinHandle;
 /// Threads a launch uses by default: `TVM_NUM_THREADS`, else `OMP_NUM_THREADS`, else the number
 /// of physical cores. Read once per process.
 pub static DEFAULT_THREADS: Lazy<usize> = Lazy::new(|| {
-    let from_env = |k: &str| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|&n| n > 0)
-    };
-    from_env("TVM_NUM_THREADS")
-        .or_else(|| from_env("OMP_NUM_THREADS"))
-        .unwrap_or_else(physical_cores)
-        .max(1)
+    let from_env = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0);
+    from_env("TVM_NUM_THREADS").or_else(|| from_env("OMP_NUM_THREADS")).unwrap_or_else(physical_cores).max(1)
 });
 
-static SPIN_COUNT: Lazy<u32> = Lazy::new(|| {
-    std::env::var("TVM_THREAD_POOL_SPIN_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1 << 16)
-});
+static SPIN_COUNT: Lazy<u32> =
+    Lazy::new(|| std::env::var("TVM_THREAD_POOL_SPIN_COUNT").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 16));
 
 fn physical_cores() -> usize {
     let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut cores = std::collections::HashSet::new();
     for cpu in 0..logical {
         let base = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
-        let read = |f: &str| {
-            std::fs::read_to_string(format!("{base}/{f}"))
-                .ok()
-                .map(|s| s.trim().to_string())
-        };
+        let read = |f: &str| std::fs::read_to_string(format!("{base}/{f}")).ok().map(|s| s.trim().to_string());
         match (read("physical_package_id"), read("core_id")) {
             (Some(p), Some(c)) => {
                 cores.insert((p, c));
@@ -125,11 +109,7 @@ thread_local! {
 impl Pool {
     fn new(threads: usize) -> Pool {
         let shared = Arc::new(Shared {
-            job: UnsafeCell::new(Job {
-                func: None,
-                cdata: std::ptr::null_mut(),
-                num_task: 0,
-            }),
+            job: UnsafeCell::new(Job { func: None, cdata: std::ptr::null_mut(), num_task: 0 }),
             barrier: Barrier::default(),
             epoch: AtomicU64::new(0),
             pending: AtomicUsize::new(0),
@@ -158,13 +138,7 @@ impl Pool {
     fn launch(&self, func: FTVMParallelLambda, cdata: *mut c_void, num_task: usize) -> Result<()> {
         let s = &*self.shared;
         // SAFETY: every worker is idle (the previous launch waited for pending == 0).
-        unsafe {
-            *s.job.get() = Job {
-                func: Some(func),
-                cdata,
-                num_task,
-            }
-        };
+        unsafe { *s.job.get() = Job { func: Some(func), cdata, num_task } };
         s.pending.store(self.workers.len(), Ordering::Relaxed);
         s.epoch.fetch_add(1, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
@@ -184,10 +158,7 @@ impl Pool {
             return Ok(());
         }
         failed.sort_by_key(|(t, _)| *t);
-        let text: Vec<String> = failed
-            .iter()
-            .map(|(t, m)| format!("Task {t} error: {m}"))
-            .collect();
+        let text: Vec<String> = failed.iter().map(|(t, m)| format!("Task {t} error: {m}")).collect();
         Err(Error::Foreign(text.join("\n")))
     }
 }
@@ -246,10 +217,7 @@ fn worker(s: Arc<Shared>, id: usize) {
             return;
         }
         if run_task(&s, id) != 0 {
-            s.failed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((id, last_error::get()));
+            s.failed.lock().unwrap_or_else(|e| e.into_inner()).push((id, last_error::get()));
         }
         s.pending.fetch_sub(1, Ordering::Release);
     }
@@ -272,38 +240,25 @@ pub fn configure(threads: usize) {
 }
 
 /// Runs `func` on `num_task` concurrent tasks (0 = all threads).
-pub fn parallel_launch(func: FTVMParallelLambda, cdata: *mut c_void, num_task: i32) -> Result<()> {
+///
+/// # Safety
+/// `func` must be safe to call concurrently with `cdata`, as compiled kernels' lambdas are.
+pub unsafe fn parallel_launch(func: FTVMParallelLambda, cdata: *mut c_void, num_task: i32) -> Result<()> {
     if IN_WORKER.with(Cell::get) {
-        return Err(Error::tvm(
-            "Cannot launch parallel job inside worker, consider fuse then parallel",
-        ));
+        return Err(Error::tvm("Cannot launch parallel job inside worker, consider fuse then parallel"));
     }
     let threads = num_threads();
     let n = match usize::try_from(num_task) {
         Ok(0) => threads,
         Ok(n) if n <= threads => n,
-        _ => {
-            return Err(Error::value(format!(
-                "parallel launch of {num_task} tasks on a pool of {threads} threads"
-            )))
-        }
+        _ => return Err(Error::value(format!("parallel launch of {num_task} tasks on a pool of {threads} threads"))),
     };
     if n == 1 {
         let barrier = Barrier::default();
-        let mut env = TVMParallelGroupEnv {
-            sync_handle: (&barrier as *const Barrier).cast_mut().cast(),
-            num_task: 1,
-        };
+        let mut env = TVMParallelGroupEnv { sync_handle: (&barrier as *const Barrier).cast_mut().cast(), num_task: 1 };
         // SAFETY: the kernel's lambda with its own closure data.
         let rc = unsafe { func(0, &mut env, cdata) };
-        return if rc == 0 {
-            Ok(())
-        } else {
-            Err(Error::Foreign(format!(
-                "Task 0 error: {}",
-                last_error::get()
-            )))
-        };
+        return if rc == 0 { Ok(()) } else { Err(Error::Foreign(format!("Task 0 error: {}", last_error::get()))) };
     }
     POOL.with(|p| {
         let mut p = p.borrow_mut();
@@ -323,8 +278,7 @@ pub unsafe fn barrier(penv: *const TVMParallelGroupEnv) -> Result<()> {
     // SAFETY: per the contract.
     let env = unsafe { penv.as_ref() }.ok_or_else(|| Error::value("null parallel environment"))?;
     // SAFETY: launches set `sync_handle` to their barrier, alive until the launch returns.
-    let b = unsafe { env.sync_handle.cast::<Barrier>().as_ref() }
-        .ok_or_else(|| Error::value("null barrier"))?;
+    let b = unsafe { env.sync_handle.cast::<Barrier>().as_ref() }.ok_or_else(|| Error::value("null barrier"))?;
     b.wait(env.num_task.max(1) as usize);
     Ok(())
 }

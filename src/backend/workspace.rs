@@ -33,33 +33,18 @@ thread_local! {
 }
 
 pub fn alloc(nbytes: u64) -> Result<*mut u8> {
-    let size = usize::try_from(nbytes)
-        .map_err(|_| Error::value(format!("workspace of {nbytes} bytes is too large")))?;
-    let size = size
-        .max(1)
-        .div_ceil(PAGE)
-        .checked_mul(PAGE)
-        .ok_or_else(|| Error::value("workspace size overflows"))?;
+    let size =
+        usize::try_from(nbytes).map_err(|_| Error::value(format!("workspace of {nbytes} bytes is too large")))?;
+    let size = size.max(1).div_ceil(PAGE).checked_mul(PAGE).ok_or_else(|| Error::value("workspace size overflows"))?;
     POOL.with(|p| {
         let mut p = p.borrow_mut();
-        let best = p
-            .free
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.len() >= size)
-            .min_by_key(|(_, b)| b.len())
-            .map(|(i, _)| i);
+        let best =
+            p.free.iter().enumerate().filter(|(_, b)| b.len() >= size).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
         let buf = match best {
             Some(i) => p.free.swap_remove(i),
             None => {
                 // Nothing fits: give back the largest idle buffer before taking a new one.
-                if let Some(i) = p
-                    .free
-                    .iter()
-                    .enumerate()
-                    .max_by_key(|(_, b)| b.len())
-                    .map(|(i, _)| i)
-                {
+                if let Some(i) = p.free.iter().enumerate().max_by_key(|(_, b)| b.len()).map(|(i, _)| i) {
                     let dropped = p.free.swap_remove(i);
                     POOLED_BYTES.fetch_sub(dropped.len(), Ordering::Relaxed);
                 }
@@ -81,11 +66,7 @@ pub fn free(ptr: *mut u8) -> Result<()> {
             .in_use
             .iter()
             .rposition(|b| b.as_ptr() == ptr)
-            .ok_or_else(|| {
-                Error::value(format!(
-                    "workspace {ptr:p} was not allocated by this thread"
-                ))
-            })?;
+            .ok_or_else(|| Error::value(format!("workspace {ptr:p} was not allocated by this thread")))?;
         let buf = p.in_use.swap_remove(i);
         p.free.push(buf);
         Ok(())

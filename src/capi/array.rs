@@ -18,15 +18,11 @@ unsafe fn array_of<'a>(h: TVMArrayHandle) -> Result<&'a NDArray> {
         return Err(Error::value("array handle is null"));
     }
     // SAFETY: array handles point 16 bytes into a live array object.
-    unsafe { payload_of::<NDArray>(header_of(h)) }
-        .ok_or_else(|| Error::type_err("the handle is not an NDArray"))
+    unsafe { payload_of::<NDArray>(header_of(h)) }.ok_or_else(|| Error::type_err("the handle is not an NDArray"))
 }
 
 pub(crate) fn handle_of(a: ObjRef<NDArray>) -> TVMArrayHandle {
-    a.into_raw()
-        .cast::<u8>()
-        .wrapping_add(NDARRAY_TENSOR_OFFSET)
-        .cast()
+    a.into_raw().cast::<u8>().wrapping_add(NDARRAY_TENSOR_OFFSET).cast()
 }
 
 unsafe fn host_slice<'a>(data: *const c_void, n: usize) -> Result<&'a [u8]> {
@@ -54,9 +50,7 @@ pub unsafe extern "C" fn TVMArrayAlloc(
 ) -> c_int {
     guard(|| {
         if !(0..=64).contains(&ndim) || (ndim > 0 && shape.is_null()) {
-            return Err(Error::value(format!(
-                "TVMArrayAlloc: invalid shape (ndim {ndim})"
-            )));
+            return Err(Error::value(format!("TVMArrayAlloc: invalid shape (ndim {ndim})")));
         }
         let (code, bits, lanes) = (
             u8::try_from(dtype_code).map_err(|_| Error::value("invalid dtype code"))?,
@@ -64,19 +58,8 @@ pub unsafe extern "C" fn TVMArrayAlloc(
             u16::try_from(dtype_lanes).map_err(|_| Error::value("invalid dtype lanes"))?,
         );
         // SAFETY: `shape` holds `ndim` values.
-        let dims = if ndim == 0 {
-            &[][..]
-        } else {
-            unsafe { std::slice::from_raw_parts(shape, ndim as usize) }
-        };
-        let a = NDArray::empty(
-            dims,
-            DLDataType::new(code, bits, lanes),
-            DLDevice {
-                device_type,
-                device_id,
-            },
-        )?;
+        let dims = if ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(shape, ndim as usize) } };
+        let a = NDArray::empty(dims, DLDataType::new(code, bits, lanes), DLDevice { device_type, device_id })?;
         // SAFETY: caller's out-pointer.
         unsafe { out(out_handle, handle_of(a), "TVMArrayAlloc") }
     })
@@ -97,11 +80,7 @@ pub unsafe extern "C" fn TVMArrayFree(handle: TVMArrayHandle) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMArrayCopyFromBytes(
-    handle: TVMArrayHandle,
-    data: *mut c_void,
-    nbytes: usize,
-) -> c_int {
+pub unsafe extern "C" fn TVMArrayCopyFromBytes(handle: TVMArrayHandle, data: *mut c_void, nbytes: usize) -> c_int {
     guard(|| {
         // SAFETY: caller's tensor and buffer.
         unsafe { raw::copy_from_bytes(RawTensor::from_ptr(handle)?, host_slice(data, nbytes)?) }
@@ -109,22 +88,14 @@ pub unsafe extern "C" fn TVMArrayCopyFromBytes(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMArrayCopyToBytes(
-    handle: TVMArrayHandle,
-    data: *mut c_void,
-    nbytes: usize,
-) -> c_int {
+pub unsafe extern "C" fn TVMArrayCopyToBytes(handle: TVMArrayHandle, data: *mut c_void, nbytes: usize) -> c_int {
     guard(|| {
         if nbytes > 0 && data.is_null() {
             return Err(Error::value(format!("null host buffer of {nbytes} bytes")));
         }
         // SAFETY: caller's tensor and a buffer of `nbytes`.
         unsafe {
-            let dst = if nbytes == 0 {
-                &mut [][..]
-            } else {
-                std::slice::from_raw_parts_mut(data.cast::<u8>(), nbytes)
-            };
+            let dst = if nbytes == 0 { &mut [][..] } else { std::slice::from_raw_parts_mut(data.cast::<u8>(), nbytes) };
             raw::copy_to_bytes(RawTensor::from_ptr(handle)?, dst)
         }
     })
@@ -144,30 +115,20 @@ pub unsafe extern "C" fn TVMArrayCopyFromTo(
 
 /// The type index of the array object (2), as Python asks for every returned array.
 #[no_mangle]
-pub unsafe extern "C" fn TVMArrayGetTypeIndex(
-    handle: TVMArrayHandle,
-    out_index: *mut u32,
-) -> c_int {
+pub unsafe extern "C" fn TVMArrayGetTypeIndex(handle: TVMArrayHandle, out_index: *mut u32) -> c_int {
     guard(|| {
         // SAFETY: caller's handle and out-pointer.
         unsafe {
             let a = array_of(handle)?;
             let _ = a;
-            out(
-                out_index,
-                crate::object::type_index::NDARRAY,
-                "TVMArrayGetTypeIndex",
-            )
+            out(out_index, crate::object::type_index::NDARRAY, "TVMArrayGetTypeIndex")
         }
     })
 }
 
 /// Wraps a DLPack tensor without copying; the new array calls its deleter when freed.
 #[no_mangle]
-pub unsafe extern "C" fn TVMArrayFromDLPack(
-    from: *mut DLManagedTensor,
-    out_handle: *mut TVMArrayHandle,
-) -> c_int {
+pub unsafe extern "C" fn TVMArrayFromDLPack(from: *mut DLManagedTensor, out_handle: *mut TVMArrayHandle) -> c_int {
     guard(|| {
         if from.is_null() {
             return Err(Error::value("TVMArrayFromDLPack: null tensor"));
@@ -192,16 +153,12 @@ unsafe extern "C" fn dlpack_deleter(t: *mut DLManagedTensor) {
 
 /// Exports an array as DLPack; the array stays alive until the tensor's deleter runs.
 #[no_mangle]
-pub unsafe extern "C" fn TVMArrayToDLPack(
-    from: TVMArrayHandle,
-    out_tensor: *mut *mut DLManagedTensor,
-) -> c_int {
+pub unsafe extern "C" fn TVMArrayToDLPack(from: TVMArrayHandle, out_tensor: *mut *mut DLManagedTensor) -> c_int {
     guard(|| {
         // SAFETY: caller's handle and out-pointer.
         unsafe {
             let a = array_of(from)?;
-            let keep =
-                AnyObject::retain_raw(header_of(from)).ok_or_else(|| Error::value("null array"))?;
+            let keep = AnyObject::retain_raw(header_of(from)).ok_or_else(|| Error::value("null array"))?;
             let managed = Box::new(DLManagedTensor {
                 dl_tensor: *a.dl_tensor(),
                 manager_ctx: keep.into_raw().cast(),

@@ -16,30 +16,12 @@ use std::sync::Mutex;
 pub fn context_functions() -> [(&'static str, *mut c_void); 7] {
     [
         ("__TVMFuncCall", TVMFuncCall as *mut c_void),
-        (
-            "__TVMAPISetLastError",
-            super::error::TVMAPISetLastError as *mut c_void,
-        ),
-        (
-            "__TVMBackendGetFuncFromEnv",
-            TVMBackendGetFuncFromEnv as *mut c_void,
-        ),
-        (
-            "__TVMBackendAllocWorkspace",
-            TVMBackendAllocWorkspace as *mut c_void,
-        ),
-        (
-            "__TVMBackendFreeWorkspace",
-            TVMBackendFreeWorkspace as *mut c_void,
-        ),
-        (
-            "__TVMBackendParallelLaunch",
-            TVMBackendParallelLaunch as *mut c_void,
-        ),
-        (
-            "__TVMBackendParallelBarrier",
-            TVMBackendParallelBarrier as *mut c_void,
-        ),
+        ("__TVMAPISetLastError", super::error::TVMAPISetLastError as *mut c_void),
+        ("__TVMBackendGetFuncFromEnv", TVMBackendGetFuncFromEnv as *mut c_void),
+        ("__TVMBackendAllocWorkspace", TVMBackendAllocWorkspace as *mut c_void),
+        ("__TVMBackendFreeWorkspace", TVMBackendFreeWorkspace as *mut c_void),
+        ("__TVMBackendParallelLaunch", TVMBackendParallelLaunch as *mut c_void),
+        ("__TVMBackendParallelBarrier", TVMBackendParallelBarrier as *mut c_void),
     ]
 }
 
@@ -72,41 +54,33 @@ pub extern "C" fn TVMBackendAllocWorkspace(
 ) -> *mut c_void {
     super::guard_value(std::ptr::null_mut(), || {
         if device_type != crate::dlpack::kDLCPU {
-            return Err(Error::value(format!(
-                "workspace on device type {device_type}: only the CPU is enabled"
-            )));
+            return Err(Error::value(format!("workspace on device type {device_type}: only the CPU is enabled")));
         }
         workspace::alloc(nbytes).map(|p| p.cast())
     })
 }
 
 #[no_mangle]
-pub extern "C" fn TVMBackendFreeWorkspace(
-    _device_type: c_int,
-    _device_id: c_int,
-    ptr: *mut c_void,
-) -> c_int {
+pub extern "C" fn TVMBackendFreeWorkspace(_device_type: c_int, _device_id: c_int, ptr: *mut c_void) -> c_int {
     guard(|| workspace::free(ptr.cast()))
 }
 
 /// Runs `flambda` on `num_task` concurrent tasks (0 = all threads) and waits for them.
 #[no_mangle]
 pub unsafe extern "C" fn TVMBackendParallelLaunch(
-    flambda: Option<FTVMParallelLambda>,
+    flambda: FTVMParallelLambda,
     cdata: *mut c_void,
     num_task: c_int,
 ) -> c_int {
     guard(|| {
         let f = flambda.ok_or_else(|| Error::value("TVMBackendParallelLaunch: null lambda"))?;
-        thread_pool::parallel_launch(f, cdata, num_task)
+        // SAFETY: the kernel's own lambda and closure data.
+        unsafe { thread_pool::parallel_launch(f, cdata, num_task) }
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMBackendParallelBarrier(
-    _task_id: c_int,
-    penv: *mut TVMParallelGroupEnv,
-) -> c_int {
+pub unsafe extern "C" fn TVMBackendParallelBarrier(_task_id: c_int, penv: *mut TVMParallelGroupEnv) -> c_int {
     // SAFETY: `penv` is the environment the pool passed to this task.
     guard(|| unsafe { thread_pool::barrier(penv) })
 }
@@ -137,16 +111,10 @@ pub unsafe extern "C" fn TVMBackendRunOnce(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMBackendRegisterSystemLibSymbol(
-    name: *const c_char,
-    ptr: *mut c_void,
-) -> c_int {
+pub unsafe extern "C" fn TVMBackendRegisterSystemLibSymbol(name: *const c_char, ptr: *mut c_void) -> c_int {
     guard(|| {
         // SAFETY: caller's string.
-        crate::library::symbols::register_system_symbol(
-            unsafe { c_str(name, "symbol name") }?,
-            ptr,
-        );
+        crate::library::symbols::register_system_symbol(unsafe { c_str(name, "symbol name") }?, ptr);
         Ok(())
     })
 }
@@ -160,17 +128,11 @@ pub unsafe extern "C" fn TVMBackendRegisterEnvCAPI(name: *const c_char, ptr: *mu
         // SAFETY: caller's string.
         let name = unsafe { c_str(name, "name") }?;
         match name {
-            "PyErr_CheckSignals" | "Py_IncRef" | "Py_DecRef" | "PyGILState_Ensure"
-            | "PyGILState_Release" => {
-                ENV_CAPI
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(name.to_string(), ptr as usize);
+            "PyErr_CheckSignals" | "Py_IncRef" | "Py_DecRef" | "PyGILState_Ensure" | "PyGILState_Release" => {
+                ENV_CAPI.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), ptr as usize);
                 Ok(())
             }
-            other => Err(Error::value(format!(
-                "TVMBackendRegisterEnvCAPI: unknown name '{other}'"
-            ))),
+            other => Err(Error::value(format!("TVMBackendRegisterEnvCAPI: unknown name '{other}'"))),
         }
     })
 }

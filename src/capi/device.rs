@@ -23,9 +23,7 @@ fn alloc(nbytes: usize, alignment: usize) -> Result<*mut c_void> {
     // SAFETY: posix_memalign with a power-of-two alignment that is a multiple of the pointer size.
     let rc = unsafe { libc::posix_memalign(&mut p, align, nbytes.max(1)) };
     if rc != 0 {
-        return Err(Error::tvm(format!(
-            "out of memory allocating {nbytes} bytes"
-        )));
+        return Err(Error::tvm(format!("out of memory allocating {nbytes} bytes")));
     }
     Ok(p)
 }
@@ -64,20 +62,14 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
             // SAFETY: caller's string.
             let scope = unsafe { c_str(mem_scope, "memory scope") }?;
             if !scope.is_empty() && scope != "global" {
-                return Err(Error::value(format!(
-                    "memory scope '{scope}' is not supported on the CPU"
-                )));
+                return Err(Error::value(format!("memory scope '{scope}' is not supported on the CPU")));
             }
         }
         if !(0..=64).contains(&ndim) || (ndim > 0 && shape.is_null()) {
             return Err(Error::value(format!("invalid shape (ndim {ndim})")));
         }
         // SAFETY: `shape` holds `ndim` values.
-        let dims = if ndim == 0 {
-            &[][..]
-        } else {
-            unsafe { std::slice::from_raw_parts(shape, ndim as usize) }
-        };
+        let dims = if ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(shape, ndim as usize) } };
         let p = alloc(crate::dtype::tensor_bytes(dims, dtype)?, dtype.alignment())?;
         // SAFETY: caller's out-pointer.
         unsafe { out(out_data, p, "TVMDeviceAllocDataSpaceWithScope") }
@@ -120,29 +112,17 @@ pub unsafe extern "C" fn TVMStreamCreate(
 }
 
 #[no_mangle]
-pub extern "C" fn TVMStreamFree(
-    device_type: c_int,
-    _device_id: c_int,
-    _stream: TVMStreamHandle,
-) -> c_int {
+pub extern "C" fn TVMStreamFree(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
     guard(|| check_device(device_type))
 }
 
 #[no_mangle]
-pub extern "C" fn TVMSetStream(
-    device_type: c_int,
-    _device_id: c_int,
-    _stream: TVMStreamHandle,
-) -> c_int {
+pub extern "C" fn TVMSetStream(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
     guard(|| check_device(device_type))
 }
 
 #[no_mangle]
-pub extern "C" fn TVMSynchronize(
-    device_type: c_int,
-    _device_id: c_int,
-    _stream: TVMStreamHandle,
-) -> c_int {
+pub extern "C" fn TVMSynchronize(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
     guard(|| check_device(device_type))
 }
 

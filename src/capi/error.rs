@@ -18,9 +18,7 @@ pub unsafe extern "C" fn TVMAPISetLastError(msg: *const c_char) {
             String::new()
         } else {
             // SAFETY: callers pass NUL-terminated strings.
-            unsafe { CStr::from_ptr(msg) }
-                .to_string_lossy()
-                .into_owned()
+            unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
         };
         last_error::set(&text);
     });

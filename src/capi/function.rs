@@ -11,8 +11,8 @@ use std::ffi::{c_char, c_int, CString};
 thread_local! {
     static RET_STR: RefCell<CString> = RefCell::new(CString::default());
     static RET_BYTES: RefCell<(Vec<u8>, TVMByteArray)> =
-        RefCell::new((Vec::new(), TVMByteArray { data: std::ptr::null(), size: 0 }));
-    static GLOBAL_NAMES: RefCell<(Vec<CString>, Vec<*const c_char>)> = RefCell::new((Vec::new(), Vec::new()));
+        const { RefCell::new((Vec::new(), TVMByteArray { data: std::ptr::null(), size: 0 })) };
+    static GLOBAL_NAMES: RefCell<(Vec<CString>, Vec<*const c_char>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Whether `p` is this thread's bytes return buffer (`TVMByteArrayFree` leaves it alone).
@@ -22,11 +22,7 @@ pub(crate) fn is_ret_bytes(p: *const TVMByteArray) -> bool {
 
 /// Hands a return value to a C caller; strings and bytes live in thread-local storage until the
 /// next call on this thread.
-pub(crate) unsafe fn write_return(
-    rv: RetValue,
-    value: *mut TVMValue,
-    code: *mut i32,
-) -> Result<()> {
+pub(crate) unsafe fn write_return(rv: RetValue, value: *mut TVMValue, code: *mut i32) -> Result<()> {
     if value.is_null() || code.is_null() {
         return Err(Error::value("null return value or type code pointer"));
     }
@@ -38,18 +34,10 @@ pub(crate) unsafe fn write_return(
             let p = RET_BYTES.with(|slot| {
                 let mut slot = slot.borrow_mut();
                 slot.0 = b;
-                slot.1 = TVMByteArray {
-                    data: slot.0.as_ptr().cast(),
-                    size: slot.0.len(),
-                };
+                slot.1 = TVMByteArray { data: slot.0.as_ptr().cast(), size: slot.0.len() };
                 &slot.1 as *const TVMByteArray
             });
-            (
-                TVMValue {
-                    v_handle: p.cast_mut().cast(),
-                },
-                kTVMBytes,
-            )
+            (TVMValue { v_handle: p.cast_mut().cast() }, kTVMBytes)
         }
         Err(_) => unreachable!("into_c_scalar only refuses strings, bytes and dtypes"),
     };
@@ -65,9 +53,7 @@ fn store_str(s: &str) -> TVMValue {
     let c = CString::new(s.replace('\0', "")).expect("NULs removed");
     RET_STR.with(|slot| {
         *slot.borrow_mut() = c;
-        TVMValue {
-            v_str: slot.borrow().as_ptr(),
-        }
+        TVMValue { v_str: slot.borrow().as_ptr() }
     })
 }
 
@@ -107,9 +93,9 @@ pub unsafe extern "C" fn TVMFuncFree(func: TVMFunctionHandle) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncCreateFromCFunc(
-    func: Option<TVMPackedCFunc>,
+    func: TVMPackedCFunc,
     resource_handle: *mut std::ffi::c_void,
-    fin: Option<TVMPackedCFuncFinalizer>,
+    fin: TVMPackedCFuncFinalizer,
     out_handle: *mut TVMFunctionHandle,
 ) -> c_int {
     guard(|| {
@@ -133,9 +119,7 @@ pub unsafe extern "C" fn TVMCFuncSetReturn(
 ) -> c_int {
     guard(|| {
         if num_ret != 1 {
-            return Err(Error::value(format!(
-                "TVMCFuncSetReturn: num_ret must be 1, got {num_ret}"
-            )));
+            return Err(Error::value(format!("TVMCFuncSetReturn: num_ret must be 1, got {num_ret}")));
         }
         if ret.is_null() || value.is_null() || type_code.is_null() {
             return Err(Error::value("TVMCFuncSetReturn: null argument"));
@@ -163,16 +147,12 @@ pub unsafe extern "C" fn TVMCbArgToReturn(value: *mut TVMValue, code: *mut c_int
                 | kTVMNDArrayHandle
                 | kTVMObjectRValueRefArg => {
                     let rv = RetValue::from_borrowed_c(*value, *code)?;
-                    let (v, c) = rv
-                        .into_c_scalar()
-                        .map_err(|_| Error::internal("object conversion"))?;
+                    let (v, c) = rv.into_c_scalar().map_err(|_| Error::internal("object conversion"))?;
                     value.write(v);
                     code.write(c);
                 }
                 kTVMStr | kTVMBytes => {
-                    return Err(Error::type_err(
-                        "TVMCbArgToReturn: strings and bytes are not supported",
-                    ))
+                    return Err(Error::type_err("TVMCbArgToReturn: strings and bytes are not supported"))
                 }
                 _ => {}
             }
@@ -182,11 +162,7 @@ pub unsafe extern "C" fn TVMCbArgToReturn(value: *mut TVMValue, code: *mut c_int
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMFuncRegisterGlobal(
-    name: *const c_char,
-    f: TVMFunctionHandle,
-    override_: c_int,
-) -> c_int {
+pub unsafe extern "C" fn TVMFuncRegisterGlobal(name: *const c_char, f: TVMFunctionHandle, override_: c_int) -> c_int {
     guard(|| {
         // SAFETY: caller's string and handle, valid for the call.
         let (name, func) = unsafe {
@@ -202,10 +178,7 @@ pub unsafe extern "C" fn TVMFuncRegisterGlobal(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMFuncGetGlobal(
-    name: *const c_char,
-    out_handle: *mut TVMFunctionHandle,
-) -> c_int {
+pub unsafe extern "C" fn TVMFuncGetGlobal(name: *const c_char, out_handle: *mut TVMFunctionHandle) -> c_int {
     guard(|| {
         // SAFETY: caller's string and out-pointer.
         unsafe {
@@ -217,18 +190,12 @@ pub unsafe extern "C" fn TVMFuncGetGlobal(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMFuncListGlobalNames(
-    out_size: *mut c_int,
-    out_array: *mut *const *const c_char,
-) -> c_int {
+pub unsafe extern "C" fn TVMFuncListGlobalNames(out_size: *mut c_int, out_array: *mut *const *const c_char) -> c_int {
     guard(|| {
         let names = registry::names();
         let (n, p) = GLOBAL_NAMES.with(|slot| {
             let mut slot = slot.borrow_mut();
-            slot.0 = names
-                .into_iter()
-                .filter_map(|s| CString::new(s).ok())
-                .collect();
+            slot.0 = names.into_iter().filter_map(|s| CString::new(s).ok()).collect();
             slot.1 = slot.0.iter().map(|c| c.as_ptr()).collect();
             (slot.1.len() as c_int, slot.1.as_ptr())
         });

@@ -62,9 +62,7 @@ pub(crate) unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str> 
         return Err(Error::value(format!("{what} is null")));
     }
     // SAFETY: non-null C strings from callers are NUL-terminated.
-    unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| Error::value(format!("{what} is not UTF-8")))
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Error::value(format!("{what} is not UTF-8")))
 }
 
 /// Writes through an out-pointer, refusing null.

@@ -29,11 +29,7 @@ pub unsafe extern "C" fn TVMModLoadFromFile(
         // SAFETY: caller's strings and out-pointer.
         unsafe {
             let path = c_str(file_name, "file name")?;
-            let fmt = if format.is_null() {
-                ""
-            } else {
-                c_str(format, "format")?
-            };
+            let fmt = if format.is_null() { "" } else { c_str(format, "format")? };
             let m = library::load_file(path, fmt)?;
             out(out_handle, m.into_raw().cast(), "TVMModLoadFromFile")
         }
@@ -64,11 +60,7 @@ pub unsafe extern "C" fn TVMModGetFunction(
             let m = module_ref(module)?;
             let name = c_str(func_name, "function name")?;
             let f = Module::get_function(&m, name, query_imports != 0)?;
-            out(
-                out_handle,
-                f.map_or(std::ptr::null_mut(), |f| f.into_raw().cast()),
-                "TVMModGetFunction",
-            )
+            out(out_handle, f.map_or(std::ptr::null_mut(), |f| f.into_raw().cast()), "TVMModGetFunction")
         }
     })
 }

@@ -9,15 +9,11 @@ use std::sync::atomic::Ordering;
 
 unsafe fn header<'a>(h: TVMObjectHandle) -> crate::error::Result<&'a ObjectHeader> {
     // SAFETY: a live handle from the caller.
-    unsafe { h.cast::<ObjectHeader>().as_ref() }
-        .ok_or_else(|| Error::value("object handle is null"))
+    unsafe { h.cast::<ObjectHeader>().as_ref() }.ok_or_else(|| Error::value("object handle is null"))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMObjectGetTypeIndex(
-    obj: TVMObjectHandle,
-    out_tindex: *mut u32,
-) -> c_int {
+pub unsafe extern "C" fn TVMObjectGetTypeIndex(obj: TVMObjectHandle, out_tindex: *mut u32) -> c_int {
     // SAFETY: caller's handle and out-pointer.
     guard(|| unsafe { out(out_tindex, header(obj)?.type_index, "TVMObjectGetTypeIndex") })
 }
@@ -26,9 +22,7 @@ pub unsafe extern "C" fn TVMObjectGetTypeIndex(
 pub unsafe extern "C" fn TVMObjectRetain(obj: TVMObjectHandle) -> c_int {
     guard(|| {
         // SAFETY: caller's live handle.
-        unsafe { header(obj)? }
-            .ref_counter
-            .fetch_add(1, Ordering::Relaxed);
+        unsafe { header(obj)? }.ref_counter.fetch_add(1, Ordering::Relaxed);
         Ok(())
     })
 }
@@ -46,29 +40,19 @@ pub unsafe extern "C" fn TVMObjectFree(obj: TVMObjectHandle) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMObjectTypeKey2Index(
-    type_key: *const c_char,
-    out_tindex: *mut u32,
-) -> c_int {
+pub unsafe extern "C" fn TVMObjectTypeKey2Index(type_key: *const c_char, out_tindex: *mut u32) -> c_int {
     guard(|| {
         // SAFETY: caller's string and out-pointer.
         unsafe {
             let key = c_str(type_key, "type key")?;
-            out(
-                out_tindex,
-                object::type_key_to_index(key)?,
-                "TVMObjectTypeKey2Index",
-            )
+            out(out_tindex, object::type_key_to_index(key)?, "TVMObjectTypeKey2Index")
         }
     })
 }
 
 /// The key of a type index, as a `malloc`ed string the caller frees with `free`.
 #[no_mangle]
-pub unsafe extern "C" fn TVMObjectTypeIndex2Key(
-    tindex: u32,
-    out_type_key: *mut *mut c_char,
-) -> c_int {
+pub unsafe extern "C" fn TVMObjectTypeIndex2Key(tindex: u32, out_type_key: *mut *mut c_char) -> c_int {
     guard(|| {
         let key = CString::new(object::type_index_to_key(tindex)?).expect("keys have no NUL");
         // SAFETY: strdup copies into malloc'ed memory that the caller frees.
@@ -99,9 +83,7 @@ pub unsafe extern "C" fn TVMObjectDerivedFrom(
 pub unsafe extern "C" fn TVMByteArrayFree(arr: *mut TVMByteArray) -> c_int {
     guard(|| {
         if !arr.is_null() && !is_ret_bytes(arr) {
-            return Err(Error::value(
-                "TVMByteArrayFree: not a byte array returned by this runtime",
-            ));
+            return Err(Error::value("TVMByteArrayFree: not a byte array returned by this runtime"));
         }
         Ok(())
     })

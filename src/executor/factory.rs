@@ -23,17 +23,8 @@ pub struct Factory {
 }
 
 impl Factory {
-    pub fn new(
-        graph_json: String,
-        params: Vec<(String, ObjRef<NDArray>)>,
-        module_name: String,
-    ) -> Factory {
-        Factory {
-            graph_json,
-            params,
-            module_name,
-            plan: OnceCell::new(),
-        }
+    pub fn new(graph_json: String, params: Vec<(String, ObjRef<NDArray>)>, module_name: String) -> Factory {
+        Factory { graph_json, params, module_name, plan: OnceCell::new() }
     }
 
     /// Reads the factory's bytes from a module blob.
@@ -42,15 +33,11 @@ impl Factory {
         let count = r.u64()?;
         let names = r.strings()?;
         if names.len() as u64 != count {
-            return Err(r.error(format!(
-                "factory: {count} params announced but {} names",
-                names.len()
-            )));
+            return Err(r.error(format!("factory: {count} params announced but {} names", names.len())));
         }
         let mut params = Vec::with_capacity(names.len());
         for name in names {
-            let rec = params::read_record(r)
-                .map_err(|e| e.context(format!("factory parameter '{name}'")))?;
+            let rec = params::read_record(r).map_err(|e| e.context(format!("factory parameter '{name}'")))?;
             params.push((name.to_string(), rec.to_ndarray()?));
         }
         let module_name = r.string()?.to_string();
@@ -66,28 +53,18 @@ impl Factory {
     }
 
     fn library(this: &ObjRef<Module>) -> Result<ObjRef<Module>> {
-        this.imports()
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::value("the factory has no operator library imported"))
+        this.imports().into_iter().next().ok_or_else(|| Error::value("the factory has no operator library imported"))
     }
 
     /// A new executor on `device`, bound to the factory's weights.
-    pub fn create_executor(
-        &self,
-        this: &ObjRef<Module>,
-        device: DLDevice,
-    ) -> Result<ObjRef<Module>> {
-        let plan = self
-            .plan
-            .get_or_try_init(|| Plan::new(&self.graph_json, Factory::library(this)?, device))?
-            .clone();
-        if plan.device != device {
-            return Err(Error::value(format!(
-                "this factory already serves {:?}; got {device:?}",
-                plan.device
-            )));
-        }
+    pub fn create_executor(&self, this: &ObjRef<Module>, device: DLDevice) -> Result<ObjRef<Module>> {
+        let cached = self.plan.get_or_try_init(|| Plan::new(&self.graph_json, Factory::library(this)?, device))?;
+        // One plan serves every executor on the first device; another device gets its own.
+        let plan = if cached.device == device {
+            cached.clone()
+        } else {
+            Plan::new(&self.graph_json, Factory::library(this)?, device)?
+        };
         let exec = GraphExecutor::new(plan)?;
         for (name, array) in &self.params {
             exec.bind_param(name, array)?;
@@ -102,17 +79,13 @@ fn devices(args: &Args<'_>) -> Result<DLDevice> {
     }
     if args.code(0) != kDLDevice {
         // Upstream's C++ also accepts (dev_type, dev_id) pairs here.
-        return Ok(DLDevice {
-            device_type: args.int32(0)?,
-            device_id: args.int32(1)?,
-        });
+        return Ok(DLDevice { device_type: args.int32(0)?, device_id: args.int32(1)? });
     }
     args.device(0)
 }
 
 fn factory(m: &ObjRef<Module>) -> &Factory {
-    m.node::<Factory>()
-        .expect("factory functions are only made for factories")
+    m.node::<Factory>().expect("factory functions are only made for factories")
 }
 
 impl ModuleNode for Factory {
@@ -120,39 +93,22 @@ impl ModuleNode for Factory {
         "GraphExecutorFactory"
     }
 
-    fn get_function(
-        &self,
-        this: &ObjRef<Module>,
-        name: &str,
-    ) -> Result<Option<ObjRef<PackedFunc>>> {
+    fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
         let m = this.clone();
         Ok(Some(match name {
             n if n == self.module_name => PackedFunc::native(move |a| {
                 let dev = devices(a)?;
-                factory(&m)
-                    .create_executor(&m, dev)
-                    .map(Into::into)
-                    .map_err(|e| e.context("GraphExecutorFactory"))
+                factory(&m).create_executor(&m, dev).map(Into::into).map_err(|e| e.context("GraphExecutorFactory"))
             }),
-            "get_graph_json" => {
-                PackedFunc::native(move |_| Ok(RetValue::Str(factory(&m).graph_json.clone())))
-            }
+            "get_graph_json" => PackedFunc::native(move |_| Ok(RetValue::Str(factory(&m).graph_json.clone()))),
             "get_graph_params" => PackedFunc::native(move |_| {
                 let f = factory(&m);
-                let pairs = f
-                    .params
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.clone().into_any()))
-                    .collect();
+                let pairs = f.params.iter().map(|(k, v)| (k.as_str(), v.clone().into_any())).collect();
                 Ok(MapObj::from_str_pairs(pairs).into())
             }),
             "remove_params" => PackedFunc::native(move |_| {
                 let f = factory(&m);
-                let fresh = Module::new(Factory::new(
-                    f.graph_json.clone(),
-                    Vec::new(),
-                    f.module_name.clone(),
-                ));
+                let fresh = Module::new(Factory::new(f.graph_json.clone(), Vec::new(), f.module_name.clone()));
                 for import in m.imports() {
                     Module::import(&fresh, import)?;
                 }

@@ -31,14 +31,11 @@ fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
         return Ok(Key::Name(args.str(i)?));
     }
     let v = args.int(i)?;
-    usize::try_from(v)
-        .map(Key::Index)
-        .map_err(|_| Error::index(format!("negative index {v}")))
+    usize::try_from(v).map(Key::Index).map_err(|_| Error::index(format!("negative index {v}")))
 }
 
 fn exec(m: &ObjRef<Module>) -> &GraphExecutor {
-    m.node::<GraphExecutor>()
-        .expect("functions are only made for executors")
+    m.node::<GraphExecutor>().expect("functions are only made for executors")
 }
 
 /// The executor function `name`, or `None` when there is no such function.
@@ -62,9 +59,11 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             |ex, a| {
                 a.expect_count("set_output_zero_copy", 2, 2)?;
                 let i = match key(a, 0)? {
-                    Key::Name(n) => *ex.plan.output_keys.get(n).ok_or_else(|| {
-                        Error::key(format!("no output named '{n}' (use \"<node>:<index>\")"))
-                    })?,
+                    Key::Name(n) => *ex
+                        .plan
+                        .output_keys
+                        .get(n)
+                        .ok_or_else(|| Error::key(format!("no output named '{n}' (use \"<node>:<index>\")")))?,
                     Key::Index(i) => i,
                 };
                 ex.set_output_zero_copy(i, a.tensor(1)?).map(Into::into)
@@ -97,22 +96,14 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_input",
         ),
-        "get_num_outputs" => f(
-            |ex, _| Ok(RetValue::Int(ex.plan.num_outputs() as i64)),
-            "get_num_outputs",
-        ),
-        "get_num_inputs" => f(
-            |ex, _| Ok(RetValue::Int(ex.plan.num_inputs() as i64)),
-            "get_num_inputs",
-        ),
+        "get_num_outputs" => f(|ex, _| Ok(RetValue::Int(ex.plan.num_outputs() as i64)), "get_num_outputs"),
+        "get_num_inputs" => f(|ex, _| Ok(RetValue::Int(ex.plan.num_inputs() as i64)), "get_num_inputs"),
         "get_input_index" => f(
             |ex, a| {
                 if !a.is_name(0) {
                     return Err(Error::type_err("Input key is not a string"));
                 }
-                Ok(RetValue::Int(
-                    ex.plan.input_index(a.str(0)?).map_or(-1, |i| i as i64),
-                ))
+                Ok(RetValue::Int(ex.plan.input_index(a.str(0)?).map_or(-1, |i| i as i64)))
             },
             "get_input_index",
         ),
@@ -121,9 +112,7 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 if !a.is_name(0) {
                     return Err(Error::type_err("Output key is not a string"));
                 }
-                Ok(RetValue::Int(
-                    ex.plan.output_index(a.str(0)?).map_or(-1, |i| i as i64),
-                ))
+                Ok(RetValue::Int(ex.plan.output_index(a.str(0)?).map_or(-1, |i| i as i64)))
             },
             "get_output_index",
         ),
@@ -131,19 +120,13 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
         "get_output_info" => f(|ex, _| Ok(output_info(ex).into()), "get_output_info"),
         "run" => f(|ex, _| ex.run().map(Into::into), "run"),
         "run_from_inputs" => f(run_from_inputs, "run_from_inputs"),
-        "load_params" => f(
-            |ex, a| ex.load_params(a.bytes(0)?).map(Into::into),
-            "load_params",
-        ),
+        "load_params" => f(|ex, a| ex.load_params(a.bytes(0)?).map(Into::into), "load_params"),
         "share_params" => f(
             |ex, a| {
                 a.expect_count("share_params", 2, 2)?;
                 let other = a.module(0)?;
                 let other_ex = other.node::<GraphExecutor>().ok_or_else(|| {
-                    Error::type_err(format!(
-                        "share_params: the module is a {}, not a GraphExecutor",
-                        other.type_key()
-                    ))
+                    Error::type_err(format!("share_params: the module is a {}, not a GraphExecutor", other.type_key()))
                 })?;
                 ex.share_params(other_ex, a.bytes(1)?).map(Into::into)
             },
@@ -179,10 +162,7 @@ fn run_from_inputs(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
             "run_from_inputs takes (dev_type, dev_id, [name or index, tensor]...): an even count",
         ));
     }
-    let device = DLDevice {
-        device_type: a.int32(0)?,
-        device_id: a.int32(1)?,
-    };
+    let device = DLDevice { device_type: a.int32(0)?, device_id: a.int32(1)? };
     for k in (2..a.len()).step_by(2) {
         let i = ex.input_index(key(a, k)?)?;
         ex.set_input(i, a.tensor(k + 1)?)?;
@@ -199,37 +179,22 @@ fn run_from_inputs(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
     Ok(ArrayObj::new(outputs).into())
 }
 
-fn info(
-    items: impl Iterator<Item = (String, crate::dlpack::DLDataType, Vec<i64>)>,
-) -> ObjRef<MapObj> {
+fn info(items: impl Iterator<Item = (String, crate::dlpack::DLDataType, Vec<i64>)>) -> ObjRef<MapObj> {
     let (mut shapes, mut dtypes) = (Vec::new(), Vec::new());
     for (name, dtype, shape) in items {
-        shapes.push((
-            StringObj::new(&name).into_any(),
-            ShapeTupleObj::new(&shape).into_any(),
-        ));
-        dtypes.push((
-            StringObj::new(&name).into_any(),
-            StringObj::new(&dtype.to_string()).into_any(),
-        ));
+        shapes.push((StringObj::new(&name).into_any(), ShapeTupleObj::new(&shape).into_any()));
+        dtypes.push((StringObj::new(&name).into_any(), StringObj::new(&dtype.to_string()).into_any()));
     }
-    MapObj::from_str_pairs(vec![
-        ("shape", MapObj::new(shapes).into_any()),
-        ("dtype", MapObj::new(dtypes).into_any()),
-    ])
+    MapObj::from_str_pairs(vec![("shape", MapObj::new(shapes).into_any()), ("dtype", MapObj::new(dtypes).into_any())])
 }
 
 fn input_info(ex: &GraphExecutor) -> ObjRef<MapObj> {
     let params = ex.lock().param_names.clone();
     let plan = &ex.plan;
-    info(
-        (0..plan.num_inputs())
-            .filter(|&i| !params.contains(plan.input_name(i)))
-            .map(|i| {
-                let e = &plan.graph.entries[plan.input_entries[i]];
-                (plan.input_name(i).to_string(), e.dtype, e.shape.to_vec())
-            }),
-    )
+    info((0..plan.num_inputs()).filter(|&i| !params.contains(plan.input_name(i))).map(|i| {
+        let e = &plan.graph.entries[plan.input_entries[i]];
+        (plan.input_name(i).to_string(), e.dtype, e.shape.to_vec())
+    }))
 }
 
 fn output_info(ex: &GraphExecutor) -> ObjRef<MapObj> {

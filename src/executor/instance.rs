@@ -66,10 +66,9 @@ impl Instance {
             .slots
             .iter()
             .map(|s| match s.role {
-                SlotRole::Activation => Buffer::zeroed(s.bytes).map(|b| SlotMemory {
-                    buffer: Some(Arc::new(b)),
-                    shared: false,
-                }),
+                SlotRole::Activation => {
+                    Buffer::zeroed(s.bytes).map(|b| SlotMemory { buffer: Some(Arc::new(b)), shared: false })
+                }
                 _ => Ok(SlotMemory::default()),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -118,20 +117,9 @@ impl Instance {
                     OpKind::Kernel { func, raw: None } => Call::Packed(func.clone()),
                 };
                 // The boxed tensor array never moves, so these addresses stay valid.
-                let values = op
-                    .args
-                    .iter()
-                    .map(|&eid| TVMValue {
-                        v_handle: base.wrapping_add(eid).cast(),
-                    })
-                    .collect();
+                let values = op.args.iter().map(|&eid| TVMValue { v_handle: base.wrapping_add(eid).cast() }).collect();
                 let codes = vec![kTVMDLTensorHandle; op.args.len()].into_boxed_slice();
-                OpCall {
-                    node: op.node,
-                    call,
-                    values,
-                    codes,
-                }
+                OpCall { node: op.node, call, values, codes }
             })
             .collect()
     }
@@ -147,22 +135,15 @@ impl Instance {
                 .unwrap_or(std::ptr::null_mut());
             self.tensors[eid].data = data;
         }
-        self.all_bound = self
-            .slots
-            .iter()
-            .zip(&plan.storage.slots)
-            .all(|(m, s)| m.buffer.is_some() || s.role == SlotRole::Unused);
+        self.all_bound =
+            self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.buffer.is_some() || s.role == SlotRole::Unused);
     }
 
     /// Gives slot `sid` memory of its own if it has none, or a private copy if it is shared.
     pub fn make_private(&mut self, sid: usize) -> Result<()> {
         let slot = &mut self.slots[sid];
         match &slot.buffer {
-            None => {
-                slot.buffer = Some(Arc::new(Buffer::zeroed(
-                    self.plan.storage.slots[sid].bytes,
-                )?))
-            }
+            None => slot.buffer = Some(Arc::new(Buffer::zeroed(self.plan.storage.slots[sid].bytes)?)),
             Some(b) if slot.shared => slot.buffer = Some(Arc::new(b.duplicate()?)),
             Some(_) => return Ok(()),
         }
@@ -173,10 +154,7 @@ impl Instance {
 
     /// Binds slot `sid` to a buffer shared with others.
     pub fn bind_shared(&mut self, sid: usize, buffer: Arc<Buffer>) {
-        self.slots[sid] = SlotMemory {
-            buffer: Some(buffer),
-            shared: true,
-        };
+        self.slots[sid] = SlotMemory { buffer: Some(buffer), shared: true };
         self.refresh();
     }
 
@@ -268,9 +246,7 @@ impl Instance {
             )));
         }
         if t.data_ptr() as usize % 64 != 0 {
-            return Err(Error::value(
-                "zero-copy tensor data must be aligned to 64 bytes",
-            ));
+            return Err(Error::value("zero-copy tensor data must be aligned to 64 bytes"));
         }
         if t.shape() != &*e.shape || t.dtype() != e.dtype {
             return Err(Error::value(format!(
@@ -290,12 +266,8 @@ impl Instance {
     /// Binds every slot that still has no memory (inputs never set read as zeros).
     fn bind_all(&mut self) -> Result<()> {
         for sid in 0..self.slots.len() {
-            if self.slots[sid].buffer.is_none()
-                && self.plan.storage.slots[sid].role != SlotRole::Unused
-            {
-                self.slots[sid].buffer = Some(Arc::new(Buffer::zeroed(
-                    self.plan.storage.slots[sid].bytes,
-                )?));
+            if self.slots[sid].buffer.is_none() && self.plan.storage.slots[sid].role != SlotRole::Unused {
+                self.slots[sid].buffer = Some(Arc::new(Buffer::zeroed(self.plan.storage.slots[sid].bytes)?));
             }
         }
         self.refresh();
@@ -318,9 +290,7 @@ impl Instance {
                             RawTensor::from_ptr(call.values[1].v_handle.cast())?,
                         )
                     };
-                    raw::copy_tensor(from, to)
-                        .map(|_| 0)
-                        .map_err(|e| op_error(&self.plan, call.node, e))?
+                    raw::copy_tensor(from, to).map(|_| 0).map_err(|e| op_error(&self.plan, call.node, e))?
                 }
                 Call::Kernel(f) => {
                     let mut ret = TVMValue::NULL;
@@ -340,24 +310,13 @@ impl Instance {
                 }
                 Call::Packed(func) => {
                     // SAFETY: as above; the values match their codes.
-                    let args = unsafe {
-                        Args::from_raw(
-                            call.values.as_ptr(),
-                            call.codes.as_ptr(),
-                            call.values.len() as i32,
-                        )?
-                    };
-                    func.call(&args)
-                        .map(|_| 0)
-                        .map_err(|e| op_error(&self.plan, call.node, e))?
+                    let args =
+                        unsafe { Args::from_raw(call.values.as_ptr(), call.codes.as_ptr(), call.values.len() as i32)? };
+                    func.call(&args).map(|_| 0).map_err(|e| op_error(&self.plan, call.node, e))?
                 }
             };
             if rc != 0 {
-                return Err(op_error(
-                    &self.plan,
-                    call.node,
-                    Error::Foreign(last_error::get()),
-                ));
+                return Err(op_error(&self.plan, call.node, Error::Foreign(last_error::get())));
             }
         }
         Ok(())

@@ -49,11 +49,7 @@ impl GraphExecutor {
     }
 
     /// `tvm.graph_executor.create`: parse, plan, resolve operators in `library`.
-    pub fn create(
-        graph_json: &str,
-        library: ObjRef<Module>,
-        device: DLDevice,
-    ) -> Result<ObjRef<Module>> {
+    pub fn create(graph_json: &str, library: ObjRef<Module>, device: DLDevice) -> Result<ObjRef<Module>> {
         let plan = Plan::new(graph_json, library, device)?;
         Ok(Module::new(GraphExecutor::new(plan)?))
     }
@@ -70,20 +66,14 @@ impl GraphExecutor {
 
     pub fn input_index(&self, key: Key<'_>) -> Result<usize> {
         match key {
-            Key::Name(n) => self
-                .plan
-                .input_index(n)
-                .ok_or_else(|| Error::key(format!("no input named '{n}'"))),
+            Key::Name(n) => self.plan.input_index(n).ok_or_else(|| Error::key(format!("no input named '{n}'"))),
             Key::Index(i) => self.plan.check_input(i).map(|_| i),
         }
     }
 
     pub fn output_index(&self, key: Key<'_>) -> Result<usize> {
         match key {
-            Key::Name(n) => self
-                .plan
-                .output_index(n)
-                .ok_or_else(|| Error::key(format!("Invalid output node:{n}"))),
+            Key::Name(n) => self.plan.output_index(n).ok_or_else(|| Error::key(format!("Invalid output node:{n}"))),
             Key::Index(i) => self.plan.check_output(i).map(|_| i),
         }
     }
@@ -121,9 +111,7 @@ impl GraphExecutor {
 
     pub fn set_output_zero_copy(&self, index: usize, dst: RawTensor<'_>) -> Result<()> {
         let eid = self.plan.check_output(index)?;
-        self.lock()
-            .bind_output_external(eid, dst)
-            .map_err(|e| e.context(format!("output {index}")))
+        self.lock().bind_output_external(eid, dst).map_err(|e| e.context(format!("output {index}")))
     }
 
     /// Input `index` as an array aliasing the executor's memory. Writing through it is how
@@ -174,9 +162,7 @@ impl GraphExecutor {
             };
             let eid = self.plan.input_entries[index];
             let e = &self.plan.graph.entries[eid];
-            if rec.dtype != e.dtype
-                || rec.data.len() != crate::dtype::tensor_bytes(&e.shape, e.dtype)?
-            {
+            if rec.dtype != e.dtype || rec.data.len() != crate::dtype::tensor_bytes(&e.shape, e.dtype)? {
                 return Err(Error::value(format!(
                     "load_params: parameter '{name}' is {} {:?} in the blob but {} {:?} in the graph",
                     rec.dtype, rec.shape, e.dtype, e.shape
@@ -198,9 +184,7 @@ impl GraphExecutor {
         let eid = self.plan.input_entries[index];
         let e = &self.plan.graph.entries[eid];
         let at = || format!("parameter '{name}'");
-        if array.dtype() != e.dtype
-            || array.nbytes() != crate::dtype::tensor_bytes(&e.shape, e.dtype)?
-        {
+        if array.dtype() != e.dtype || array.nbytes() != crate::dtype::tensor_bytes(&e.shape, e.dtype)? {
             return Err(Error::value(format!(
                 "{}: {} {:?} does not fit {} {:?}",
                 at(),
@@ -213,15 +197,10 @@ impl GraphExecutor {
         let sid = e.storage_id;
         let mut st = self.lock();
         match array.buffer() {
-            Some(buf)
-                if self.plan.is_shareable_slot(sid)
-                    && buf.len() >= self.plan.storage.slots[sid].bytes =>
-            {
+            Some(buf) if self.plan.is_shareable_slot(sid) && buf.len() >= self.plan.storage.slots[sid].bytes => {
                 st.bind_shared(sid, buf.clone());
             }
-            _ => st
-                .write_entry(eid, array.raw())
-                .map_err(|err| err.context(at()))?,
+            _ => st.write_entry(eid, array.raw()).map_err(|err| err.context(at()))?,
         }
         st.param_names.insert(name.to_string());
         Ok(())
@@ -248,18 +227,13 @@ impl GraphExecutor {
                 continue;
             };
             let at = || format!("share_params: parameter '{name}'");
-            let other_index = other.plan.input_index(name).ok_or_else(|| {
-                Error::key(format!(
-                    "{}: not an input of the executor shared from",
-                    at()
-                ))
-            })?;
+            let other_index = other
+                .plan
+                .input_index(name)
+                .ok_or_else(|| Error::key(format!("{}: not an input of the executor shared from", at())))?;
             let eid = self.plan.input_entries[index];
             let oeid = other.plan.input_entries[other_index];
-            let (e, oe) = (
-                &self.plan.graph.entries[eid],
-                &other.plan.graph.entries[oeid],
-            );
+            let (e, oe) = (&self.plan.graph.entries[eid], &other.plan.graph.entries[oeid]);
             if e.dtype != oe.dtype || e.shape != oe.shape {
                 return Err(Error::value(format!(
                     "{}: {} {:?} here but {} {:?} in the other executor",
@@ -279,8 +253,7 @@ impl GraphExecutor {
                 mine.bind_shared(sid, buf);
             } else {
                 let src = theirs.entry_tensor(oeid);
-                mine.write_entry(eid, src)
-                    .map_err(|e| e.context(format!("share_params: parameter '{name}'")))?;
+                mine.write_entry(eid, src).map_err(|e| e.context(format!("share_params: parameter '{name}'")))?;
             }
             mine.param_names.insert(name.to_string());
         }
@@ -307,11 +280,7 @@ impl ModuleNode for GraphExecutor {
         "GraphExecutor"
     }
 
-    fn get_function(
-        &self,
-        this: &ObjRef<Module>,
-        name: &str,
-    ) -> Result<Option<ObjRef<PackedFunc>>> {
+    fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
         Ok(functions::get(this, name))
     }
 

@@ -63,16 +63,9 @@ impl Plan {
             };
             let at = || format!("node {nid} ('{}')", node.name);
             if attrs.flatten_data {
-                return Err(Error::value(format!(
-                    "{}: flatten_data=1 is not supported",
-                    at()
-                )));
+                return Err(Error::value(format!("{}: flatten_data=1 is not supported", at())));
             }
-            let mut args: Vec<usize> = node
-                .inputs
-                .iter()
-                .map(|&(src, idx)| graph.entry_id(src, idx))
-                .collect();
+            let mut args: Vec<usize> = node.inputs.iter().map(|&(src, idx)| graph.entry_id(src, idx)).collect();
             args.extend((0..attrs.num_outputs).map(|k| graph.entry_id(nid, k)));
             let kind = match attrs.func_name.as_str() {
                 "__nop" => OpKind::Nop,
@@ -80,44 +73,18 @@ impl Plan {
                 name => {
                     let func = Module::get_function(&library, name, true)
                         .map_err(|e| e.context(at()))?
-                        .ok_or_else(|| {
-                            Error::attribute(format!(
-                                "{}: no such function in module: {name}",
-                                at()
-                            ))
-                        })?;
+                        .ok_or_else(|| Error::attribute(format!("{}: no such function in module: {name}", at())))?;
                     let raw = func.kernel();
                     OpKind::Kernel { func, raw }
                 }
             };
-            ops.push(OpPlan {
-                node: nid,
-                kind,
-                args,
-            });
+            ops.push(OpPlan { node: nid, kind, args });
         }
-        let input_entries: Vec<usize> = graph
-            .arg_nodes
-            .iter()
-            .map(|&n| graph.entry_id(n, 0))
-            .collect();
-        let input_names = graph
-            .arg_nodes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (graph.nodes[n].name.clone(), i))
-            .collect();
-        let output_entries = graph
-            .heads
-            .iter()
-            .map(|&(n, k)| graph.entry_id(n, k))
-            .collect();
-        let output_keys = graph
-            .heads
-            .iter()
-            .enumerate()
-            .map(|(i, &(n, k))| (format!("{}:{k}", graph.nodes[n].name), i))
-            .collect();
+        let input_entries: Vec<usize> = graph.arg_nodes.iter().map(|&n| graph.entry_id(n, 0)).collect();
+        let input_names = graph.arg_nodes.iter().enumerate().map(|(i, &n)| (graph.nodes[n].name.clone(), i)).collect();
+        let output_entries = graph.heads.iter().map(|&(n, k)| graph.entry_id(n, k)).collect();
+        let output_keys =
+            graph.heads.iter().enumerate().map(|(i, &(n, k))| (format!("{}:{k}", graph.nodes[n].name), i)).collect();
         let mut inputs_per_slot = vec![0; storage.slots.len()];
         for &eid in &input_entries {
             inputs_per_slot[graph.entries[eid].storage_id] += 1;
@@ -158,32 +125,25 @@ impl Plan {
 
     /// The output whose node is called `name` (the last one, as upstream).
     pub fn output_index(&self, name: &str) -> Option<usize> {
-        (0..self.num_outputs())
-            .rev()
-            .find(|&i| self.output_name(i) == name)
+        (0..self.num_outputs()).rev().find(|&i| self.output_name(i) == name)
     }
 
     pub fn check_input(&self, index: usize) -> Result<usize> {
-        self.input_entries.get(index).copied().ok_or_else(|| {
-            Error::index(format!(
-                "input index {index} out of range ({} inputs)",
-                self.num_inputs()
-            ))
-        })
+        self.input_entries
+            .get(index)
+            .copied()
+            .ok_or_else(|| Error::index(format!("input index {index} out of range ({} inputs)", self.num_inputs())))
     }
 
     pub fn check_output(&self, index: usize) -> Result<usize> {
-        self.output_entries.get(index).copied().ok_or_else(|| {
-            Error::index(format!(
-                "output index {index} out of range ({} outputs)",
-                self.num_outputs()
-            ))
-        })
+        self.output_entries
+            .get(index)
+            .copied()
+            .ok_or_else(|| Error::index(format!("output index {index} out of range ({} outputs)", self.num_outputs())))
     }
 
     /// A slot that only this one graph input (and its aliases) uses: safe to bind to shared memory.
     pub fn is_shareable_slot(&self, sid: usize) -> bool {
-        self.storage.slots[sid].role == crate::memory_plan::SlotRole::Input
-            && self.inputs_per_slot[sid] == 1
+        self.storage.slots[sid].role == crate::memory_plan::SlotRole::Input && self.inputs_per_slot[sid] == 1
     }
 }

@@ -11,13 +11,8 @@ use crate::stream::Reader;
 use std::any::Any;
 
 /// Module type keys this runtime can deserialise.
-pub const LOADERS: &[&str] = &[
-    "GraphExecutorFactory",
-    "GraphRuntimeFactory",
-    "const_loader",
-    "metadata",
-    "metadata_module",
-];
+pub const LOADERS: &[&str] =
+    &["GraphExecutorFactory", "GraphRuntimeFactory", "const_loader", "metadata", "metadata_module"];
 
 /// Deserialises one module of type `key` from the stream.
 pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
@@ -51,9 +46,7 @@ pub fn load_tree(blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
                 modules.push(lib.clone());
             }
             "_import_tree" => tree = Some((r.u64s()?, r.u64s()?)),
-            other => modules.push(
-                load_binary(other, &mut r).map_err(|e| e.context(format!("module '{other}'")))?,
-            ),
+            other => modules.push(load_binary(other, &mut r).map_err(|e| e.context(format!("module '{other}'")))?),
         }
     }
     let Some((row_ptr, children)) = tree else {
@@ -75,14 +68,12 @@ pub fn load_tree(blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
     for (i, m) in modules.iter().enumerate() {
         let (lo, hi) = (row_ptr[i] as usize, row_ptr[i + 1] as usize);
         if lo > hi || hi > children.len() {
-            return Err(Error::value(format!(
-                "module blob: import tree row {i} ({lo}..{hi}) out of range"
-            )));
+            return Err(Error::value(format!("module blob: import tree row {i} ({lo}..{hi}) out of range")));
         }
         for &c in &children[lo..hi] {
-            let child = modules.get(c as usize).ok_or_else(|| {
-                Error::value(format!("module blob: import of missing module {c}"))
-            })?;
+            let child = modules
+                .get(c as usize)
+                .ok_or_else(|| Error::value(format!("module blob: import of missing module {c}")))?;
             Module::import(m, child.clone()).map_err(|e| e.context("module blob"))?;
         }
     }
@@ -102,10 +93,7 @@ impl ConstLoader {
         let names = r.strings()?;
         let n = r.u64()?;
         if n != names.len() as u64 {
-            return Err(r.error(format!(
-                "const_loader: {} names but {n} arrays",
-                names.len()
-            )));
+            return Err(r.error(format!("const_loader: {} names but {n} arrays", names.len())));
         }
         let mut constants = Vec::new();
         for name in names {
@@ -114,23 +102,13 @@ impl ConstLoader {
         let syms = r.strings()?;
         let n = r.u64()?;
         if n != syms.len() as u64 {
-            return Err(r.error(format!(
-                "const_loader: {} symbols but {n} lists",
-                syms.len()
-            )));
+            return Err(r.error(format!("const_loader: {} symbols but {n} lists", syms.len())));
         }
         let mut symbols = Vec::new();
         for s in syms {
-            symbols.push((
-                s.to_string(),
-                r.strings()?.into_iter().map(str::to_string).collect(),
-            ));
+            symbols.push((s.to_string(), r.strings()?.into_iter().map(str::to_string).collect()));
         }
-        Ok(ConstLoader {
-            constants,
-            symbols,
-            initialised: Default::default(),
-        })
+        Ok(ConstLoader { constants, symbols, initialised: Default::default() })
     }
 }
 
@@ -139,17 +117,9 @@ impl ModuleNode for ConstLoader {
         "const_loader"
     }
 
-    fn get_function(
-        &self,
-        this: &ObjRef<Module>,
-        name: &str,
-    ) -> Result<Option<ObjRef<PackedFunc>>> {
+    fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
         if name == "get_const_var_ndarray" {
-            let pairs: Vec<_> = self
-                .constants
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.clone().into_any()))
-                .collect();
+            let pairs: Vec<_> = self.constants.iter().map(|(k, v)| (k.as_str(), v.clone().into_any())).collect();
             let map = crate::packed::MapObj::from_str_pairs(pairs);
             return Ok(Some(PackedFunc::native(move |_| Ok(map.clone().into()))));
         }

@@ -34,16 +34,10 @@ impl ModuleNode for LibraryModule {
         "library"
     }
 
-    fn get_function(
-        &self,
-        this: &ObjRef<Module>,
-        name: &str,
-    ) -> Result<Option<ObjRef<PackedFunc>>> {
+    fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
         let symbol = if name == "__tvm_main__" {
-            let addr = self
-                .source
-                .lookup("__tvm_main__")
-                .ok_or_else(|| Error::attribute("library has no __tvm_main__"))?;
+            let addr =
+                self.source.lookup("__tvm_main__").ok_or_else(|| Error::attribute("library has no __tvm_main__"))?;
             // SAFETY: `__tvm_main__` is the string symbol naming the entry function.
             unsafe { symbols::read_c_str(addr) }
         } else {
@@ -51,8 +45,7 @@ impl ModuleNode for LibraryModule {
         };
         Ok(self.source.lookup(&symbol).map(|addr| {
             // SAFETY: exported function symbols of a TVM library are TVMBackendPackedCFuncs.
-            let f: TVMBackendPackedCFunc =
-                unsafe { std::mem::transmute::<*mut c_void, TVMBackendPackedCFunc>(addr) };
+            let f: TVMBackendPackedCFunc = unsafe { std::mem::transmute::<*mut c_void, TVMBackendPackedCFunc>(addr) };
             PackedFunc::from_kernel(f, this.clone().into_any())
         }))
     }
@@ -90,9 +83,7 @@ pub fn get_func_from_env(ctx: *mut c_void, name: &str) -> Result<*mut ObjectHead
         }
     }
     let f = found.or_else(|| registry::get(name)).ok_or_else(|| {
-        Error::attribute(format!(
-            "Cannot find function {name} in the imported modules or global registry"
-        ))
+        Error::attribute(format!("Cannot find function {name} in the imported modules or global registry"))
     })?;
     let ptr = f.as_ptr();
     cache.insert(name.to_string(), f);
@@ -110,10 +101,7 @@ fn fill_context(source: &dyn SymbolSource) {
 
 fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
     fill_context(&*source);
-    let lib = Module::new(LibraryModule {
-        source: source.clone(),
-        env_funcs: Mutex::new(HashMap::new()),
-    });
+    let lib = Module::new(LibraryModule { source: source.clone(), env_funcs: Mutex::new(HashMap::new()) });
     if let Some(ctx) = source.lookup("__tvm_module_ctx") {
         // SAFETY: `__tvm_module_ctx` is a writable `void*` global of the library.
         unsafe { symbols::write_slot(ctx, lib.as_ptr().cast()) };
@@ -132,9 +120,7 @@ pub fn load_shared_library(path: &str) -> Result<ObjRef<Module>> {
 
 /// `runtime.SystemLib(prefix)`: the operators linked into the host.
 pub fn system_lib(prefix: &str) -> Result<ObjRef<Module>> {
-    finish(Arc::new(SystemLib {
-        prefix: prefix.to_string(),
-    }))
+    finish(Arc::new(SystemLib { prefix: prefix.to_string() }))
 }
 
 /// `runtime.ModuleLoadFromFile` / `TVMModLoadFromFile`.
@@ -143,11 +129,7 @@ pub fn load_file(path: &str, format: &str) -> Result<ObjRef<Module>> {
         std::path::Path::new(path)
             .extension()
             .and_then(|e| e.to_str())
-            .ok_or_else(|| {
-                Error::value(format!(
-                    "cannot deduce the format of '{path}' (no file extension)"
-                ))
-            })?
+            .ok_or_else(|| Error::value(format!("cannot deduce the format of '{path}' (no file extension)")))?
     } else {
         format
     };

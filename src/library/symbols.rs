@@ -23,14 +23,9 @@ impl Dso {
         // RTLD_LOCAL keeps two models' same-named kernels apart; RTLD_LAZY as upstream.
         // SAFETY: loading runs the library's constructors; loading a model library is exactly
         // what the caller asked for.
-        let lib = unsafe {
-            libloading::os::unix::Library::open(Some(path), libc::RTLD_LAZY | libc::RTLD_LOCAL)
-        }
-        .map_err(|e| Error::value(format!("cannot load library '{path}': {e}")))?;
-        Ok(Dso {
-            lib,
-            path: path.to_string(),
-        })
+        let lib = unsafe { libloading::os::unix::Library::open(Some(path), libc::RTLD_LAZY | libc::RTLD_LOCAL) }
+            .map_err(|e| Error::value(format!("cannot load library '{path}': {e}")))?;
+        Ok(Dso { lib, path: path.to_string() })
     }
 }
 
@@ -39,10 +34,7 @@ impl SymbolSource for Dso {
         let mut cname = name.as_bytes().to_vec();
         cname.push(0);
         // SAFETY: we only take the address; its use is decided by the caller.
-        unsafe { self.lib.get::<*mut c_void>(&cname) }
-            .ok()
-            .map(|s| *s)
-            .filter(|p| !p.is_null())
+        unsafe { self.lib.get::<*mut c_void>(&cname) }.ok().map(|s| *s).filter(|p| !p.is_null())
     }
 
     fn describe(&self) -> String {
@@ -54,10 +46,7 @@ static SYSTEM_LIB: Lazy<Mutex<HashMap<String, usize>>> = Lazy::new(|| Mutex::new
 
 /// `TVMBackendRegisterSystemLibSymbol`.
 pub fn register_system_symbol(name: &str, ptr: *mut c_void) {
-    SYSTEM_LIB
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(name.to_string(), ptr as usize);
+    SYSTEM_LIB.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), ptr as usize);
 }
 
 pub struct SystemLib {
@@ -67,10 +56,7 @@ pub struct SystemLib {
 impl SymbolSource for SystemLib {
     fn lookup(&self, name: &str) -> Option<*mut c_void> {
         let table = SYSTEM_LIB.lock().unwrap_or_else(|e| e.into_inner());
-        table
-            .get(&format!("{}{name}", self.prefix))
-            .or_else(|| table.get(name))
-            .map(|&p| p as *mut c_void)
+        table.get(&format!("{}{name}", self.prefix)).or_else(|| table.get(name)).map(|&p| p as *mut c_void)
     }
 
     fn describe(&self) -> String {
@@ -105,7 +91,5 @@ pub unsafe fn read_blob<'a>(addr: *const u8) -> &'a [u8] {
 /// `addr` must be the address of a NUL-terminated string in a loaded library.
 pub unsafe fn read_c_str(addr: *const c_void) -> String {
     // SAFETY: per the contract.
-    unsafe { std::ffi::CStr::from_ptr(addr.cast()) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { std::ffi::CStr::from_ptr(addr.cast()) }.to_string_lossy().into_owned()
 }

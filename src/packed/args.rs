@@ -41,10 +41,7 @@ pub struct Args<'a> {
 }
 
 impl<'a> Args<'a> {
-    pub const EMPTY: Args<'static> = Args {
-        values: &[],
-        codes: &[],
-    };
+    pub const EMPTY: Args<'static> = Args { values: &[], codes: &[] };
 
     /// # Safety
     /// `values` and `codes` must hold `n` elements, and each value must be what its code says
@@ -54,15 +51,10 @@ impl<'a> Args<'a> {
             return Err(Error::value(format!("negative argument count {n}")));
         }
         if n == 0 {
-            return Ok(Args {
-                values: &[],
-                codes: &[],
-            });
+            return Ok(Args { values: &[], codes: &[] });
         }
         if values.is_null() || codes.is_null() {
-            return Err(Error::value(format!(
-                "{n} arguments announced but the value or code array is null"
-            )));
+            return Err(Error::value(format!("{n} arguments announced but the value or code array is null")));
         }
         // SAFETY: per the contract.
         unsafe {
@@ -97,14 +89,8 @@ impl<'a> Args<'a> {
     pub fn expect_count(&self, func: &str, lo: usize, hi: usize) -> Result<()> {
         let n = self.len();
         if n < lo || n > hi {
-            let want = if lo == hi {
-                lo.to_string()
-            } else {
-                format!("{lo} to {hi}")
-            };
-            return Err(Error::type_err(format!(
-                "{func} takes {want} arguments, {n} given"
-            )));
+            let want = if lo == hi { lo.to_string() } else { format!("{lo} to {hi}") };
+            return Err(Error::type_err(format!("{func} takes {want} arguments, {n} given")));
         }
         Ok(())
     }
@@ -112,19 +98,13 @@ impl<'a> Args<'a> {
     fn get(&self, i: usize) -> Result<(TVMValue, i32)> {
         match (self.values.get(i), self.codes.get(i)) {
             (Some(v), Some(c)) => Ok((*v, *c)),
-            _ => Err(Error::index(format!(
-                "argument {i} missing: only {} given",
-                self.len()
-            ))),
+            _ => Err(Error::index(format!("argument {i} missing: only {} given", self.len()))),
         }
     }
 
     fn mismatch(&self, i: usize, want: &str) -> Error {
         let code = self.code(i);
-        Error::type_err(format!(
-            "argument {i}: expected {want}, got {} (type code {code})",
-            type_code_name(code)
-        ))
+        Error::type_err(format!("argument {i}: expected {want}, got {} (type code {code})", type_code_name(code)))
     }
 
     pub fn int(&self, i: usize) -> Result<i64> {
@@ -139,8 +119,7 @@ impl<'a> Args<'a> {
     /// An int that must fit `i32` (indices, device ids).
     pub fn int32(&self, i: usize) -> Result<i32> {
         let v = self.int(i)?;
-        i32::try_from(v)
-            .map_err(|_| Error::value(format!("argument {i}: {v} does not fit a 32-bit int")))
+        i32::try_from(v).map_err(|_| Error::value(format!("argument {i}: {v} does not fit a 32-bit int")))
     }
 
     pub fn float(&self, i: usize) -> Result<f64> {
@@ -190,12 +169,8 @@ impl<'a> Args<'a> {
             kTVMBytes => std::str::from_utf8(self.bytes(i)?)
                 .map_err(|_| Error::value(format!("argument {i}: bytes are not UTF-8"))),
             kTVMObjectHandle => {
-                let obj = self
-                    .borrowed_object(i)?
-                    .ok_or_else(|| self.mismatch(i, "str"))?;
-                let s = obj
-                    .downcast_ref::<StringObj>()
-                    .ok_or_else(|| self.mismatch(i, "str"))?;
+                let obj = self.borrowed_object(i)?.ok_or_else(|| self.mismatch(i, "str"))?;
+                let s = obj.downcast_ref::<StringObj>().ok_or_else(|| self.mismatch(i, "str"))?;
                 // SAFETY: the caller's handle keeps the String alive for the call, beyond our
                 // temporary count.
                 Ok(unsafe { &*(s.as_str() as *const str) })
@@ -208,11 +183,9 @@ impl<'a> Args<'a> {
     pub fn is_name(&self, i: usize) -> bool {
         match self.code(i) {
             kTVMStr => true,
-            kTVMObjectHandle => self
-                .borrowed_object(i)
-                .ok()
-                .flatten()
-                .is_some_and(|o| o.type_index() == StringObj::TYPE_INDEX),
+            kTVMObjectHandle => {
+                self.borrowed_object(i).ok().flatten().is_some_and(|o| o.type_index() == StringObj::TYPE_INDEX)
+            }
             _ => false,
         }
     }
@@ -228,10 +201,7 @@ impl<'a> Args<'a> {
                     return Ok(&[]);
                 }
                 if arr.data.is_null() {
-                    return Err(Error::value(format!(
-                        "argument {i}: byte array of {} bytes at null",
-                        arr.size
-                    )));
+                    return Err(Error::value(format!("argument {i}: byte array of {} bytes at null", arr.size)));
                 }
                 // SAFETY: the byte array describes `size` readable bytes.
                 Ok(unsafe { std::slice::from_raw_parts(arr.data.cast::<u8>(), arr.size) })
@@ -247,8 +217,7 @@ impl<'a> Args<'a> {
         match c {
             kTVMDLTensorHandle | kTVMNDArrayHandle => {
                 // SAFETY: codes 7 and 13 carry a `DLTensor*` valid for the call.
-                unsafe { RawTensor::from_ptr(v.v_handle.cast()) }
-                    .map_err(|e| e.context(format!("argument {i}")))
+                unsafe { RawTensor::from_ptr(v.v_handle.cast()) }.map_err(|e| e.context(format!("argument {i}")))
             }
             _ => Err(self.mismatch(i, "tensor")),
         }
@@ -296,10 +265,7 @@ impl<'a> Args<'a> {
     }
 
     fn typed<T: ObjectType>(&self, i: usize, want: &str) -> Result<ObjRef<T>> {
-        let obj = self
-            .object(i)
-            .map_err(|_| self.mismatch(i, want))?
-            .ok_or_else(|| self.mismatch(i, want))?;
+        let obj = self.object(i).map_err(|_| self.mismatch(i, want))?.ok_or_else(|| self.mismatch(i, want))?;
         obj.downcast::<T>().map_err(|_| self.mismatch(i, want))
     }
 
@@ -371,10 +337,7 @@ impl ArgsBuilder {
     }
 
     pub fn args(&self) -> Args<'_> {
-        Args {
-            values: &self.values,
-            codes: &self.codes,
-        }
+        Args { values: &self.values, codes: &self.codes }
     }
 }
 
@@ -383,12 +346,9 @@ pub fn object_to_value(obj: &AnyObject) -> (TVMValue, i32) {
     use crate::object::type_index as ti;
     let p = obj.as_c_handle();
     match obj.type_index() {
-        ti::NDARRAY => (
-            TVMValue {
-                v_handle: p.cast::<u8>().wrapping_add(NDARRAY_TENSOR_OFFSET).cast(),
-            },
-            kTVMNDArrayHandle,
-        ),
+        ti::NDARRAY => {
+            (TVMValue { v_handle: p.cast::<u8>().wrapping_add(NDARRAY_TENSOR_OFFSET).cast() }, kTVMNDArrayHandle)
+        }
         ti::MODULE => (TVMValue { v_handle: p }, kTVMModuleHandle),
         ti::PACKED_FUNC => (TVMValue { v_handle: p }, kTVMPackedFuncHandle),
         _ => (TVMValue { v_handle: p }, kTVMObjectHandle),

@@ -23,11 +23,7 @@ impl ObjectType for StringObj {
 impl StringObj {
     pub fn new(s: &str) -> ObjRef<StringObj> {
         let value: Box<str> = s.into();
-        ObjRef::new(StringObj {
-            data: value.as_ptr().cast(),
-            size: value.len() as u64,
-            value,
-        })
+        ObjRef::new(StringObj { data: value.as_ptr().cast(), size: value.len() as u64, value })
     }
 
     pub fn as_str(&self) -> &str {
@@ -54,11 +50,7 @@ impl ObjectType for ShapeTupleObj {
 impl ShapeTupleObj {
     pub fn new(dims: &[i64]) -> ObjRef<ShapeTupleObj> {
         let dims: Box<[i64]> = dims.into();
-        ObjRef::new(ShapeTupleObj {
-            data: dims.as_ptr(),
-            size: dims.len() as u64,
-            dims,
-        })
+        ObjRef::new(ShapeTupleObj { data: dims.as_ptr(), size: dims.len() as u64, dims })
     }
 
     pub fn dims(&self) -> &[i64] {
@@ -119,12 +111,7 @@ impl MapObj {
     }
 
     pub fn from_str_pairs(pairs: Vec<(&str, AnyObject)>) -> ObjRef<MapObj> {
-        MapObj::new(
-            pairs
-                .into_iter()
-                .map(|(k, v)| (StringObj::new(k).into_any(), v))
-                .collect(),
-        )
+        MapObj::new(pairs.into_iter().map(|(k, v)| (StringObj::new(k).into_any(), v)).collect())
     }
 
     pub fn entries(&self) -> &[(AnyObject, AnyObject)] {
@@ -132,16 +119,10 @@ impl MapObj {
     }
 
     pub fn get(&self, key: &AnyObject) -> Option<&AnyObject> {
-        self.entries
-            .iter()
-            .find(|(k, _)| same_key(k, key))
-            .map(|(_, v)| v)
+        self.entries.iter().find(|(k, _)| same_key(k, key)).map(|(_, v)| v)
     }
 
     pub fn get_str(&self, key: &str) -> Option<&AnyObject> {
-        self.entries
-            .iter()
-            .find(|(k, _)| key_str(k).is_some_and(|s| s.as_str() == key))
-            .map(|(_, v)| v)
+        self.entries.iter().find(|(k, _)| key_str(k).is_some_and(|s| s.as_str() == key)).map(|(_, v)| v)
     }
 }

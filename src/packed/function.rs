@@ -3,9 +3,7 @@
 
 use super::args::Args;
 use super::value::RetValue;
-use crate::dlpack::{
-    kTVMNullptr, TVMBackendPackedCFunc, TVMPackedCFunc, TVMPackedCFuncFinalizer, TVMValue,
-};
+use crate::dlpack::{kTVMNullptr, PackedCFn, TVMBackendPackedCFunc, TVMPackedCFuncFinalizer, TVMValue};
 use crate::error::{Error, Result};
 use crate::last_error;
 use crate::object::{type_index, AnyObject, ObjRef, ObjectType};
@@ -17,9 +15,9 @@ pub enum FuncImpl {
     Native(Box<NativeFn>),
     /// A host callback from `TVMFuncCreateFromCFunc`.
     Callback {
-        func: TVMPackedCFunc,
+        func: PackedCFn,
         resource: *mut c_void,
-        finalizer: Option<TVMPackedCFuncFinalizer>,
+        finalizer: TVMPackedCFuncFinalizer,
     },
     /// An operator of a loaded library; `owner` keeps the library loaded.
     Kernel {
@@ -44,12 +42,7 @@ impl ObjectType for PackedFunc {
 
 impl Drop for PackedFunc {
     fn drop(&mut self) {
-        if let FuncImpl::Callback {
-            resource,
-            finalizer: Some(fin),
-            ..
-        } = self.imp
-        {
+        if let FuncImpl::Callback { resource, finalizer: Some(fin), .. } = self.imp {
             // SAFETY: the host asked for this call, once, when the function is destroyed.
             unsafe { fin(resource) }
         }
@@ -61,29 +54,19 @@ impl PackedFunc {
     where
         F: Fn(&Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
     {
-        ObjRef::new(PackedFunc {
-            imp: FuncImpl::Native(Box::new(f)),
-        })
+        ObjRef::new(PackedFunc { imp: FuncImpl::Native(Box::new(f)) })
     }
 
     pub fn from_callback(
-        func: TVMPackedCFunc,
+        func: PackedCFn,
         resource: *mut c_void,
-        finalizer: Option<TVMPackedCFuncFinalizer>,
+        finalizer: TVMPackedCFuncFinalizer,
     ) -> ObjRef<PackedFunc> {
-        ObjRef::new(PackedFunc {
-            imp: FuncImpl::Callback {
-                func,
-                resource,
-                finalizer,
-            },
-        })
+        ObjRef::new(PackedFunc { imp: FuncImpl::Callback { func, resource, finalizer } })
     }
 
     pub fn from_kernel(func: TVMBackendPackedCFunc, owner: AnyObject) -> ObjRef<PackedFunc> {
-        ObjRef::new(PackedFunc {
-            imp: FuncImpl::Kernel { func, owner },
-        })
+        ObjRef::new(PackedFunc { imp: FuncImpl::Kernel { func, owner } })
     }
 
     /// The raw operator, for callers that prepare argument arrays once and call it directly.

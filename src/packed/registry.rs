@@ -32,9 +32,7 @@ pub fn get(name: &str) -> Option<ObjRef<PackedFunc>> {
 pub fn register(name: &str, f: ObjRef<PackedFunc>, override_existing: bool) -> Result<()> {
     let mut table = write();
     if !override_existing && table.contains_key(name) {
-        return Err(Error::value(format!(
-            "Global PackedFunc {name} is already registered"
-        )));
+        return Err(Error::value(format!("Global PackedFunc {name} is already registered")));
     }
     table.insert(name.to_string(), f);
     Ok(())

@@ -24,20 +24,14 @@ impl RetValue {
     pub fn as_int(&self) -> Result<i64> {
         match self {
             RetValue::Int(v) => Ok(*v),
-            other => Err(Error::type_err(format!(
-                "expected an int result, got {other:?}"
-            ))),
+            other => Err(Error::type_err(format!("expected an int result, got {other:?}"))),
         }
     }
 
     pub fn into_object<T: ObjectType>(self) -> Result<ObjRef<T>> {
         match self {
-            RetValue::Object(o) => o
-                .downcast::<T>()
-                .map_err(|o| Error::type_err(format!("unexpected result {o:?}"))),
-            other => Err(Error::type_err(format!(
-                "expected an object result, got {other:?}"
-            ))),
+            RetValue::Object(o) => o.downcast::<T>().map_err(|o| Error::type_err(format!("unexpected result {o:?}"))),
+            other => Err(Error::type_err(format!("expected an object result, got {other:?}"))),
         }
     }
 
@@ -84,11 +78,7 @@ impl RetValue {
                     RetValue::Str(CStr::from_ptr(v.v_str).to_string_lossy().into_owned())
                 }
                 kTVMBytes => {
-                    let arr = v
-                        .v_handle
-                        .cast::<TVMByteArray>()
-                        .as_ref()
-                        .ok_or_else(|| Error::value("null bytes"))?;
+                    let arr = v.v_handle.cast::<TVMByteArray>().as_ref().ok_or_else(|| Error::value("null bytes"))?;
                     let data = if arr.size == 0 {
                         Vec::new()
                     } else {
@@ -108,9 +98,7 @@ impl RetValue {
                     }
                 }
                 kTVMDLTensorHandle => {
-                    return Err(Error::type_err(
-                        "a borrowed DLTensor cannot be returned; return an NDArray",
-                    ))
+                    return Err(Error::type_err("a borrowed DLTensor cannot be returned; return an NDArray"))
                 }
                 kTVMObjectRValueRefArg => {
                     let slot = v.v_handle.cast::<*mut ObjectHeader>();
@@ -121,11 +109,7 @@ impl RetValue {
                         AnyObject::from_raw(p).map_or(RetValue::None, RetValue::Object)
                     }
                 }
-                other => {
-                    return Err(Error::type_err(format!(
-                        "unsupported value type code {other}"
-                    )))
-                }
+                other => return Err(Error::type_err(format!("unsupported value type code {other}"))),
             })
         }
     }
@@ -144,9 +128,7 @@ impl RetValue {
                 std::mem::forget(o);
                 (v, code)
             }
-            other @ (RetValue::Str(_) | RetValue::Bytes(_) | RetValue::DataType(_)) => {
-                return Err(other)
-            }
+            other @ (RetValue::Str(_) | RetValue::Bytes(_) | RetValue::DataType(_)) => return Err(other),
         })
     }
 }

@@ -47,11 +47,7 @@ impl Buffer {
             return Err(Error::value(format!("refusing to allocate {len} bytes")));
         }
         if len == 0 {
-            return Ok(Buffer {
-                ptr: NonNull::<[u8; ALIGNMENT]>::dangling().cast(),
-                len,
-                backing: Backing::Empty,
-            });
+            return Ok(Buffer { ptr: NonNull::<[u8; ALIGNMENT]>::dangling().cast(), len, backing: Backing::Empty });
         }
         let buf = if len >= MMAP_THRESHOLD {
             // SAFETY: an anonymous private mapping; the result is checked before use.
@@ -66,27 +62,15 @@ impl Buffer {
                 )
             };
             if p == libc::MAP_FAILED {
-                return Err(Error::tvm(format!(
-                    "out of memory: mmap of {len} bytes failed"
-                )));
+                return Err(Error::tvm(format!("out of memory: mmap of {len} bytes failed")));
             }
-            Buffer {
-                ptr: NonNull::new(p.cast()).expect("mmap never returns null"),
-                len,
-                backing: Backing::Mapped(len),
-            }
+            Buffer { ptr: NonNull::new(p.cast()).expect("mmap never returns null"), len, backing: Backing::Mapped(len) }
         } else {
-            let layout =
-                Layout::from_size_align(len, ALIGNMENT).map_err(|e| Error::value(e.to_string()))?;
+            let layout = Layout::from_size_align(len, ALIGNMENT).map_err(|e| Error::value(e.to_string()))?;
             // SAFETY: the layout has a non-zero size.
             let p = unsafe { std::alloc::alloc_zeroed(layout) };
-            let ptr = NonNull::new(p)
-                .ok_or_else(|| Error::tvm(format!("out of memory allocating {len} bytes")))?;
-            Buffer {
-                ptr,
-                len,
-                backing: Backing::Heap(layout),
-            }
+            let ptr = NonNull::new(p).ok_or_else(|| Error::tvm(format!("out of memory allocating {len} bytes")))?;
+            Buffer { ptr, len, backing: Backing::Heap(layout) }
         };
         LIVE_BYTES.fetch_add(len, Ordering::Relaxed);
         Ok(buf)
@@ -115,13 +99,7 @@ impl Buffer {
     pub fn write(&self, offset: usize, bytes: &[u8]) -> Result<()> {
         self.check(offset, bytes.len())?;
         // SAFETY: bounds checked above; `bytes` cannot overlap a block we own exclusively.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.ptr.as_ptr().add(offset),
-                bytes.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), bytes.len()) };
         Ok(())
     }
 
@@ -129,13 +107,7 @@ impl Buffer {
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
         // SAFETY: bounds checked above.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 
@@ -150,10 +122,7 @@ impl Buffer {
     fn check(&self, offset: usize, n: usize) -> Result<()> {
         match offset.checked_add(n) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::index(format!(
-                "{n} bytes at offset {offset} exceed a buffer of {} bytes",
-                self.len
-            ))),
+            _ => Err(Error::index(format!("{n} bytes at offset {offset} exceed a buffer of {} bytes", self.len))),
         }
     }
 }

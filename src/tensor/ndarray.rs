@@ -65,13 +65,7 @@ fn check_cpu(device: DLDevice) -> Result<()> {
 }
 
 impl NDArray {
-    fn build(
-        data: *mut c_void,
-        shape: &[i64],
-        dtype: DLDataType,
-        device: DLDevice,
-        owner: Owner,
-    ) -> ObjRef<NDArray> {
+    fn build(data: *mut c_void, shape: &[i64], dtype: DLDataType, device: DLDevice, owner: Owner) -> ObjRef<NDArray> {
         let mut shape: Box<[i64]> = shape.into();
         let tensor = DLTensor {
             data,
@@ -96,13 +90,7 @@ impl NDArray {
         check_cpu(device)?;
         dtype.validate_for_alloc()?;
         let buf = Arc::new(Buffer::zeroed(tensor_bytes(shape, dtype)?)?);
-        Ok(Self::build(
-            buf.as_ptr().cast(),
-            shape,
-            dtype,
-            device,
-            Owner::Buffer(buf),
-        ))
+        Ok(Self::build(buf.as_ptr().cast(), shape, dtype, device, Owner::Buffer(buf)))
     }
 
     /// A view of `buf` (from its start) with another shape and dtype; it keeps `buf` alive.
@@ -114,13 +102,7 @@ impl NDArray {
                 buf.len()
             )));
         }
-        Ok(Self::build(
-            buf.as_ptr().cast(),
-            shape,
-            dtype,
-            DLDevice::CPU,
-            Owner::Buffer(buf.clone()),
-        ))
+        Ok(Self::build(buf.as_ptr().cast(), shape, dtype, DLDevice::CPU, Owner::Buffer(buf.clone())))
     }
 
     /// An array over memory someone else keeps alive for longer (a caller's zero-copy tensor, a
@@ -133,19 +115,10 @@ impl NDArray {
     pub fn from_bytes(shape: &[i64], dtype: DLDataType, bytes: &[u8]) -> Result<ObjRef<NDArray>> {
         let need = tensor_bytes(shape, dtype)?;
         if need != bytes.len() {
-            return Err(Error::value(format!(
-                "{dtype} {shape:?} needs {need} bytes, {} given",
-                bytes.len()
-            )));
+            return Err(Error::value(format!("{dtype} {shape:?} needs {need} bytes, {} given", bytes.len())));
         }
         let buf = Arc::new(Buffer::from_bytes(bytes)?);
-        Ok(Self::build(
-            buf.as_ptr().cast(),
-            shape,
-            dtype,
-            DLDevice::CPU,
-            Owner::Buffer(buf),
-        ))
+        Ok(Self::build(buf.as_ptr().cast(), shape, dtype, DLDevice::CPU, Owner::Buffer(buf)))
     }
 
     /// Takes over a DLPack tensor without copying.
@@ -157,17 +130,9 @@ impl NDArray {
         let t = unsafe { RawTensor::from_ptr(&(*managed).dl_tensor) }?;
         check_cpu(t.device())?;
         if !t.is_compact() || t.data_ptr() as usize % 64 != 0 {
-            return Err(Error::value(
-                "DLPack import needs a compact tensor aligned to 64 bytes",
-            ));
+            return Err(Error::value("DLPack import needs a compact tensor aligned to 64 bytes"));
         }
-        Ok(Self::build(
-            t.data_ptr().cast(),
-            t.shape(),
-            t.dtype(),
-            t.device(),
-            Owner::DLPack(managed),
-        ))
+        Ok(Self::build(t.data_ptr().cast(), t.shape(), t.dtype(), t.device(), Owner::DLPack(managed)))
     }
 
     pub fn dl_tensor(&self) -> &DLTensor {
@@ -232,11 +197,7 @@ impl NDArray {
     }
 
     /// A view with another shape (no larger than this array), keeping this one alive.
-    pub fn create_view(
-        this: &ObjRef<NDArray>,
-        shape: &[i64],
-        dtype: DLDataType,
-    ) -> Result<ObjRef<NDArray>> {
+    pub fn create_view(this: &ObjRef<NDArray>, shape: &[i64], dtype: DLDataType) -> Result<ObjRef<NDArray>> {
         let need = tensor_bytes(shape, dtype)?;
         if need > this.nbytes() {
             return Err(Error::value(format!(
@@ -245,24 +206,15 @@ impl NDArray {
             )));
         }
         match &this.owner {
-            Owner::Buffer(b) => Ok(Self::build(
-                this.data_ptr().cast(),
-                shape,
-                dtype,
-                this.device(),
-                Owner::Buffer(b.clone()),
-            )),
-            _ => Err(Error::value(
-                "views are only supported on arrays allocated by this runtime",
-            )),
+            Owner::Buffer(b) => {
+                Ok(Self::build(this.data_ptr().cast(), shape, dtype, this.device(), Owner::Buffer(b.clone())))
+            }
+            _ => Err(Error::value("views are only supported on arrays allocated by this runtime")),
         }
     }
 }
 
 /// The element view used by tests and tools: copies an array's bytes into a typed vector.
 pub fn read_f32(a: &NDArray) -> Vec<f32> {
-    a.to_vec()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    a.to_vec().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }

@@ -19,10 +19,7 @@ impl<'a> RawTensor<'a> {
         // SAFETY: per the contract.
         let t = unsafe { ptr.as_ref() }.ok_or_else(|| Error::value("null tensor handle"))?;
         if t.ndim < 0 || t.ndim > 64 || (t.ndim > 0 && t.shape.is_null()) {
-            return Err(Error::value(format!(
-                "malformed tensor: ndim {} with shape {:p}",
-                t.ndim, t.shape
-            )));
+            return Err(Error::value(format!("malformed tensor: ndim {} with shape {:p}", t.ndim, t.shape)));
         }
         Ok(RawTensor { t })
     }
@@ -49,10 +46,7 @@ impl<'a> RawTensor<'a> {
 
     /// Address of the first element.
     pub fn data_ptr(&self) -> *mut u8 {
-        self.t
-            .data
-            .cast::<u8>()
-            .wrapping_add(self.t.byte_offset as usize)
+        self.t.data.cast::<u8>().wrapping_add(self.t.byte_offset as usize)
     }
 
     pub fn nbytes(&self) -> Result<usize> {
@@ -79,14 +73,10 @@ impl<'a> RawTensor<'a> {
     fn host_bytes(&self, what: &str) -> Result<usize> {
         let dev = self.t.device.device_type;
         if dev != kDLCPU && dev != kDLCUDAHost {
-            return Err(Error::value(format!(
-                "{what}: device type {dev} is not enabled in this CPU runtime"
-            )));
+            return Err(Error::value(format!("{what}: device type {dev} is not enabled in this CPU runtime")));
         }
         if !self.is_compact() {
-            return Err(Error::value(format!(
-                "{what}: only compact (row-major, no strides) tensors are supported"
-            )));
+            return Err(Error::value(format!("{what}: only compact (row-major, no strides) tensors are supported")));
         }
         let n = self.nbytes()?;
         if n > 0 && self.t.data.is_null() {
@@ -100,10 +90,7 @@ impl<'a> RawTensor<'a> {
 pub fn copy_from_bytes(to: RawTensor<'_>, bytes: &[u8]) -> Result<()> {
     let n = to.host_bytes("copy from bytes")?;
     if n != bytes.len() {
-        return Err(Error::value(format!(
-            "size mismatch: the array holds {n} bytes, {} given",
-            bytes.len()
-        )));
+        return Err(Error::value(format!("size mismatch: the array holds {n} bytes, {} given", bytes.len())));
     }
     // SAFETY: `to` is a valid host tensor of `n` bytes (checked above); the source is a slice.
     unsafe { std::ptr::copy(bytes.as_ptr(), to.data_ptr(), n) };
@@ -114,10 +101,7 @@ pub fn copy_from_bytes(to: RawTensor<'_>, bytes: &[u8]) -> Result<()> {
 pub fn copy_to_bytes(from: RawTensor<'_>, out: &mut [u8]) -> Result<()> {
     let n = from.host_bytes("copy to bytes")?;
     if n != out.len() {
-        return Err(Error::value(format!(
-            "size mismatch: the array holds {n} bytes, {} requested",
-            out.len()
-        )));
+        return Err(Error::value(format!("size mismatch: the array holds {n} bytes, {} requested", out.len())));
     }
     // SAFETY: as in `copy_from_bytes`.
     unsafe { std::ptr::copy(from.data_ptr(), out.as_mut_ptr(), n) };

@@ -32,13 +32,8 @@ impl Fixture {
     pub fn load(name: &str) -> Fixture {
         let dir = fixtures_dir().join(name);
         let text = std::fs::read_to_string(dir.join("manifest.txt")).expect("manifest");
-        let mut f = Fixture {
-            name: name.into(),
-            dir: dir.clone(),
-            factory_weights: true,
-            inputs: vec![],
-            outputs: vec![],
-        };
+        let mut f =
+            Fixture { name: name.into(), dir: dir.clone(), factory_weights: true, inputs: vec![], outputs: vec![] };
         for line in text.lines() {
             let tok: Vec<&str> = line.split_whitespace().collect();
             match tok.first().copied() {
@@ -83,10 +78,8 @@ impl Fixture {
     }
 
     /// An executor from the factory's `default` function.
-    pub fn from_factory(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
-        let f = Module::get_function(lib, "default", false)
-            .unwrap()
-            .expect("default");
+    pub fn executor_from_factory(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
+        let f = Module::get_function(lib, "default", false).unwrap().expect("default");
         let mut a = ArgsBuilder::new();
         a.device(DLDevice::CPU);
         let m = f.call(&a.args()).unwrap().into_object::<Module>().unwrap();
@@ -97,18 +90,11 @@ impl Fixture {
     }
 
     /// An executor from `tvm.graph_executor.create` plus `load_params`.
-    pub fn from_create(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
+    pub fn executor_from_create(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
         let create = registry::get("tvm.graph_executor.create").unwrap();
         let mut a = ArgsBuilder::new();
-        a.str(&self.graph_json())
-            .object(lib.clone().into_any())
-            .int(1)
-            .int(0);
-        let m = create
-            .call(&a.args())
-            .unwrap()
-            .into_object::<Module>()
-            .unwrap();
+        a.str(&self.graph_json()).object(lib.clone().into_any()).int(1).int(0);
+        let m = create.call(&a.args()).unwrap().into_object::<Module>().unwrap();
         call(&m, "load_params", |a| {
             a.str("");
         })
@@ -128,31 +114,12 @@ impl Fixture {
     /// Checks every output against upstream's, byte for byte.
     pub fn check_outputs(&self, m: &ObjRef<Module>, how: &str) {
         let ex = exec(m);
-        assert_eq!(
-            ex.plan().num_outputs(),
-            self.outputs.len(),
-            "{}: output count",
-            self.name
-        );
+        assert_eq!(ex.plan().num_outputs(), self.outputs.len(), "{}: output count", self.name);
         for (k, want) in self.outputs.iter().enumerate() {
             let got = ex.output(k).unwrap();
-            assert_eq!(
-                got.shape(),
-                &want.shape[..],
-                "{} ({how}): output {k} shape",
-                self.name
-            );
-            assert_eq!(
-                got.dtype(),
-                want.dtype,
-                "{} ({how}): output {k} dtype",
-                self.name
-            );
-            assert!(
-                got.to_vec() == want.data,
-                "{} ({how}): output {k} differs from upstream's",
-                self.name
-            );
+            assert_eq!(got.shape(), &want.shape[..], "{} ({how}): output {k} shape", self.name);
+            assert_eq!(got.dtype(), want.dtype, "{} ({how}): output {k} dtype", self.name);
+            assert!(got.to_vec() == want.data, "{} ({how}): output {k} differs from upstream's", self.name);
         }
     }
 }
@@ -160,17 +127,9 @@ impl Fixture {
 fn tensor(dir: &Path, name: &str, tok: &[&str]) -> Tensor {
     let dtype: DLDataType = tok[0].parse().unwrap();
     let ndim: usize = tok[1].parse().unwrap();
-    let shape: Vec<i64> = tok[2..2 + ndim]
-        .iter()
-        .map(|d| d.parse().unwrap())
-        .collect();
+    let shape: Vec<i64> = tok[2..2 + ndim].iter().map(|d| d.parse().unwrap()).collect();
     let file = tok[2 + ndim];
-    Tensor {
-        name: name.into(),
-        dtype,
-        shape,
-        data: std::fs::read(dir.join(file)).unwrap(),
-    }
+    Tensor { name: name.into(), dtype, shape, data: std::fs::read(dir.join(file)).unwrap() }
 }
 
 pub fn exec(m: &ObjRef<Module>) -> &GraphExecutor {

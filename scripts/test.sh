@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every test on a fresh machine: formatting and lints, the Rust tests, and the C suite under
+# CTest (also under valgrind), including the C test built against upstream TVM 0.16's headers.
+# Installs what is missing (cmake, valgrind via apt; TVM's wheel via pip for upstream's headers).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v valgrind >/dev/null || need_apt+=(valgrind)
+command -v cc >/dev/null || need_apt+=(gcc)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+echo "== upstream TVM 0.16 headers (hhb-tvm wheel)"
+eval "$(scripts/tvm_env.sh)"
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --quiet -- -D warnings
+echo "== cargo test"
+cargo test --quiet 2>&1 | tee target/cargo-test.log
+echo "== C tests (CTest, plain and under valgrind)"
+cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" \
+  -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
+cmake --build build -j2
+ctest --test-dir build --output-on-failure
