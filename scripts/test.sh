@@ -18,7 +18,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 echo "== upstream TVM 0.16 headers (hhb-tvm wheel)"
-eval "$(scripts/tvm_env.sh)"
+eval "$(scripts/tvm_env.sh --no-venv)"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -15,7 +15,8 @@ if [ ! -f "$dir/unz/tvm/libtvm_runtime.so" ]; then
     "$dir/wheel" "$dir/unz.tmp"
   mv "$dir/unz.tmp" "$dir/unz"
 fi
-if [ ! -x "$dir/venv/bin/python" ] || [ ! -f "$dir/venv/.complete" ]; then
+# --no-venv: only the runtime and headers are needed (tests), not the compiler's Python deps.
+if [ "${1:-}" != "--no-venv" ] && { [ ! -x "$dir/venv/bin/python" ] || [ ! -f "$dir/venv/.complete" ]; }; then
   echo "creating the Python venv in $dir/venv" >&2
   python3 -m venv "$dir/venv"
   "$dir/venv/bin/pip" install -q "numpy<2" decorator attrs psutil typing_extensions cloudpickle \

@@ -1,0 +1,139 @@
+//! Weight sharing: one copy of the weights across executors, factories and batch sizes.
+
+mod common;
+use common::*;
+use tvm_runtime::packed::ArgsBuilder;
+use tvm_runtime::tensor::NDArray;
+
+fn weight_ptr(m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>, name: &str) -> *mut u8 {
+    let ex = exec(m);
+    let i = ex.plan().input_index(name).unwrap();
+    // Read the pointer through the op-facing view without taking a private copy.
+    let st = ex.lock();
+    st.entry_tensor(ex.plan().input_entries[i]).data_ptr()
+}
+
+#[test]
+fn executors_of_one_factory_share_its_weights() {
+    let f = Fixture::load("mlp_b1");
+    let lib = f.load_lib();
+    let a = f.executor_from_factory(&lib);
+    let b = f.executor_from_factory(&lib);
+    for name in ["p0", "p1", "p2"] {
+        assert_eq!(weight_ptr(&a, name), weight_ptr(&b, name), "{name} is not shared");
+    }
+    let (ua, ub) = (exec(&a).memory_usage(), exec(&b).memory_usage());
+    assert_eq!(ua.weights_owned, ub.weights_owned);
+    assert!(ua.weights_shared > 400_000, "{ua:?}");
+    for m in [&a, &b] {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        f.check_outputs(m, "shared factory weights");
+    }
+}
+
+#[test]
+fn writing_a_shared_weight_copies_it_first() {
+    let f = Fixture::load("mlp_b1");
+    let lib = f.load_lib();
+    let a = f.executor_from_factory(&lib);
+    let b = f.executor_from_factory(&lib);
+    let before = weight_ptr(&b, "p1");
+    let ex = exec(&a);
+    let p1 = ex.plan().input_index("p1").unwrap();
+    let zeros = NDArray::empty(&[1, 128], "float32".parse().unwrap(), tvm_runtime::dlpack::DLDevice::CPU).unwrap();
+    ex.set_input(p1, zeros.raw()).unwrap();
+    assert_ne!(weight_ptr(&a, "p1"), before, "the write went to shared memory");
+    assert_eq!(weight_ptr(&b, "p1"), before);
+    f.set_inputs(&b);
+    exec(&b).run().unwrap();
+    f.check_outputs(&b, "other executor after a write");
+}
+
+/// Batch 1 and batch 8 builds of one MLP (unbound params): the batch-8 executor takes the
+/// batch-1 executor's weights, and both still match upstream.
+#[test]
+fn share_params_across_batch_sizes() {
+    let f1 = Fixture::load("mlp_unbound_b1");
+    let f8 = Fixture::load("mlp_unbound_b8");
+    let (lib1, lib8) = (f1.load_lib(), f8.load_lib());
+    let m1 = f1.executor_from_create(&lib1);
+    let create = tvm_runtime::packed::registry::get("tvm.graph_executor.create").unwrap();
+    let mut a = ArgsBuilder::new();
+    a.str(&f8.graph_json()).object(lib8.clone().into_any()).int(1).int(0);
+    let m8 = create.call(&a.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    exec(&m8).share_params(exec(&m1), &f8.params()).unwrap();
+    for name in ["fc1_weight", "fc1_bias", "fc2_weight", "fc3_bias"] {
+        assert_eq!(weight_ptr(&m1, name), weight_ptr(&m8, name), "{name}");
+    }
+    let usage = exec(&m8).memory_usage();
+    assert_eq!(usage.weights_owned, 0, "{usage:?}");
+    // The source may go first: the weights live on.
+    drop(m1);
+    drop(lib1);
+    f8.set_inputs(&m8);
+    exec(&m8).run().unwrap();
+    f8.check_outputs(&m8, "batch 8 on batch 1's weights");
+}
+
+/// Reshaped biases are `__nop` nodes aliasing the parameter's storage: upstream's share_params
+/// left them pointing at never-written memory.
+#[test]
+fn share_params_covers_nop_aliases() {
+    let f = Fixture::load("lstm_seq8");
+    let lib = f.load_lib();
+    let src = f.executor_from_create(&lib);
+    let create = tvm_runtime::packed::registry::get("tvm.graph_executor.create").unwrap();
+    let mut a = ArgsBuilder::new();
+    a.str(&f.graph_json()).object(lib.clone().into_any()).int(1).int(0);
+    let m = create.call(&a.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    call(&m, "share_params", |a| {
+        a.object(src.clone().into_any());
+        let _ = a;
+    })
+    .unwrap_err();
+    exec(&m).share_params(exec(&src), &f.params()).unwrap();
+    assert_eq!(exec(&m).memory_usage().weights_owned, 0);
+    f.set_inputs(&m);
+    exec(&m).run().unwrap();
+    f.check_outputs(&m, "lstm with shared weights");
+
+    // Across sequence lengths, too.
+    let f16 = Fixture::load("lstm_seq16");
+    let lib16 = f16.load_lib();
+    let mut a = ArgsBuilder::new();
+    a.str(&f16.graph_json()).object(lib16.clone().into_any()).int(1).int(0);
+    let m16 = create.call(&a.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    exec(&m16).share_params(exec(&src), &f16.params()).unwrap();
+    drop(src);
+    drop(m);
+    f16.set_inputs(&m16);
+    exec(&m16).run().unwrap();
+    f16.check_outputs(&m16, "seq 16 on seq 8's weights");
+}
+
+#[test]
+fn share_params_refuses_mismatches_by_name() {
+    let conv = Fixture::load("convnet");
+    let mlp = Fixture::load("mlp_unbound_b1");
+    let (lc, lm) = (conv.load_lib(), mlp.load_lib());
+    let m = mlp.executor_from_create(&lm);
+    let c = conv.executor_from_factory(&lc);
+    // convnet's inputs are p0.. and data; the MLP's params name fc*_: nothing in common but 'data'.
+    let blob = tvm_runtime::params::save([(
+        "data",
+        &*NDArray::empty(&[1, 1, 28, 28], "float32".parse().unwrap(), tvm_runtime::dlpack::DLDevice::CPU).unwrap(),
+    )]);
+    let e = exec(&m).share_params(exec(&c), &blob).unwrap_err().to_c_message();
+    assert!(e.contains("parameter 'data'") && e.contains("[1, 1, 28, 28]") && e.contains("[1, 3, 16, 16]"), "{e}");
+    let e = exec(&m).share_params(exec(&c), &mlp.params()).unwrap_err().to_c_message();
+    assert!(e.contains("parameter 'fc1_weight'") && e.contains("not an input"), "{e}");
+    // Not an executor at all.
+    let e = call(&m, "share_params", |a| {
+        a.object(lm.clone().into_any());
+        a.str("x");
+    })
+    .unwrap_err()
+    .to_c_message();
+    assert!(e.contains("not a GraphExecutor"), "{e}");
+}
