@@ -306,7 +306,7 @@ int TVMFuncRegisterGlobal(const char *name, TVMFunctionHandle f, int override_);
 
 int TVMFuncGetGlobal(const char *name, TVMFunctionHandle *out_handle);
 
-int TVMFuncListGlobalNames(int *out_size, const char *const **out_array);
+int TVMFuncListGlobalNames(int *out_size, const char ***out_array);
 
 int TVMFuncRemoveGlobal(const char *name);
 

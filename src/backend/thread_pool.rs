@@ -282,3 +282,50 @@ pub unsafe fn barrier(penv: *const TVMParallelGroupEnv) -> Result<()> {
     b.wait(env.num_task.max(1) as usize);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicI32;
+
+    struct Data {
+        hits: [AtomicI32; 8],
+        after_barrier_saw: [AtomicI32; 8],
+    }
+
+    /// Each task marks itself, waits at the barrier, then checks every task marked itself.
+    unsafe extern "C" fn lambda(task: i32, penv: *mut TVMParallelGroupEnv, cdata: *mut c_void) -> i32 {
+        // SAFETY: the test passes a `Data` and a live environment.
+        unsafe {
+            let d = &*cdata.cast::<Data>();
+            let n = (*penv).num_task;
+            d.hits[task as usize].fetch_add(1, Ordering::SeqCst);
+            barrier(penv).unwrap();
+            let seen = (0..n as usize).filter(|&t| d.hits[t].load(Ordering::SeqCst) > 0).count();
+            d.after_barrier_saw[task as usize].store(seen as i32, Ordering::SeqCst);
+            if task == 1 {
+                last_error::set("boom");
+                return -1;
+            }
+            0
+        }
+    }
+
+    #[test]
+    fn tasks_run_concurrently_with_barriers_and_errors_name_the_task() {
+        configure(3);
+        for _ in 0..50 {
+            let d = Data { hits: Default::default(), after_barrier_saw: Default::default() };
+            // SAFETY: the lambda only touches `d`, alive for the launch.
+            let r = unsafe { parallel_launch(lambda, (&d as *const Data).cast_mut().cast(), 0) };
+            let e = r.unwrap_err().to_string();
+            assert_eq!(e, "Task 1 error: boom");
+            for t in 0..3 {
+                assert_eq!(d.hits[t].load(Ordering::SeqCst), 1, "task {t} ran once");
+                assert_eq!(d.after_barrier_saw[t].load(Ordering::SeqCst), 3, "barrier let task {t} through early");
+            }
+        }
+        assert!(unsafe { parallel_launch(lambda, std::ptr::null_mut(), 9) }.is_err());
+        configure(0);
+    }
+}

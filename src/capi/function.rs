@@ -190,14 +190,14 @@ pub unsafe extern "C" fn TVMFuncGetGlobal(name: *const c_char, out_handle: *mut 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn TVMFuncListGlobalNames(out_size: *mut c_int, out_array: *mut *const *const c_char) -> c_int {
+pub unsafe extern "C" fn TVMFuncListGlobalNames(out_size: *mut c_int, out_array: *mut *mut *const c_char) -> c_int {
     guard(|| {
         let names = registry::names();
         let (n, p) = GLOBAL_NAMES.with(|slot| {
             let mut slot = slot.borrow_mut();
             slot.0 = names.into_iter().filter_map(|s| CString::new(s).ok()).collect();
             slot.1 = slot.0.iter().map(|c| c.as_ptr()).collect();
-            (slot.1.len() as c_int, slot.1.as_ptr())
+            (slot.1.len() as c_int, slot.1.as_mut_ptr())
         });
         // SAFETY: caller's out-pointers.
         unsafe {
