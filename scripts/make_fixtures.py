@@ -272,42 +272,59 @@ def make_system_lib(outdir, mod, params):
     print("wrote mlp_syslib          %s" % sorted(os.listdir(d)))
 
 
-def make_bench(outdir):
-    """Large models for benchmarks, never committed."""
+def make_bench(outdir, only=None):
+    """Large models for benchmarks, never committed. `only`: names to build (default: all)."""
     rng = np.random.default_rng(5)
-    for name, (mod, params) in {
-        "resnet18": relay.testing.resnet.get_workload(num_layers=18, batch_size=1),
-        "mobilenet": relay.testing.mobilenet.get_workload(batch_size=1),
-        "squeezenet": relay.testing.squeezenet.get_workload(batch_size=1),
-    }.items():
-        write_model(outdir, name, build(mod, params), random_inputs(mod, rng, skip=params))
-    mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=8)
-    write_model(outdir, "resnet18_b8", build(mod, params), random_inputs(mod, rng, skip=params))
-    mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=1)
-    write_model(outdir, "resnet18_unbound", build(mod), random_inputs(mod, rng, skip=params),
-                load_params=to_nd(params), factory_weights=False)
-    mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=8)
-    write_model(outdir, "resnet18_unbound_b8", build(mod), random_inputs(mod, rng, skip=params),
-                load_params=to_nd(params), factory_weights=False)
-    # A chain of 200 tiny unfused ops: the runtime's per-node dispatch cost.
-    x = relay.var("x", shape=(4,))
-    y = x
-    for i in range(200):
-        y = y + relay.const(float(i % 7)) if i % 2 == 0 else y * relay.const(0.5)
-    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
-    write_model(outdir, "chain200", build(mod, opt_level=0), random_inputs(mod, rng))
-    mod, params = lstm(32, hidden=256, inp=128)
-    write_model(outdir, "lstm_big", build(mod), random_inputs(mod, rng, skip=params),
-                load_params=params, factory_weights=False)
+
+    def bound(workload, **kw):
+        mod, params = workload(**kw)
+        return lambda name: write_model(outdir, name, build(mod, params), random_inputs(mod, rng, skip=params))
+
+    def unbound(workload, **kw):
+        mod, params = workload(**kw)
+        return lambda name: write_model(outdir, name, build(mod), random_inputs(mod, rng, skip=params),
+                                        load_params=to_nd(params), factory_weights=False)
+
+    def chain(name):
+        # A chain of 200 tiny unfused ops: the runtime's per-node dispatch cost.
+        x = relay.var("x", shape=(4,))
+        y = x
+        for i in range(200):
+            y = y + relay.const(float(i % 7)) if i % 2 == 0 else y * relay.const(0.5)
+        mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+        write_model(outdir, name, build(mod, opt_level=0), random_inputs(mod, rng))
+
+    def lstm_big(name):
+        mod, params = lstm(32, hidden=256, inp=128)
+        write_model(outdir, name, build(mod), random_inputs(mod, rng, skip=params),
+                    load_params=params, factory_weights=False)
+
+    t = relay.testing
+    models = {
+        "resnet18": lambda n: bound(t.resnet.get_workload, num_layers=18, batch_size=1)(n),
+        "mobilenet": lambda n: bound(t.mobilenet.get_workload, batch_size=1)(n),
+        "squeezenet": lambda n: bound(t.squeezenet.get_workload, batch_size=1)(n),
+        "resnet18_unbound": lambda n: unbound(t.resnet.get_workload, num_layers=18, batch_size=1)(n),
+        "resnet18_unbound_b8": lambda n: unbound(t.resnet.get_workload, num_layers=18, batch_size=8)(n),
+        "chain200": chain,
+        "lstm_big": lstm_big,
+    }
+    for name, make in models.items():
+        if only is None or name in only:
+            make(name)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--bench", action="store_true", help="build the large benchmark models instead")
+    ap.add_argument("--only", help="with --bench: comma-separated model names")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    (make_bench if args.bench else make_small)(args.out)
+    if args.bench:
+        make_bench(args.out, args.only.split(",") if args.only else None)
+    else:
+        make_small(args.out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the committed test models:      scripts/make_fixtures.sh
-# Builds the large benchmark models on demand: scripts/make_fixtures.sh --bench [--out DIR]
+# Builds the large benchmark models on demand: scripts/make_fixtures.sh --bench [--only a,b] [--out DIR]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 eval "$("$repo/scripts/tvm_env.sh")"
@@ -10,6 +10,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bench) args+=(--bench); out="$repo/target/bench-models" ;;
     --out) out="$2"; shift ;;
+    --only) args+=(--only "$2"); shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift

@@ -1,0 +1,112 @@
+/* Memory of K executors sharing one model's weights, for whichever libtvm_runtime.so the dynamic
+ * linker finds (ours or upstream's: bench/share_memory.sh runs both).
+ * usage: share_memory MODEL_DIR K [OTHER_MODEL_DIR]
+ *   Creates K executors of MODEL_DIR (tvm.graph_executor.create; the first load_params, the rest
+ *   share_params from it), runs them, frees them; with OTHER_MODEL_DIR, the K-th executor is of
+ *   that graph instead (e.g. batch 8 sharing batch 1's weights). Prints VmRSS and VmData (kB). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tvm/runtime/c_runtime_api.h>
+
+static void* slurp(const char* dir, const char* name, size_t* n) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE* f = fopen(path, "rb");
+  if (!f) { fprintf(stderr, "cannot open %s\n", path); exit(1); }
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* buf = malloc(*n + 1);
+  if (fread(buf, 1, *n, f) != *n) exit(1);
+  buf[*n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static void mem(const char* step) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long rss = 0, data = 0;
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "VmRSS: %ld", &rss);
+    sscanf(line, "VmData: %ld", &data);
+  }
+  fclose(f);
+  printf("%-28s VmRSS %8ld kB  VmData %8ld kB\n", step, rss, data);
+}
+
+#define CHECK(x) do { if ((x) != 0) { fprintf(stderr, "%s: %s\n", #x, TVMGetLastError()); exit(1); } } while (0)
+
+static TVMModuleHandle create(const char* dir, TVMModuleHandle* lib_out) {
+  char path[1024];
+  size_t n;
+  snprintf(path, sizeof path, "%s/lib.so", dir);
+  CHECK(TVMModLoadFromFile(path, "so", lib_out));
+  char* json = slurp(dir, "graph.json", &n);
+  TVMFunctionHandle f;
+  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &f));
+  TVMValue v[4], r;
+  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
+  v[0].v_str = json;
+  v[1].v_handle = *lib_out;
+  v[2].v_int64 = 1;
+  v[3].v_int64 = 0;
+  CHECK(TVMFuncCall(f, v, c, 4, &r, &rc));
+  TVMFuncFree(f);
+  free(json);
+  return r.v_handle;
+}
+
+static void call_fn(TVMModuleHandle m, const char* name, TVMValue* v, int* c, int n) {
+  TVMFunctionHandle f;
+  TVMValue r;
+  int rc;
+  CHECK(TVMModGetFunction(m, name, 0, &f));
+  CHECK(TVMFuncCall(f, v, c, n, &r, &rc));
+  TVMFuncFree(f);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) return 2;
+  const char* dir = argv[1];
+  int k = atoi(argv[2]);
+  const char* other = argc > 3 ? argv[3] : NULL;
+  mem("baseline");
+  size_t pn;
+  char* params = slurp(dir, "params.bin", &pn);
+  TVMByteArray blob = {params, pn};
+  TVMModuleHandle* libs = calloc(k, sizeof *libs);
+  TVMModuleHandle* ex = calloc(k, sizeof *ex);
+  for (int i = 0; i < k; i++) {
+    ex[i] = create(other && i == k - 1 ? other : dir, &libs[i]);
+    TVMValue v[2];
+    int c[2];
+    if (i == 0) {
+      v[0].v_handle = &blob;
+      c[0] = kTVMBytes;
+      call_fn(ex[i], "load_params", v, c, 1);
+    } else {
+      v[0].v_handle = ex[0];
+      c[0] = kTVMModuleHandle;
+      v[1].v_handle = &blob;
+      c[1] = kTVMBytes;
+      call_fn(ex[i], "share_params", v, c, 2);
+    }
+  }
+  free(params);
+  char label[64];
+  snprintf(label, sizeof label, "%d executors created", k);
+  mem(label);
+  for (int i = 0; i < k; i++) call_fn(ex[i], "run", NULL, NULL, 0);
+  snprintf(label, sizeof label, "%d executors ran", k);
+  mem(label);
+  for (int i = 0; i < k; i++) {
+    TVMModFree(ex[i]);
+    TVMModFree(libs[i]);
+  }
+  free(ex);
+  free(libs);
+  mem("all freed");
+  return 0;
+}
