@@ -2,7 +2,6 @@
 
 mod common;
 use common::*;
-use tvm_runtime::packed::ArgsBuilder;
 use tvm_runtime::tensor::NDArray;
 
 fn weight_ptr(m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>, name: &str) -> *mut u8 {
@@ -58,10 +57,7 @@ fn share_params_across_batch_sizes() {
     let f8 = Fixture::load("mlp_unbound_b8");
     let (lib1, lib8) = (f1.load_lib(), f8.load_lib());
     let m1 = f1.executor_from_create(&lib1);
-    let create = tvm_runtime::packed::registry::get("tvm.graph_executor.create").unwrap();
-    let mut a = ArgsBuilder::new();
-    a.str(&f8.graph_json()).object(lib8.clone().into_any()).int(1).int(0);
-    let m8 = create.call(&a.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    let m8 = f8.executor_without_params(&lib8);
     exec(&m8).share_params(exec(&m1), &f8.params()).unwrap();
     for name in ["fc1_weight", "fc1_bias", "fc2_weight", "fc3_bias"] {
         assert_eq!(weight_ptr(&m1, name), weight_ptr(&m8, name), "{name}");
@@ -83,10 +79,7 @@ fn share_params_covers_nop_aliases() {
     let f = Fixture::load("lstm_seq8");
     let lib = f.load_lib();
     let src = f.executor_from_create(&lib);
-    let create = tvm_runtime::packed::registry::get("tvm.graph_executor.create").unwrap();
-    let mut a = ArgsBuilder::new();
-    a.str(&f.graph_json()).object(lib.clone().into_any()).int(1).int(0);
-    let m = create.call(&a.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    let m = f.executor_without_params(&lib);
     call(&m, "share_params", |a| {
         a.object(src.clone().into_any());
         let _ = a;
@@ -101,9 +94,7 @@ fn share_params_covers_nop_aliases() {
     // Across sequence lengths, too.
     let f16 = Fixture::load("lstm_seq16");
     let lib16 = f16.load_lib();
-    let mut a = ArgsBuilder::new();
-    a.str(&f16.graph_json()).object(lib16.clone().into_any()).int(1).int(0);
-    let m16 = create.call(&a.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    let m16 = f16.executor_without_params(&lib16);
     exec(&m16).share_params(exec(&src), &f16.params()).unwrap();
     drop(src);
     drop(m);

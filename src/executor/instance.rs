@@ -187,21 +187,25 @@ impl Instance {
         Ok(NDArray::external(self.tensors[eid].data, &e.shape, e.dtype))
     }
 
-    /// Copies `src` into input entry `eid` (private memory first).
-    pub fn write_entry(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
+    /// Makes entry `eid` writable without touching anyone else's memory: caller memory bound with
+    /// zero-copy is written in place, shared or missing slot memory becomes private first.
+    fn prepare_write(&mut self, eid: usize) -> Result<()> {
         let sid = self.plan.graph.entries[eid].storage_id;
         if self.slot_override[sid].is_none() {
             self.make_private(sid)?;
         }
+        Ok(())
+    }
+
+    /// Copies `src` into input entry `eid`.
+    pub fn write_entry(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
+        self.prepare_write(eid)?;
         raw::copy_tensor(src, self.entry_tensor(eid))
     }
 
-    /// Copies raw bytes into input entry `eid` (private memory first).
+    /// Copies raw bytes into input entry `eid`.
     pub fn write_entry_bytes(&mut self, eid: usize, bytes: &[u8]) -> Result<()> {
-        let sid = self.plan.graph.entries[eid].storage_id;
-        if self.slot_override[sid].is_none() {
-            self.make_private(sid)?;
-        }
+        self.prepare_write(eid)?;
         raw::copy_from_bytes(self.entry_tensor(eid), bytes)
     }
 

@@ -89,12 +89,17 @@ impl Fixture {
         m
     }
 
-    /// An executor from `tvm.graph_executor.create` plus `load_params`.
-    pub fn executor_from_create(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
+    /// An executor from `tvm.graph_executor.create`, with no weights loaded.
+    pub fn executor_without_params(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
         let create = registry::get("tvm.graph_executor.create").unwrap();
         let mut a = ArgsBuilder::new();
         a.str(&self.graph_json()).object(lib.clone().into_any()).int(1).int(0);
-        let m = create.call(&a.args()).unwrap().into_object::<Module>().unwrap();
+        create.call(&a.args()).unwrap().into_object::<Module>().unwrap()
+    }
+
+    /// An executor from `tvm.graph_executor.create` plus `load_params`.
+    pub fn executor_from_create(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
+        let m = self.executor_without_params(lib);
         call(&m, "load_params", |a| {
             a.str("");
         })
