@@ -1,9 +1,11 @@
 /* Memory of K executors sharing one model's weights, for whichever libtvm_runtime.so the dynamic
  * linker finds (ours or upstream's: bench/share_memory.sh runs both).
- * usage: share_memory MODEL_DIR K [OTHER_MODEL_DIR]
+ * usage: share_memory MODEL_DIR K [OTHER_MODEL_DIR [arena]]
  *   Creates K executors of MODEL_DIR (tvm.graph_executor.create; the first load_params, the rest
  *   share_params from it), runs them, frees them; with OTHER_MODEL_DIR, the K-th executor is of
- *   that graph instead (e.g. batch 8 sharing batch 1's weights). Prints VmRSS and VmData (kB). */
+ *   that graph instead (e.g. batch 8 sharing batch 1's weights); with "arena", the executors also
+ *   share one activation arena (this runtime's share_activations; upstream has none). Prints VmRSS
+ *   and VmData (kB). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
   const char* dir = argv[1];
   int k = atoi(argv[2]);
   const char* other = argc > 3 ? argv[3] : NULL;
+  int arena = argc > 4 && !strcmp(argv[4], "arena");
   mem("baseline");
   size_t pn;
   char* params = slurp(dir, "params.bin", &pn);
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
       v[1].v_handle = &blob;
       c[1] = kTVMBytes;
       call_fn(ex[i], "share_params", v, c, 2);
+      if (arena) call_fn(ex[i], "share_activations", v, c, 1);
     }
   }
   free(params);

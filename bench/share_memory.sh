@@ -26,3 +26,6 @@ for rt in ours upstream; do
   echo "== $rt, batch 1 + batch 8 sharing weights"
   TVM_NUM_THREADS=1 LD_LIBRARY_PATH=$libdir target/bench/share_memory $models/resnet18_unbound 2 $models/resnet18_unbound_b8
 done
+echo "== ours, batch 1 + batch 8 sharing weights and one activation arena"
+TVM_NUM_THREADS=1 LD_LIBRARY_PATH=$repo/target/release target/bench/share_memory $models/resnet18_unbound 2 \
+  $models/resnet18_unbound_b8 arena

@@ -18,15 +18,22 @@
  * Graph executor functions (TVMModGetFunction on an executor module): set_input, set_input_zero_copy,
  * set_output_zero_copy, get_input, get_output, get_num_inputs, get_num_outputs, get_input_index,
  * get_output_index, get_input_info, get_output_info, run, run_from_inputs, load_params,
- * share_params, get_memory_usage.
+ * share_params, share_activations, get_memory_usage.
  * - share_params(other, params_bytes): binds this executor's inputs named in params_bytes to the
  *   other executor's memory for them (matched by name; shape and dtype must agree, or -1 naming the
  *   parameter). This executor then holds no memory of its own for them; the shared memory lives as
  *   long as any holder. Executors created by one factory's "default" share the factory's weights.
  * - Copy on write: writing a shared weight (set_input, load_params, or get_input, which hands out
  *   a writable view) first gives this executor a private copy; the other holders are unaffected.
+ * - share_activations(other): this executor and other (and whoever shares with other) use one
+ *   activation arena sized for the largest. For executors used in turn (batch-1 and batch-8 builds):
+ *   a run while another holder runs returns -1 instead of corrupting data, and get_output views are
+ *   overwritten by any holder's next run.
  * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "activations",
- *   "workspace"} in bytes (workspace: all threads' kernel scratch pools).
+ *   "activations_shared", "workspace"} in bytes (activations_shared: the arena of share_activations;
+ *   workspace: all threads' kernel scratch pools).
+ * - Memory returns: large buffers are unmapped when freed; when the last executor goes, the calling
+ *   thread's idle workspaces and worker threads are released too.
  * - set_input with an unknown name fails (upstream ignored it); get_input with an unknown name
  *   returns None (type code 4), as upstream.
  */

@@ -75,6 +75,24 @@ impl StoragePlan {
         Ok(StoragePlan { slots })
     }
 
+    /// Where each activation slot lives inside one shared arena (64-byte aligned offsets), and the
+    /// arena size this graph needs.
+    pub fn arena_layout(&self) -> (Vec<Option<usize>>, usize) {
+        let mut end = 0usize;
+        let offsets = self
+            .slots
+            .iter()
+            .map(|s| {
+                (s.role == SlotRole::Activation).then(|| {
+                    let at = end;
+                    end += s.bytes.div_ceil(64) * 64;
+                    at
+                })
+            })
+            .collect();
+        (offsets, end)
+    }
+
     pub fn bytes_of(&self, role: SlotRole) -> usize {
         self.slots.iter().filter(|s| s.role == role).map(|s| s.bytes).sum()
     }

@@ -128,3 +128,67 @@ fn share_params_refuses_mismatches_by_name() {
     .to_c_message();
     assert!(e.contains("not a GraphExecutor"), "{e}");
 }
+
+/// Batch 1 and batch 8 used in turn: one copy of the weights and one activation arena.
+#[test]
+fn batch_variants_share_weights_and_one_activation_arena() {
+    let f1 = Fixture::load("mlp_unbound_b1");
+    let f8 = Fixture::load("mlp_unbound_b8");
+    let (lib1, lib8) = (f1.load_lib(), f8.load_lib());
+    let m1 = f1.executor_from_create(&lib1);
+    let m8 = f8.executor_without_params(&lib8);
+    exec(&m8).share_params(exec(&m1), &f8.params()).unwrap();
+    let own8 = exec(&m8).memory_usage().activations;
+    call(&m8, "share_activations", |a| {
+        a.object(m1.clone().into_any());
+    })
+    .unwrap();
+    let (u1, u8_) = (exec(&m1).memory_usage(), exec(&m8).memory_usage());
+    assert_eq!((u1.activations, u8_.activations), (0, 0), "{u1:?} {u8_:?}");
+    assert_eq!(u1.activations_shared, u8_.activations_shared);
+    assert!(u8_.activations_shared >= own8 && u8_.activations_shared < own8 + 64 * 16, "{u8_:?} vs {own8}");
+    for round in 0..2 {
+        for (f, m) in [(&f1, &m1), (&f8, &m8)] {
+            f.set_inputs(m);
+            exec(m).run().unwrap();
+            f.check_outputs(m, &format!("shared arena, round {round}"));
+        }
+    }
+
+    // While one holder runs, the other's run fails instead of corrupting its data.
+    let arena = exec(&m1).lock().arena().cloned().unwrap();
+    let running = arena.try_acquire().unwrap();
+    let e = exec(&m8).run().unwrap_err().to_c_message();
+    assert!(e.contains("activation arena is running"), "{e}");
+    drop(running);
+    exec(&m8).run().unwrap();
+    f8.check_outputs(&m8, "after the guard was released");
+
+    // A third executor joining with a bigger graph grows the arena; the others follow.
+    let m8b = f8.executor_without_params(&lib8);
+    exec(&m8b).share_params(exec(&m1), &f8.params()).unwrap();
+    exec(&m8b).share_activations(exec(&m8)).unwrap();
+    for (f, m) in [(&f1, &m1), (&f8, &m8b), (&f8, &m8)] {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        f.check_outputs(m, "three holders");
+    }
+}
+
+#[test]
+fn executors_sharing_weights_run_concurrently() {
+    let f = Fixture::load("convnet");
+    let lib = f.load_lib();
+    let execs: Vec<_> = (0..4).map(|_| f.executor_from_factory(&lib)).collect();
+    std::thread::scope(|s| {
+        for m in &execs {
+            s.spawn(|| {
+                for _ in 0..25 {
+                    f.set_inputs(m);
+                    exec(m).run().unwrap();
+                    f.check_outputs(m, "concurrent");
+                }
+            });
+        }
+    });
+}

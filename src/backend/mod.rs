@@ -2,3 +2,12 @@
 
 pub mod thread_pool;
 pub mod workspace;
+
+/// Releases what kernels left behind on the calling thread: its idle workspaces and its worker
+/// threads (whose own workspaces go with them), then asks glibc to return free heap pages.
+pub fn release_idle_memory() {
+    workspace::release_idle();
+    thread_pool::release();
+    // SAFETY: malloc_trim only returns free memory of the allocator to the system.
+    unsafe { libc::malloc_trim(0) };
+}

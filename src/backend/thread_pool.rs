@@ -233,6 +233,15 @@ pub fn num_threads() -> usize {
     }
 }
 
+/// Stops the calling thread's workers; the next launch starts them again.
+pub fn release() {
+    let _ = POOL.try_with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            *p = None;
+        }
+    });
+}
+
 /// Sets this thread's pool size (0 = the default); the pool is rebuilt on the next launch.
 pub fn configure(threads: usize) {
     THREAD_OVERRIDE.with(|c| c.set(threads));

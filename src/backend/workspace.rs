@@ -59,6 +59,17 @@ pub fn alloc(nbytes: u64) -> Result<*mut u8> {
     })
 }
 
+/// Drops the calling thread's idle buffers (those in use stay).
+pub fn release_idle() {
+    let _ = POOL.try_with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            let n: usize = p.free.iter().map(Buffer::len).sum();
+            p.free.clear();
+            POOLED_BYTES.fetch_sub(n, Ordering::Relaxed);
+        }
+    });
+}
+
 pub fn free(ptr: *mut u8) -> Result<()> {
     POOL.with(|p| {
         let mut p = p.borrow_mut();

@@ -24,6 +24,7 @@ pub const NAMES: &[&str] = &[
     "load_params",
     "share_params",
     "get_memory_usage",
+    "share_activations",
 ];
 
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
@@ -137,11 +138,25 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 let m = ex.memory_usage();
                 let ws = crate::backend::workspace::pooled_bytes();
                 Ok(RetValue::Str(format!(
-                    "{{\"weights_owned\": {}, \"weights_shared\": {}, \"activations\": {}, \"workspace\": {}}}",
-                    m.weights_owned, m.weights_shared, m.activations, ws
+                    "{{\"weights_owned\": {}, \"weights_shared\": {}, \"activations\": {}, \"activations_shared\": {}, \"workspace\": {}}}",
+                    m.weights_owned, m.weights_shared, m.activations, m.activations_shared, ws
                 )))
             },
             "get_memory_usage",
+        ),
+        "share_activations" => f(
+            |ex, a| {
+                a.expect_count("share_activations", 1, 1)?;
+                let other = a.module(0)?;
+                let other_ex = other.node::<GraphExecutor>().ok_or_else(|| {
+                    Error::type_err(format!(
+                        "share_activations: the module is a {}, not a GraphExecutor",
+                        other.type_key()
+                    ))
+                })?;
+                ex.share_activations(other_ex).map(Into::into)
+            },
+            "share_activations",
         ),
         _ => return None,
     })

@@ -4,6 +4,7 @@
 //!
 //! This file builds the raw `DLTensor`s and calls kernels: the executor's unsafe corner.
 
+use super::arena::Arena;
 use super::plan::{OpKind, Plan};
 use crate::dlpack::{kTVMDLTensorHandle, kTVMNullptr, DLTensor, TVMBackendPackedCFunc, TVMValue};
 use crate::error::{Error, Result};
@@ -16,12 +17,23 @@ use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// The memory behind one storage slot.
+/// The memory behind one storage slot: `buffer` from `offset` (non-zero inside an arena).
 #[derive(Clone, Default)]
 pub struct SlotMemory {
     pub buffer: Option<Arc<Buffer>>,
+    pub offset: usize,
     /// Other executors or a factory may hold the same buffer: copy before writing.
     pub shared: bool,
+}
+
+impl SlotMemory {
+    fn owned(buffer: Buffer) -> SlotMemory {
+        SlotMemory { buffer: Some(Arc::new(buffer)), offset: 0, shared: false }
+    }
+
+    fn data(&self) -> Option<*mut c_void> {
+        self.buffer.as_ref().map(|b| b.as_ptr().wrapping_add(self.offset).cast())
+    }
 }
 
 enum Call {
@@ -50,6 +62,8 @@ pub struct Instance {
     /// Names loaded as parameters (hidden from `get_input_info`).
     pub param_names: HashSet<String>,
     all_bound: bool,
+    /// The activation arena shared with other executors, and the generation bound.
+    arena: Option<(Arc<Arena>, u64)>,
 }
 
 // SAFETY: the raw pointers address memory this instance keeps alive (its slot buffers and the
@@ -66,9 +80,7 @@ impl Instance {
             .slots
             .iter()
             .map(|s| match s.role {
-                SlotRole::Activation => {
-                    Buffer::zeroed(s.bytes).map(|b| SlotMemory { buffer: Some(Arc::new(b)), shared: false })
-                }
+                SlotRole::Activation => Buffer::zeroed(s.bytes).map(SlotMemory::owned),
                 _ => Ok(SlotMemory::default()),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -98,6 +110,7 @@ impl Instance {
             calls: Vec::new(),
             param_names: HashSet::new(),
             all_bound: false,
+            arena: None,
         };
         inst.calls = inst.build_calls();
         inst.refresh();
@@ -131,7 +144,7 @@ impl Instance {
             let sid = e.storage_id;
             let data = self.entry_override[eid]
                 .or(self.slot_override[sid])
-                .or_else(|| self.slots[sid].buffer.as_ref().map(|b| b.as_ptr().cast()))
+                .or_else(|| self.slots[sid].data())
                 .unwrap_or(std::ptr::null_mut());
             self.tensors[eid].data = data;
         }
@@ -142,19 +155,25 @@ impl Instance {
     /// Gives slot `sid` memory of its own if it has none, or a private copy if it is shared.
     pub fn make_private(&mut self, sid: usize) -> Result<()> {
         let slot = &mut self.slots[sid];
+        let bytes = self.plan.storage.slots[sid].bytes;
+        let fresh = Buffer::zeroed(bytes)?;
         match &slot.buffer {
-            None => slot.buffer = Some(Arc::new(Buffer::zeroed(self.plan.storage.slots[sid].bytes)?)),
-            Some(b) if slot.shared => slot.buffer = Some(Arc::new(b.duplicate()?)),
+            None => {}
+            Some(b) if slot.shared => {
+                let mut copy = vec![0u8; bytes];
+                b.read(slot.offset, &mut copy)?;
+                fresh.write(0, &copy)?;
+            }
             Some(_) => return Ok(()),
         }
-        slot.shared = false;
+        *slot = SlotMemory::owned(fresh);
         self.refresh();
         Ok(())
     }
 
     /// Binds slot `sid` to a buffer shared with others.
     pub fn bind_shared(&mut self, sid: usize, buffer: Arc<Buffer>) {
-        self.slots[sid] = SlotMemory { buffer: Some(buffer), shared: true };
+        self.slots[sid] = SlotMemory { buffer: Some(buffer), offset: 0, shared: true };
         self.refresh();
     }
 
@@ -181,8 +200,8 @@ impl Instance {
             if self.slots[sid].buffer.is_none() {
                 self.make_private(sid)?;
             }
-            let buf = self.slots[sid].buffer.as_ref().expect("bound above");
-            return NDArray::view_of(buf, &e.shape, e.dtype);
+            let slot = &self.slots[sid];
+            return NDArray::view_of(slot.buffer.as_ref().expect("bound above"), slot.offset, &e.shape, e.dtype);
         }
         Ok(NDArray::external(self.tensors[eid].data, &e.shape, e.dtype))
     }
@@ -271,11 +290,33 @@ impl Instance {
     fn bind_all(&mut self) -> Result<()> {
         for sid in 0..self.slots.len() {
             if self.slots[sid].buffer.is_none() && self.plan.storage.slots[sid].role != SlotRole::Unused {
-                self.slots[sid].buffer = Some(Arc::new(Buffer::zeroed(self.plan.storage.slots[sid].bytes)?));
+                self.slots[sid] = SlotMemory::owned(Buffer::zeroed(self.plan.storage.slots[sid].bytes)?);
             }
         }
         self.refresh();
         Ok(())
+    }
+
+    /// Moves this executor's activations into `arena` (its own are released).
+    pub fn join_arena(&mut self, arena: Arc<Arena>) -> Result<()> {
+        arena.reserve(self.plan.arena_bytes)?;
+        self.bind_arena(arena);
+        Ok(())
+    }
+
+    fn bind_arena(&mut self, arena: Arc<Arena>) {
+        let (buffer, generation) = arena.current();
+        for (sid, offset) in self.plan.arena_offsets.iter().enumerate() {
+            if let Some(offset) = *offset {
+                self.slots[sid] = SlotMemory { buffer: Some(buffer.clone()), offset, shared: false };
+            }
+        }
+        self.arena = Some((arena, generation));
+        self.refresh();
+    }
+
+    pub fn arena(&self) -> Option<&Arc<Arena>> {
+        self.arena.as_ref().map(|(a, _)| a)
     }
 
     /// Runs operators `range` in order.
@@ -283,6 +324,18 @@ impl Instance {
         if !self.all_bound {
             self.bind_all()?;
         }
+        let arena = self.arena.as_ref().map(|(a, _)| a.clone());
+        let _guard = match &arena {
+            Some(a) => {
+                let guard = a.try_acquire()?;
+                if a.current().1 != self.arena.as_ref().map_or(0, |(_, g)| *g) {
+                    // Another holder grew the arena since this executor last ran.
+                    self.bind_arena(a.clone());
+                }
+                Some(guard)
+            }
+            None => None,
+        };
         for call in &mut self.calls[range] {
             let rc = match &call.call {
                 Call::Nop => 0,

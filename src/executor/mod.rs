@@ -2,6 +2,7 @@
 //! per-executor state behind a mutex (calls from several threads serialise; use one executor per
 //! thread to run in parallel — they can share weights).
 
+pub mod arena;
 pub mod factory;
 pub mod functions;
 pub mod instance;
@@ -18,6 +19,7 @@ use crate::tensor::{NDArray, RawTensor};
 use instance::Instance;
 use plan::Plan;
 use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub struct GraphExecutor {
@@ -32,8 +34,10 @@ pub struct MemoryUsage {
     pub weights_owned: usize,
     /// Input slots bound to memory shared with other executors or a factory.
     pub weights_shared: usize,
-    /// Slots written by operators.
+    /// Slots written by operators, of this executor's own.
     pub activations: usize,
+    /// The activation arena shared with other executors (`share_activations`).
+    pub activations_shared: usize,
 }
 
 /// A name or an index, as executor functions accept them.
@@ -42,9 +46,22 @@ pub enum Key<'a> {
     Index(usize),
 }
 
+static LIVE_EXECUTORS: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for GraphExecutor {
+    fn drop(&mut self) {
+        if LIVE_EXECUTORS.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last executor is gone: give idle scratch memory and worker threads back, so a
+            // process that unloads its models returns to its baseline.
+            crate::backend::release_idle_memory();
+        }
+    }
+}
+
 impl GraphExecutor {
     pub fn new(plan: Arc<Plan>) -> Result<GraphExecutor> {
         let state = Mutex::new(Instance::new(plan.clone())?);
+        LIVE_EXECUTORS.fetch_add(1, Ordering::AcqRel);
         Ok(GraphExecutor { plan, state })
     }
 
@@ -213,14 +230,7 @@ impl GraphExecutor {
             return Ok(());
         }
         let names = params::parse_names(blob)?;
-        // Lock in address order so two threads sharing in opposite directions cannot deadlock.
-        let (mut mine, mut theirs) = if (self as *const Self) < (other as *const Self) {
-            let a = self.lock();
-            (a, other.lock())
-        } else {
-            let b = other.lock();
-            (self.lock(), b)
-        };
+        let (mut mine, mut theirs) = self.lock_pair(other);
         let mut bindings = Vec::new();
         for name in names {
             let Some(index) = self.plan.input_index(name) else {
@@ -260,6 +270,37 @@ impl GraphExecutor {
         Ok(())
     }
 
+    /// Makes this executor and `other` use one activation arena, sized for the larger. They must
+    /// then never run at the same time: a run while another holder runs fails with an error.
+    /// Outputs read through `get_output` views are overwritten by any holder's next run.
+    pub fn share_activations(&self, other: &GraphExecutor) -> Result<()> {
+        if std::ptr::eq(self, other) {
+            return Ok(());
+        }
+        let (mut mine, mut theirs) = self.lock_pair(other);
+        // Size the arena for both first, so nobody binds a buffer that is replaced at once.
+        let arena = match theirs.arena() {
+            Some(a) => a.clone(),
+            None => arena::Arena::new()?,
+        };
+        arena.reserve(self.plan.arena_bytes.max(other.plan.arena_bytes))?;
+        if theirs.arena().is_none_or(|a| !Arc::ptr_eq(a, &arena)) {
+            theirs.join_arena(arena.clone())?;
+        }
+        mine.join_arena(arena)
+    }
+
+    /// Locks two executors in address order, so two threads pairing them oppositely cannot deadlock.
+    fn lock_pair<'a>(&'a self, other: &'a GraphExecutor) -> (MutexGuard<'a, Instance>, MutexGuard<'a, Instance>) {
+        if (self as *const Self) < (other as *const Self) {
+            let a = self.lock();
+            (a, other.lock())
+        } else {
+            let b = other.lock();
+            (self.lock(), b)
+        }
+    }
+
     pub fn memory_usage(&self) -> MemoryUsage {
         let st = self.lock();
         let mut m = MemoryUsage::default();
@@ -268,9 +309,11 @@ impl GraphExecutor {
             match (&slot.role, mem.shared) {
                 (SlotRole::Input, true) => m.weights_shared += buf.len(),
                 (SlotRole::Input, false) => m.weights_owned += buf.len(),
+                _ if st.arena().is_some() => {}
                 _ => m.activations += buf.len(),
             }
         }
+        m.activations_shared = st.arena().map_or(0, |a| a.len());
         m
     }
 }

@@ -42,6 +42,9 @@ pub struct Plan {
     pub output_keys: HashMap<String, usize>,
     /// Graph inputs in each storage slot (sharing needs exactly one).
     pub inputs_per_slot: Vec<usize>,
+    /// Offsets of the activation slots inside a shared arena, and the arena size needed.
+    pub arena_offsets: Vec<Option<usize>>,
+    pub arena_bytes: usize,
     pub library: ObjRef<Module>,
     pub device: DLDevice,
 }
@@ -89,7 +92,10 @@ impl Plan {
         for &eid in &input_entries {
             inputs_per_slot[graph.entries[eid].storage_id] += 1;
         }
+        let (arena_offsets, arena_bytes) = storage.arena_layout();
         Ok(Arc::new(Plan {
+            arena_offsets,
+            arena_bytes,
             graph,
             storage,
             ops,

@@ -93,16 +93,17 @@ impl NDArray {
         Ok(Self::build(buf.as_ptr().cast(), shape, dtype, device, Owner::Buffer(buf)))
     }
 
-    /// A view of `buf` (from its start) with another shape and dtype; it keeps `buf` alive.
-    pub fn view_of(buf: &Arc<Buffer>, shape: &[i64], dtype: DLDataType) -> Result<ObjRef<NDArray>> {
+    /// A view of `buf` from `offset` with a shape and dtype; it keeps `buf` alive.
+    pub fn view_of(buf: &Arc<Buffer>, offset: usize, shape: &[i64], dtype: DLDataType) -> Result<ObjRef<NDArray>> {
         let need = tensor_bytes(shape, dtype)?;
-        if need > buf.len() {
+        if offset.checked_add(need).is_none_or(|end| end > buf.len()) {
             return Err(Error::value(format!(
-                "a view of {need} bytes ({dtype} {shape:?}) does not fit a buffer of {} bytes",
+                "a view of {need} bytes ({dtype} {shape:?}) at offset {offset} does not fit a buffer of {} bytes",
                 buf.len()
             )));
         }
-        Ok(Self::build(buf.as_ptr().cast(), shape, dtype, DLDevice::CPU, Owner::Buffer(buf.clone())))
+        let data = buf.as_ptr().wrapping_add(offset).cast();
+        Ok(Self::build(data, shape, dtype, DLDevice::CPU, Owner::Buffer(buf.clone())))
     }
 
     /// An array over memory someone else keeps alive for longer (a caller's zero-copy tensor, a
