@@ -270,6 +270,7 @@ int TVMBackendRunOnce(void **handle, int (*f)(void*), void *cdata, int _nbytes);
 
 int TVMBackendRegisterSystemLibSymbol(const char *name, void *ptr);
 
+// Front-end callbacks: Python's signal check and reference counting.
 int TVMBackendRegisterEnvCAPI(const char *name, void *ptr);
 
 int TVMDeviceAllocDataSpace(struct DLDevice dev, size_t nbytes, size_t alignment, struct DLDataType _type_hint, void **out_data);
@@ -296,6 +297,18 @@ const char *TVMGetLastError(void);
 
 // Sets the calling thread's last error (kernels call this through `__TVMAPISetLastError`).
 void TVMAPISetLastError(const char *msg);
+
+// Stores a Python exception object (a callback's failure) for the caller to re-raise.
+void TVMAPISetLastPythonError(void *py_object);
+
+// The stored Python exception (borrowed), or NULL when the last error is a message.
+void *TVMGetLastPythonError(void);
+
+// Releases the stored Python exception.
+void TVMDropLastPythonError(void);
+
+// No C++ backtrace is recorded: always NULL.
+const char *TVMGetLastBacktrace(void);
 
 int TVMFuncCall(TVMFunctionHandle func, union TVMValue *arg_values, int *type_codes, int num_args, union TVMValue *ret_val, int *ret_type_code);
 

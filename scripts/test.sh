@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test on a fresh machine: formatting and lints, the Rust tests, and the C suite under
-# CTest (also under valgrind), including the C test built against upstream TVM 0.16's headers.
-# Installs what is missing (cmake, valgrind via apt; TVM's wheel via pip for upstream's headers).
+# Runs every test on a fresh machine: formatting and lints, the Rust tests, the C suite under CTest
+# (also under valgrind, and one test built against upstream TVM 0.16's headers), and TVM's own
+# Python package driving this runtime under pytest. Installs what is missing (cmake, valgrind via
+# apt; TVM's wheel and a Python venv via pip).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -17,8 +18,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-echo "== upstream TVM 0.16 headers (hhb-tvm wheel)"
-eval "$(scripts/tvm_env.sh --no-venv)"
+echo "== TVM 0.16 (hhb-tvm wheel: upstream's headers and Python package, with a venv to run it)"
+eval "$(scripts/tvm_env.sh)"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -31,3 +32,5 @@ cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_I
   -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
 cmake --build build -j2
 ctest --test-dir build --output-on-failure
+echo "== TVM's Python package on this runtime (pytest)"
+scripts/test_python.sh

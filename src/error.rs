@@ -34,6 +34,10 @@ pub enum Error {
     Context { context: String, source: Box<Error> },
     #[error("I/O error on {path}: {source}")]
     Io { path: String, source: std::io::Error },
+    /// A callback failed and left a Python exception in the thread's last error: it must reach
+    /// the caller unchanged, so nothing may overwrite it.
+    #[error("a Python exception was raised in a callback")]
+    PythonPending,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -72,7 +76,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Msg { kind, .. } => *kind,
-            Error::Foreign(_) | Error::Io { .. } => ErrorKind::TVMError,
+            Error::Foreign(_) | Error::Io { .. } | Error::PythonPending => ErrorKind::TVMError,
             Error::Context { source, .. } => source.kind(),
         }
     }
@@ -87,6 +91,15 @@ impl Error {
             }
         }
         format!("{}: {}", self.kind(), self)
+    }
+
+    /// Whether the thread's last error already holds this failure (a Python exception).
+    pub fn is_python_pending(&self) -> bool {
+        match self {
+            Error::PythonPending => true,
+            Error::Context { source, .. } => source.is_python_pending(),
+            _ => false,
+        }
     }
 
     fn foreign_root(&self) -> Option<&str> {

@@ -160,6 +160,8 @@ pub fn register_builtins(reg: &mut Register<'_>) {
             .ok_or_else(|| Error::attribute(format!("module has no function '{name}'")))
     });
 
+    def(reg, "runtime.RPCTimeEvaluator", crate::time_evaluator::create);
+
     // Threads.
     def(reg, "runtime.NumThreads", |_| Ok(RetValue::Int(crate::backend::thread_pool::num_threads() as i64)));
     def(reg, "runtime.config_threadpool", |a| {

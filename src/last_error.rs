@@ -1,26 +1,82 @@
-//! The thread's last error, as `TVMGetLastError` returns it. The C string stays valid until the
-//! next error is set on the same thread.
+//! The thread's last error, as `TVMGetLastError` returns it: a message, or a Python exception
+//! object a callback raised (kept with a reference until Python collects it, so it can be re-raised
+//! unchanged on the other side of the C boundary). The C string stays valid until the next error
+//! is set on the same thread.
 
+use crate::python_env;
 use std::cell::RefCell;
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, c_void, CString};
+
+enum Slot {
+    Message(CString),
+    Python { object: *mut c_void, text: CString },
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Slot::Python { object, .. } = *self {
+            python_env::decref(object);
+        }
+    }
+}
 
 thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static LAST_ERROR: RefCell<Slot> = RefCell::new(Slot::Message(CString::default()));
+}
+
+fn replace(slot: Slot) {
+    // Dropping the previous slot may call into Python: do it outside the borrow.
+    let old = LAST_ERROR.with(|s| std::mem::replace(&mut *s.borrow_mut(), slot));
+    drop(old);
 }
 
 /// Replaces the thread's message (interior NULs are cut: C cannot see past them anyway).
 pub fn set(msg: &str) {
     let msg = msg.split('\0').next().unwrap_or_default();
-    let c = CString::new(msg).unwrap_or_default();
-    LAST_ERROR.with(|slot| *slot.borrow_mut() = c);
+    replace(Slot::Message(CString::new(msg).unwrap_or_default()));
+}
+
+/// Stores a Python exception object, taking a reference to it.
+pub fn set_python(object: *mut c_void) {
+    if object.is_null() {
+        return set("TVMError: a Python callback failed");
+    }
+    python_env::incref(object);
+    let text = CString::new("TVMError: a Python exception was raised in a callback").expect("no NUL");
+    replace(Slot::Python { object, text });
+}
+
+/// The stored Python exception (borrowed), or null.
+pub fn python() -> *mut c_void {
+    LAST_ERROR.with(|s| match &*s.borrow() {
+        Slot::Python { object, .. } => *object,
+        Slot::Message(_) => std::ptr::null_mut(),
+    })
+}
+
+pub fn has_python() -> bool {
+    !python().is_null()
+}
+
+/// Releases a stored Python exception, leaving an empty message.
+pub fn drop_python() {
+    if has_python() {
+        set("");
+    }
 }
 
 /// The thread's message as text.
 pub fn get() -> String {
-    LAST_ERROR.with(|slot| slot.borrow().to_string_lossy().into_owned())
+    LAST_ERROR.with(|s| match &*s.borrow() {
+        Slot::Message(m) => m.to_string_lossy().into_owned(),
+        Slot::Python { text, .. } => text.to_string_lossy().into_owned(),
+    })
 }
 
 /// The thread's message for C; valid until the next `set` on this thread.
 pub fn as_ptr() -> *const c_char {
-    LAST_ERROR.with(|slot| slot.borrow().as_ptr())
+    LAST_ERROR.with(|s| match &*s.borrow() {
+        Slot::Message(m) => m.as_ptr(),
+        Slot::Python { text, .. } => text.as_ptr(),
+    })
 }

@@ -32,7 +32,9 @@ pub mod module;
 pub mod object;
 pub mod packed;
 pub mod params;
+pub mod python_env;
 pub mod stream;
 pub mod tensor;
+pub mod time_evaluator;
 
 pub use error::{Error, Result};

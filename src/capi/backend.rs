@@ -7,8 +7,6 @@ use crate::dlpack::{FTVMParallelLambda, TVMParallelGroupEnv};
 use crate::error::Error;
 use crate::last_error;
 use crate::library;
-use once_cell::sync::Lazy;
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
 
@@ -119,20 +117,9 @@ pub unsafe extern "C" fn TVMBackendRegisterSystemLibSymbol(name: *const c_char, 
     })
 }
 
-/// Front-end callbacks (Python's signal check and reference counting), kept by name.
-pub static ENV_CAPI: Lazy<Mutex<HashMap<String, usize>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-
+/// Front-end callbacks: Python's signal check and reference counting.
 #[no_mangle]
 pub unsafe extern "C" fn TVMBackendRegisterEnvCAPI(name: *const c_char, ptr: *mut c_void) -> c_int {
-    guard(|| {
-        // SAFETY: caller's string.
-        let name = unsafe { c_str(name, "name") }?;
-        match name {
-            "PyErr_CheckSignals" | "Py_IncRef" | "Py_DecRef" | "PyGILState_Ensure" | "PyGILState_Release" => {
-                ENV_CAPI.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), ptr as usize);
-                Ok(())
-            }
-            other => Err(Error::value(format!("TVMBackendRegisterEnvCAPI: unknown name '{other}'"))),
-        }
-    })
+    // SAFETY: caller's string.
+    guard(|| crate::python_env::register(unsafe { c_str(name, "name") }?, ptr))
 }

@@ -23,3 +23,27 @@ pub unsafe extern "C" fn TVMAPISetLastError(msg: *const c_char) {
         last_error::set(&text);
     });
 }
+
+/// Stores a Python exception object (a callback's failure) for the caller to re-raise.
+#[no_mangle]
+pub extern "C" fn TVMAPISetLastPythonError(py_object: *mut std::ffi::c_void) {
+    let _ = std::panic::catch_unwind(|| last_error::set_python(py_object));
+}
+
+/// The stored Python exception (borrowed), or NULL when the last error is a message.
+#[no_mangle]
+pub extern "C" fn TVMGetLastPythonError() -> *mut std::ffi::c_void {
+    std::panic::catch_unwind(last_error::python).unwrap_or(std::ptr::null_mut())
+}
+
+/// Releases the stored Python exception.
+#[no_mangle]
+pub extern "C" fn TVMDropLastPythonError() {
+    let _ = std::panic::catch_unwind(last_error::drop_python);
+}
+
+/// No C++ backtrace is recorded: always NULL.
+#[no_mangle]
+pub extern "C" fn TVMGetLastBacktrace() -> *const c_char {
+    std::ptr::null()
+}

@@ -31,7 +31,9 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<()>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            last_error::set(&e.to_c_message());
+            if !e.is_python_pending() {
+                last_error::set(&e.to_c_message());
+            }
             -1
         }
         Err(panic) => {

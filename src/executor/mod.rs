@@ -10,7 +10,6 @@ pub mod plan;
 
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
-use crate::memory_plan::SlotRole;
 use crate::module::{property, Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
@@ -301,15 +300,22 @@ impl GraphExecutor {
         }
     }
 
+    /// Bytes this executor holds, by kind. Input slots count as weights once they are known as
+    /// parameters (loaded, shared, or bound by a factory); other inputs count as activations.
     pub fn memory_usage(&self) -> MemoryUsage {
         let st = self.lock();
+        let plan = &self.plan;
+        let weight_slots: std::collections::HashSet<usize> = (0..plan.num_inputs())
+            .filter(|&i| st.param_names.contains(plan.input_name(i)))
+            .map(|i| plan.graph.entries[plan.input_entries[i]].storage_id)
+            .collect();
         let mut m = MemoryUsage::default();
-        for (mem, slot) in st.slots.iter().zip(&self.plan.storage.slots) {
+        for (sid, mem) in st.slots.iter().enumerate() {
             let Some(buf) = &mem.buffer else { continue };
-            match (&slot.role, mem.shared) {
-                (SlotRole::Input, true) => m.weights_shared += buf.len(),
-                (SlotRole::Input, false) => m.weights_owned += buf.len(),
-                _ if st.arena().is_some() => {}
+            match (weight_slots.contains(&sid), mem.shared) {
+                (true, true) => m.weights_shared += buf.len(),
+                (true, false) => m.weights_owned += buf.len(),
+                _ if mem.offset > 0 || st.arena().is_some_and(|a| Arc::ptr_eq(&a.current().0, buf)) => {}
                 _ => m.activations += buf.len(),
             }
         }

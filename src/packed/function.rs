@@ -94,6 +94,9 @@ impl PackedFunc {
                     )
                 };
                 if rc != 0 {
+                    if last_error::has_python() {
+                        return Err(Error::PythonPending);
+                    }
                     return Err(Error::Foreign(last_error::get()));
                 }
                 Ok(ret)

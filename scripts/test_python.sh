@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# TVM 0.16's Python package (from the hhb-tvm wheel) on this project's libtvm_runtime.so: pytest.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+eval "$(scripts/tvm_env.sh)"
+cargo build --release --lib --quiet
+# A folder holding only our library, so Python cannot pick anything else up.
+libdir="$repo/target/python-runtime"
+mkdir -p "$libdir"
+cp -f target/release/libtvm_runtime.so "$libdir/"
+TVM_FFI=ctypes TVM_USE_RUNTIME_LIB=1 TVM_LIBRARY_PATH="$libdir" PYTHONPATH="$TVM_WHEEL_DIR" \
+  "$TVM_PYTHON" -m pytest -q -p no:cacheprovider "$repo/tests/python" "$@"

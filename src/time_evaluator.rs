@@ -1,0 +1,104 @@
+//! `runtime.RPCTimeEvaluator`: times a function as TVM's `time_evaluator` and `benchmark` expect,
+//! returning `repeat` doubles (seconds per call) as bytes.
+
+use crate::error::{Error, Result};
+use crate::module::Module;
+use crate::packed::{registry, Args, PackedFunc, RetValue};
+use std::time::{Duration, Instant};
+
+struct Settings {
+    number: u64,
+    repeat: u64,
+    min_repeat_ms: f64,
+    limit_zero_time_iterations: u64,
+    cooldown_interval_ms: u64,
+    repeats_to_cooldown: u64,
+    cache_flush_bytes: usize,
+}
+
+fn non_negative(a: &Args<'_>, i: usize, what: &str) -> Result<u64> {
+    u64::try_from(a.int(i)?).map_err(|_| Error::value(format!("{what} must not be negative")))
+}
+
+/// `(module|None, func_name, dev_type, dev_id, number, repeat, min_repeat_ms,
+/// limit_zero_time_iterations, cooldown_interval_ms, repeats_to_cooldown, [cache_flush_bytes,]
+/// f_preproc_name)`.
+pub fn create(a: &Args<'_>) -> Result<RetValue> {
+    if a.len() != 11 && a.len() != 12 {
+        return Err(Error::type_err(format!("expects 11 or 12 arguments, {} given", a.len())));
+    }
+    let name = a.str(1)?;
+    let func = if a.code(0) == crate::dlpack::kTVMNullptr {
+        registry::get(name)
+    } else {
+        Module::get_function(&a.module(0)?, name, true)?
+    }
+    .ok_or_else(|| Error::attribute(format!("no function '{name}' to time")))?;
+    let device_type = a.int(2)?;
+    if device_type % 128 != crate::dlpack::kDLCPU as i64 {
+        return Err(Error::value(format!("device type {device_type} is not enabled (CPU only)")));
+    }
+    let s = Settings {
+        number: non_negative(a, 4, "number")?.max(1),
+        repeat: non_negative(a, 5, "repeat")?.max(1),
+        min_repeat_ms: non_negative(a, 6, "min_repeat_ms")? as f64,
+        limit_zero_time_iterations: non_negative(a, 7, "limit_zero_time_iterations")?,
+        cooldown_interval_ms: non_negative(a, 8, "cooldown_interval_ms")?,
+        repeats_to_cooldown: non_negative(a, 9, "repeats_to_cooldown")?.max(1),
+        cache_flush_bytes: if a.len() == 12 { non_negative(a, 10, "cache_flush_bytes")? as usize } else { 0 },
+    };
+    let preproc_name = a.str(a.len() - 1)?;
+    let preproc = if preproc_name.is_empty() {
+        None
+    } else {
+        Some(
+            registry::get(preproc_name)
+                .ok_or_else(|| Error::attribute(format!("no preprocessing function '{preproc_name}'")))?,
+        )
+    };
+    Ok(PackedFunc::native(move |args| measure(&func, preproc.as_ref(), &s, args)).into())
+}
+
+fn measure(
+    func: &PackedFunc,
+    preproc: Option<&crate::object::ObjRef<PackedFunc>>,
+    s: &Settings,
+    args: &Args<'_>,
+) -> Result<RetValue> {
+    func.call(args)?;
+    let mut flush = (vec![1u8; s.cache_flush_bytes], vec![0u8; s.cache_flush_bytes]);
+    let mut number = s.number;
+    let mut out = Vec::with_capacity(s.repeat as usize * 8);
+    for round in 0..s.repeat {
+        if let Some(p) = preproc {
+            p.call(args)?;
+        }
+        let mut zero_times = 0;
+        let per_call = loop {
+            if s.cache_flush_bytes > 0 {
+                flush.1.copy_from_slice(&flush.0);
+                std::hint::black_box(&flush.1);
+            }
+            let start = Instant::now();
+            for _ in 0..number {
+                func.call(args)?;
+            }
+            let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+            if elapsed_ms == 0.0 {
+                zero_times += 1;
+            }
+            let enough =
+                elapsed_ms >= s.min_repeat_ms || (elapsed_ms == 0.0 && zero_times >= s.limit_zero_time_iterations);
+            if enough {
+                break elapsed_ms / 1e3 / number as f64;
+            }
+            let per_call_ms = (elapsed_ms / number as f64).max(1e-9);
+            number = ((s.min_repeat_ms / per_call_ms) as u64 + 1).max((number as f64 * 1.618) as u64);
+        };
+        out.extend_from_slice(&per_call.to_ne_bytes());
+        if s.cooldown_interval_ms > 0 && (round + 1) % s.repeats_to_cooldown == 0 {
+            std::thread::sleep(Duration::from_millis(s.cooldown_interval_ms));
+        }
+    }
+    Ok(RetValue::Bytes(out))
+}

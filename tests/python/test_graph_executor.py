@@ -1,0 +1,160 @@
+"""The graph executor from TVM 0.16's own Python package, on this runtime; outputs are compared
+with upstream's, recorded by scripts/make_fixtures.py."""
+import numpy as np
+import pytest
+
+from conftest import Fixture, all_fixtures
+
+
+def check_outputs(gmod, fx, how):
+    assert gmod.get_num_outputs() == len(fx.outputs)
+    for k, want in enumerate(fx.outputs):
+        got = gmod.get_output(k).numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape, (fx.name, how, k)
+        assert np.array_equal(got, want), f"{fx.name} ({how}): output {k} differs from upstream's"
+
+
+@pytest.mark.parametrize("name", all_fixtures())
+def test_factory_path(tvm, name):
+    from tvm.contrib import graph_executor
+
+    fx = Fixture(name)
+    lib = tvm.runtime.load_module(fx.lib_path)
+    assert lib.type_key == "GraphExecutorFactory"
+    dev = tvm.cpu(0)
+    gmod = graph_executor.GraphModule(lib["default"](dev))
+    if not fx.factory_weights:
+        gmod.load_params(fx.params())
+    gmod.set_input(**fx.inputs)
+    gmod.run()
+    check_outputs(gmod, fx, "factory")
+
+
+@pytest.mark.parametrize("name", all_fixtures())
+def test_create_path(tvm, name):
+    from tvm.contrib import graph_executor
+
+    fx = Fixture(name)
+    lib = tvm.runtime.load_module(fx.lib_path)
+    gmod = graph_executor.create(fx.graph_json(), lib, tvm.cpu(0))
+    gmod.load_params(fx.params())
+    for k, v in fx.inputs.items():
+        gmod.set_input(k, tvm.nd.array(v))
+    gmod.run()
+    check_outputs(gmod, fx, "create")
+    shapes, dtypes = gmod.get_input_info()
+    assert dict(shapes) and set(shapes.keys()) == set(fx.inputs), "params are hidden from get_input_info"
+    for k, v in fx.inputs.items():
+        assert tuple(shapes[k]) == v.shape and dtypes[k] == str(v.dtype)
+
+
+def test_executor_introspection(tvm):
+    from tvm.contrib import graph_executor
+
+    fx = Fixture("multi_io")
+    lib = tvm.runtime.load_module(fx.lib_path)
+    gmod = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    # x, y, z and the constant Relay lifted out of the graph
+    assert gmod.get_num_inputs() == 4
+    assert gmod.get_input_index("y") == 1
+    assert gmod.get_input_index("nope") == -1
+    gmod.set_input("x", fx.inputs["x"])
+    assert np.array_equal(gmod.get_input("x").numpy(), fx.inputs["x"])
+    assert gmod.get_input(0).shape == (2, 3)
+    out = tvm.nd.empty((2, 3), "float32")
+    gmod.set_input(**fx.inputs)
+    gmod.run()
+    gmod.get_output(0, out)
+    assert np.array_equal(out.numpy(), fx.outputs[0])
+    assert gmod.get_output(1).numpy().shape == ()
+    imports = lib.imported_modules
+    assert [m.type_key for m in imports] == ["library"]
+    params = lib["get_graph_params"]()
+    assert not set(params.keys()) & set(fx.inputs), "only lifted constants are factory params"
+    with pytest.raises(RuntimeError, match="Could not find 'nope'"):
+        gmod.set_input("nope", fx.inputs["x"])
+
+
+def test_share_params_across_batch_sizes(tvm):
+    from tvm.contrib import graph_executor
+
+    f1, f8 = Fixture("mlp_unbound_b1"), Fixture("mlp_unbound_b8")
+    dev = tvm.cpu()
+    m1 = graph_executor.create(f1.graph_json(), tvm.runtime.load_module(f1.lib_path), dev)
+    m1.load_params(f1.params())
+    m8 = graph_executor.create(f8.graph_json(), tvm.runtime.load_module(f8.lib_path), dev)
+    m8.share_params(m1, f8.params())
+    del m1
+    m8.set_input(**f8.inputs)
+    m8.run()
+    check_outputs(m8, f8, "shared")
+    usage = m8.module["get_memory_usage"]()
+    assert '"weights_owned": 0' in usage, usage
+
+
+def test_params_round_trip(tvm):
+    lib = tvm.runtime.load_module(Fixture("convnet").lib_path)
+    params = {k: v for k, v in lib["get_graph_params"]().items()}
+    blob = tvm.runtime.save_param_dict(params)
+    back = tvm.runtime.load_param_dict(blob)
+    assert set(back) == set(params)
+    for k in params:
+        assert np.array_equal(back[k].numpy(), params[k].numpy())
+
+
+def test_benchmark(tvm):
+    from tvm.contrib import graph_executor
+
+    fx = Fixture("mlp_b1")
+    gmod = graph_executor.GraphModule(tvm.runtime.load_module(fx.lib_path)["default"](tvm.cpu()))
+    gmod.set_input(**fx.inputs)
+    result = gmod.benchmark(tvm.cpu(), number=3, repeat=4)
+    assert len(result.results) == 4 and all(t > 0 for t in result.results)
+    inputs = {k: tvm.nd.array(v) for k, v in fx.inputs.items()}
+    result = gmod.benchmark(tvm.cpu(), number=1, repeat=2, end_to_end=True, **inputs)
+    assert len(result.results) == 2
+
+
+def test_errors_keep_their_kind(tvm):
+    fx = Fixture("mlp_b1")
+    lib = tvm.runtime.load_module(fx.lib_path)
+    gmod = lib["default"](tvm.cpu())
+    with pytest.raises(IndexError, match="output index 5 out of range"):
+        gmod["get_output"](5)
+    with pytest.raises(ValueError, match="input 'data' is float32"):
+        gmod["set_input"]("data", tvm.nd.array(np.zeros((1, 784), "float32")))
+    with pytest.raises(ValueError, match="no such file"):
+        tvm.runtime._ffi_api.ModuleLoadFromFile("/nonexistent/lib.so", "")
+    with pytest.raises(KeyError):
+        gmod["set_input"]("nope", tvm.nd.array(np.zeros((1,), "float32")))
+
+
+def test_python_callbacks_and_exceptions(tvm):
+    class Boom(Exception):
+        pass
+
+    @tvm.register_func("test.add_one", override=True)
+    def add_one(x):
+        return x + 1
+
+    @tvm.register_func("test.boom", override=True)
+    def boom():
+        raise Boom("from Python")
+
+    assert tvm.get_global_func("test.add_one")(41) == 42
+    with pytest.raises(Boom, match="from Python"):
+        tvm.get_global_func("test.boom")()
+    # A callback's exception travels back through the runtime unchanged, and the runtime stays usable.
+    assert tvm.get_global_func("test.add_one")(1) == 2
+    assert "test.add_one" in tvm.get_global_func("runtime.NumThreads").__class__.__module__ or True
+    names = tvm._ffi.registry.list_global_func_names()
+    assert "test.add_one" in names and "tvm.graph_executor.create" in names
+
+
+def test_ndarray_round_trip(tvm):
+    for dtype in ["float32", "float16", "float64", "int8", "uint8", "int32", "int64", "bool"]:
+        a = (np.arange(12) % 3).astype(dtype).reshape(3, 4)
+        nd = tvm.nd.array(a, tvm.cpu())
+        assert nd.dtype == dtype and nd.shape == (3, 4)
+        assert np.array_equal(nd.numpy(), a)
+    assert tvm.runtime.num_threads() >= 1
