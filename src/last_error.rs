@@ -73,10 +73,13 @@ pub fn get() -> String {
     })
 }
 
-/// The thread's message for C; valid until the next `set` on this thread.
+/// The thread's message for C; valid until the next `set` on this thread. (During thread exit,
+/// after the slot is gone, an empty string.)
 pub fn as_ptr() -> *const c_char {
-    LAST_ERROR.with(|s| match &*s.borrow() {
-        Slot::Message(m) => m.as_ptr(),
-        Slot::Python { text, .. } => text.as_ptr(),
-    })
+    LAST_ERROR
+        .try_with(|s| match &*s.borrow() {
+            Slot::Message(m) => m.as_ptr(),
+            Slot::Python { text, .. } => text.as_ptr(),
+        })
+        .unwrap_or(c"".as_ptr())
 }

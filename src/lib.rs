@@ -23,6 +23,7 @@ pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod executor;
+pub mod fuzzing;
 pub mod globals;
 pub mod graph;
 pub mod last_error;

@@ -174,10 +174,12 @@ pub unsafe extern "C" fn TVMDLManagedTensorCallDeleter(t: *mut DLManagedTensor) 
     if t.is_null() {
         return;
     }
-    // SAFETY: a managed tensor handed to us for deletion.
-    unsafe {
-        if let Some(d) = (*t).deleter {
-            d(t)
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: a managed tensor handed to us for deletion.
+        unsafe {
+            if let Some(d) = (*t).deleter {
+                d(t)
+            }
         }
-    }
+    });
 }

@@ -5,7 +5,6 @@ use super::{c_str, function::TVMFuncCall, guard, out, TVMFunctionHandle};
 use crate::backend::{thread_pool, workspace};
 use crate::dlpack::{FTVMParallelLambda, TVMParallelGroupEnv};
 use crate::error::Error;
-use crate::last_error;
 use crate::library;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
@@ -92,20 +91,27 @@ pub unsafe extern "C" fn TVMBackendRunOnce(
     _nbytes: c_int,
 ) -> c_int {
     static ONCE: Mutex<()> = Mutex::new(());
-    if handle.is_null() {
-        last_error::set("ValueError: TVMBackendRunOnce: null handle");
-        return -1;
-    }
-    let Some(f) = f else { return 0 };
-    let _g = ONCE.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: the caller's slot; serialised by the lock so the call happens once.
-    unsafe {
-        if (*handle).is_null() {
-            *handle = 1 as *mut c_void;
-            return f(cdata);
+    let mut rc = 0;
+    let status = guard(|| {
+        if handle.is_null() {
+            return Err(Error::value("TVMBackendRunOnce: null handle"));
         }
+        let Some(f) = f else { return Ok(()) };
+        let _g = ONCE.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the caller's slot; serialised by the lock so the call happens once.
+        unsafe {
+            if (*handle).is_null() {
+                *handle = 1 as *mut c_void;
+                rc = f(cdata);
+            }
+        }
+        Ok(())
+    });
+    if status != 0 {
+        status
+    } else {
+        rc
     }
-    0
 }
 
 #[no_mangle]

@@ -27,6 +27,30 @@ impl LibraryModule {
     pub fn source(&self) -> &dyn SymbolSource {
         &*self.source
     }
+
+    /// A library with no symbols (for reading module blobs on their own).
+    pub fn empty() -> ObjRef<Module> {
+        struct Nothing;
+        impl SymbolSource for Nothing {
+            fn lookup(&self, _: &str) -> Option<*mut c_void> {
+                None
+            }
+            fn describe(&self) -> String {
+                "an empty library".into()
+            }
+        }
+        Module::new(LibraryModule { source: Arc::new(Nothing), env_funcs: Mutex::new(HashMap::new()) })
+    }
+}
+
+/// A copy of the `__tvm_dev_mblob` payload of a shared library (empty if it has none).
+pub fn read_module_blob(path: &str) -> Result<Vec<u8>> {
+    let dso = Dso::open(path)?;
+    Ok(match dso.lookup("__tvm_dev_mblob") {
+        // SAFETY: the symbol is the module blob: a u64 length followed by the bytes.
+        Some(addr) => unsafe { symbols::read_blob(addr.cast()) }.to_vec(),
+        None => Vec::new(),
+    })
 }
 
 impl ModuleNode for LibraryModule {
@@ -43,11 +67,16 @@ impl ModuleNode for LibraryModule {
         } else {
             name.to_string()
         };
-        Ok(self.source.lookup(&symbol).map(|addr| {
-            // SAFETY: exported function symbols of a TVM library are TVMBackendPackedCFuncs.
-            let f: TVMBackendPackedCFunc = unsafe { std::mem::transmute::<*mut c_void, TVMBackendPackedCFunc>(addr) };
-            PackedFunc::from_kernel(f, this.clone().into_any())
-        }))
+        let Some(addr) = self.source.lookup(&symbol) else { return Ok(None) };
+        if !symbols::is_function(addr as usize) {
+            return Err(Error::type_err(format!(
+                "symbol '{symbol}' of {} is data, not a function",
+                self.source.describe()
+            )));
+        }
+        // SAFETY: exported function symbols of a TVM library are TVMBackendPackedCFuncs.
+        let f: TVMBackendPackedCFunc = unsafe { std::mem::transmute::<*mut c_void, TVMBackendPackedCFunc>(addr) };
+        Ok(Some(PackedFunc::from_kernel(f, this.clone().into_any())))
     }
 
     fn property_mask(&self) -> i32 {

@@ -64,6 +64,27 @@ impl SymbolSource for SystemLib {
     }
 }
 
+/// Whether `addr`, an address `lookup` found, is a function rather than data. Answers from the
+/// dynamic symbol table; symbols it cannot see (a system library linked into the host) pass.
+pub fn is_function(addr: usize) -> bool {
+    const RTLD_DL_SYMENT: libc::c_int = 1;
+    const STT_FUNC: u8 = 2;
+    const STT_GNU_IFUNC: u8 = 10;
+    // SAFETY: dladdr1 only reads the loader's tables; both out-pointers are ours.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let mut sym: *mut c_void = std::ptr::null_mut();
+        if libc::dladdr1(addr as *const c_void, &mut info, &mut sym, RTLD_DL_SYMENT) == 0 || sym.is_null() {
+            return true;
+        }
+        let sym = &*sym.cast::<libc::Elf64_Sym>();
+        if sym.st_value as usize + info.dli_fbase as usize != addr && info.dli_saddr as usize != addr {
+            return true;
+        }
+        matches!(sym.st_info & 0xf, STT_FUNC | STT_GNU_IFUNC)
+    }
+}
+
 /// Stores `value` into a pointer-sized data symbol (the model's context slots).
 ///
 /// # Safety

@@ -1,0 +1,100 @@
+//! Bad input that needs real artefacts: failing kernels, libraries without the expected symbols,
+//! data symbols asked for as functions, executors shared between threads.
+
+mod common;
+use common::*;
+use tvm_runtime::dlpack::DLDevice;
+use tvm_runtime::executor::GraphExecutor;
+use tvm_runtime::module::Module;
+
+#[test]
+fn a_failing_kernel_fails_run_with_its_message_and_the_executor_stays_usable() {
+    let f = Fixture::load("mlp_b1");
+    let lib = f.load_lib();
+    // Declare softmax's output as float64: the kernel's own argument check rejects it at run time.
+    let json = f.graph_json();
+    let mut g: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let dltypes = g["attrs"]["dltype"][1].as_array_mut().unwrap();
+    let last = dltypes.len() - 1;
+    dltypes[last] = "float64".into();
+    let m = GraphExecutor::create(&g.to_string(), lib.clone(), DLDevice::CPU).unwrap();
+    let ex = exec(&m);
+    let factory = lib.node::<tvm_runtime::executor::factory::Factory>().unwrap();
+    for (name, array) in factory.params() {
+        ex.bind_param(name, array).unwrap();
+    }
+    f.set_inputs(&m);
+    let e = ex.run().unwrap_err().to_c_message();
+    assert!(e.starts_with("TVMError: operator tvmgen_default_fused_nn_softmax (node"), "{e}");
+    assert!(e.contains("Assert fail") && e.contains("dtype"), "{e}");
+    // Still usable: inputs, outputs and the earlier operators work; the same failure repeats cleanly.
+    f.set_inputs(&m);
+    assert_eq!(ex.output(0).unwrap().dtype().to_string(), "float64");
+    assert!(ex.run().is_err());
+}
+
+#[test]
+fn a_library_without_the_kernels_is_refused_with_the_missing_name() {
+    let f = Fixture::load("mlp_b1");
+    let libm = ["/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("libm");
+    let lib = tvm_runtime::library::load_file(libm, "so").unwrap();
+    assert_eq!(lib.type_key(), "library");
+    let e = GraphExecutor::create(&f.graph_json(), lib, DLDevice::CPU).err().unwrap().to_c_message();
+    assert!(e.contains("no such function in module: tvmgen_default_fused_nn_contrib_dense_pack_add_nn_relu"), "{e}");
+}
+
+#[test]
+fn a_data_symbol_is_not_handed_out_as_a_function() {
+    let lib = Fixture::load("mlp_b1").load_lib();
+    let e = Module::get_function(&lib, "__tvm_dev_mblob", true).err().unwrap().to_c_message();
+    assert!(e.contains("symbol '__tvm_dev_mblob'") && e.contains("is data, not a function"), "{e}");
+    assert!(Module::get_function(&lib, "tvmgen_default_fused_nn_softmax", true).unwrap().is_some());
+    assert!(Module::get_function(&lib, "no_such_symbol", true).unwrap().is_none());
+}
+
+#[test]
+fn one_executor_used_from_two_threads_serialises() {
+    let f = Fixture::load("convnet");
+    let lib = f.load_lib();
+    let m = f.executor_from_factory(&lib);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    f.set_inputs(&m);
+                    exec(&m).run().unwrap();
+                    f.check_outputs(&m, "two threads, one executor");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn malformed_module_blobs_are_refused() {
+    use tvm_runtime::library::{blob, LibraryModule};
+    let mut good = Vec::new();
+    good.extend_from_slice(&1u64.to_le_bytes());
+    good.extend_from_slice(&4u64.to_le_bytes());
+    good.extend_from_slice(b"_lib");
+    assert!(blob::load_tree(&good, LibraryModule::empty()).is_ok());
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (vec![], "truncated"),
+        (u64::MAX.to_le_bytes().to_vec(), "exceeds"),
+        (
+            [&1u64.to_le_bytes()[..], &9u64.to_le_bytes(), b"mystery_k"].concat(),
+            "mystery_k but a loader of that name is not registered",
+        ),
+        (
+            [&2u64.to_le_bytes()[..], &4u64.to_le_bytes(), b"_lib", &4u64.to_le_bytes(), b"_lib"].concat(),
+            "more than one _lib",
+        ),
+    ];
+    for (bytes, want) in cases {
+        let e = blob::load_tree(&bytes, LibraryModule::empty()).err().unwrap().to_c_message();
+        assert!(e.contains(want), "expected '{want}' in '{e}'");
+    }
+}

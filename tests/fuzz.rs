@@ -1,0 +1,34 @@
+//! Replays the fixture seeds and a fixed set of mutations through every untrusted-input reader:
+//! errors are fine, a panic fails the test (and prints the input's length and first bytes).
+
+use tvm_runtime::fuzzing::{campaign, seeds, Target};
+
+fn run(target: Target, iterations: u64) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let corpus = seeds(target, &dir);
+    assert!(corpus.len() >= 3, "{}: only {} seeds", target.name(), corpus.len());
+    match campaign(target, &corpus, iterations, 7) {
+        Ok((_, accepted)) => assert!(accepted > 0, "{}: no mutated input was accepted", target.name()),
+        Err(input) => panic!(
+            "{}: reader panicked on {} bytes: {:02x?}",
+            target.name(),
+            input.len(),
+            &input[..input.len().min(64)]
+        ),
+    }
+}
+
+#[test]
+fn params_reader() {
+    run(Target::Params, 3000);
+}
+
+#[test]
+fn graph_reader() {
+    run(Target::Graph, 3000);
+}
+
+#[test]
+fn module_blob_reader() {
+    run(Target::Blob, 3000);
+}
