@@ -232,12 +232,19 @@ extern "C" {
 // Allocates an uninitialised (here: zeroed) array on the CPU, 64-byte aligned.
 int TVMArrayAlloc(const int64_t *shape, int ndim, int dtype_code, int dtype_bits, int dtype_lanes, int device_type, int device_id, TVMArrayHandle *out_handle);
 
+// Releases the caller's reference to an array (NULL is a no-op); the memory goes with the last
+// reference (views and executors may hold others).
 int TVMArrayFree(TVMArrayHandle handle);
 
+// Copies `nbytes` host bytes into a compact CPU array; `nbytes` must equal the array's size.
+// Not synchronised with other writers of the same array.
 int TVMArrayCopyFromBytes(TVMArrayHandle handle, void *data, size_t nbytes);
 
+// Copies a compact CPU array out into `nbytes` host bytes; `nbytes` must equal its size.
 int TVMArrayCopyToBytes(TVMArrayHandle handle, void *data, size_t nbytes);
 
+// Copies array to array (any `DLTensor*`); byte sizes must match, shapes are not compared.
+// The stream is ignored on the CPU.
 int TVMArrayCopyFromTo(TVMArrayHandle from, TVMArrayHandle to, TVMStreamHandle _stream);
 
 // The type index of the array object (2), as Python asks for every returned array.
@@ -249,6 +256,7 @@ int TVMArrayFromDLPack(struct DLManagedTensor *from, TVMArrayHandle *out_handle)
 // Exports an array as DLPack; the array stays alive until the tensor's deleter runs.
 int TVMArrayToDLPack(TVMArrayHandle from, struct DLManagedTensor **out_tensor);
 
+// Calls a DLPack tensor's deleter (NULL is a no-op).
 void TVMDLManagedTensorCallDeleter(struct DLManagedTensor *t);
 
 // Finds a function for compiled code: the imports of its library, then the global registry.
@@ -258,37 +266,52 @@ int TVMBackendGetFuncFromEnv(void *mod_node, const char *func_name, TVMFunctionH
 // Scratch memory for a kernel, 64-byte aligned, from the calling thread's pool; NULL on failure.
 void *TVMBackendAllocWorkspace(int device_type, int _device_id, uint64_t nbytes, int _dtype_code_hint, int _dtype_bits_hint);
 
+// Returns a workspace to the calling thread's pool; it must come from TVMBackendAllocWorkspace
+// on the same thread.
 int TVMBackendFreeWorkspace(int _device_type, int _device_id, void *ptr);
 
 // Runs `flambda` on `num_task` concurrent tasks (0 = all threads) and waits for them.
 int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void *cdata, int num_task);
 
+// Waits until every task of the current parallel launch reaches the barrier.
 int TVMBackendParallelBarrier(int _task_id, struct TVMParallelGroupEnv *penv);
 
 // Runs `f(cdata)` the first time a given handle slot is seen.
 int TVMBackendRunOnce(void **handle, int (*f)(void*), void *cdata, int _nbytes);
 
+// Records a symbol of a `--system-lib` object (called from its static constructors); the
+// module comes from the global `runtime.SystemLib`. Thread-safe.
 int TVMBackendRegisterSystemLibSymbol(const char *name, void *ptr);
 
 // Front-end callbacks: Python's signal check and reference counting.
 int TVMBackendRegisterEnvCAPI(const char *name, void *ptr);
 
+// Allocates `nbytes` on the CPU, aligned to max(alignment, 64); free with TVMDeviceFreeDataSpace.
 int TVMDeviceAllocDataSpace(struct DLDevice dev, size_t nbytes, size_t alignment, struct DLDataType _type_hint, void **out_data);
 
+// Allocates a compact tensor's bytes on the CPU (scope NULL, "" or "global"); free with
+// TVMDeviceFreeDataSpace.
 int TVMDeviceAllocDataSpaceWithScope(struct DLDevice dev, int ndim, const int64_t *shape, struct DLDataType dtype, const char *mem_scope, void **out_data);
 
+// Frees memory from TVMDeviceAllocDataSpace(WithScope); NULL is a no-op.
 int TVMDeviceFreeDataSpace(struct DLDevice dev, void *ptr);
 
+// Copies tensor to tensor, as TVMArrayCopyFromTo.
 int TVMDeviceCopyDataFromTo(struct DLTensor *from, struct DLTensor *to, TVMStreamHandle _stream);
 
+// CPU streams do not exist: `*out` is NULL. Other devices: error.
 int TVMStreamCreate(int device_type, int _device_id, TVMStreamHandle *out_stream);
 
+// No-op on the CPU; other devices: error.
 int TVMStreamFree(int device_type, int _device_id, TVMStreamHandle _stream);
 
+// No-op on the CPU; other devices: error.
 int TVMSetStream(int device_type, int _device_id, TVMStreamHandle _stream);
 
+// CPU work is synchronous: returns 0. Other devices: error ("not enabled").
 int TVMSynchronize(int device_type, int _device_id, TVMStreamHandle _stream);
 
+// No-op on the CPU; other devices: error.
 int TVMStreamStreamSynchronize(int device_type, int _device_id, TVMStreamHandle _src, TVMStreamHandle _dst);
 
 // The calling thread's last error message (empty if none). Valid until the next error on this
@@ -310,10 +333,16 @@ void TVMDropLastPythonError(void);
 // No C++ backtrace is recorded: always NULL.
 const char *TVMGetLastBacktrace(void);
 
+// Calls a packed function. Arguments are borrowed for the call. The result: codes 8, 9, 10
+// and 13 hand one reference to the caller; strings (code 11) and bytes (code 12) live in
+// thread-local storage until the next call on this thread; 4 means no result. Thread-safe.
 int TVMFuncCall(TVMFunctionHandle func, union TVMValue *arg_values, int *type_codes, int num_args, union TVMValue *ret_val, int *ret_type_code);
 
+// Releases the caller's reference to a function (NULL is a no-op).
 int TVMFuncFree(TVMFunctionHandle func);
 
+// Wraps a C callback as a packed function (one reference to the caller). `resource_handle`
+// is passed to every call; `fin`, if set, runs once with it when the function is destroyed.
 int TVMFuncCreateFromCFunc(TVMPackedCFunc func, void *resource_handle, TVMPackedCFuncFinalizer fin, TVMFunctionHandle *out_handle);
 
 // Sets the return value of a callback; `num_ret` must be 1.
@@ -322,12 +351,18 @@ int TVMCFuncSetReturn(TVMRetValueHandle ret, union TVMValue *value, int *type_co
 // Turns a borrowed callback argument into an owned value in place.
 int TVMCbArgToReturn(union TVMValue *value, int *code);
 
+// Registers `f` under `name` (the registry takes its own reference; the caller keeps its own).
+// An existing name is an error unless `override_` is non-zero.
 int TVMFuncRegisterGlobal(const char *name, TVMFunctionHandle f, int override_);
 
+// Looks up a global function: a new reference, or `*out` = NULL (and 0) when there is none.
 int TVMFuncGetGlobal(const char *name, TVMFunctionHandle *out_handle);
 
+// The names of all global functions, in thread-local storage valid until the next call on
+// this thread.
 int TVMFuncListGlobalNames(int *out_size, const char ***out_array);
 
+// Removes a global function (absent names are not an error).
 int TVMFuncRemoveGlobal(const char *name);
 
 // Loads a module (a shared library from `export_library`); `format` may be empty to take it
@@ -340,20 +375,27 @@ int TVMModImport(TVMModuleHandle module, TVMModuleHandle dep);
 // Looks up a function; `*out` is NULL (and the call succeeds) when there is none.
 int TVMModGetFunction(TVMModuleHandle module, const char *func_name, int query_imports, TVMFunctionHandle *out_handle);
 
+// Releases the caller's reference to a module (NULL is a no-op). Functions and executors
+// obtained from it keep what they need alive.
 int TVMModFree(TVMModuleHandle module);
 
+// The type index of an object (TVM 0.16's static indices: Module 1, NDArray 2, String 3,
+// Array 4, Map 5, ShapeTuple 6, PackedFunc 7).
 int TVMObjectGetTypeIndex(TVMObjectHandle obj, uint32_t *out_tindex);
 
+// Takes one more reference to an object.
 int TVMObjectRetain(TVMObjectHandle obj);
 
 // Drops one count; NULL is accepted.
 int TVMObjectFree(TVMObjectHandle obj);
 
+// The type index of a type key; unknown keys (and "runtime.Object") are an error.
 int TVMObjectTypeKey2Index(const char *type_key, uint32_t *out_tindex);
 
 // The key of a type index, as a `malloc`ed string the caller frees with `free`.
 int TVMObjectTypeIndex2Key(uint32_t tindex, char **out_type_key);
 
+// Whether type `child` derives from `parent` (every type derives from the root, 0).
 int TVMObjectDerivedFrom(uint32_t child_type_index, uint32_t parent_type_index, int *is_derived);
 
 // Byte arrays returned by `TVMFuncCall` live in thread-local storage: nothing to free.

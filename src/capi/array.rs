@@ -65,6 +65,8 @@ pub unsafe extern "C" fn TVMArrayAlloc(
     })
 }
 
+/// Releases the caller's reference to an array (NULL is a no-op); the memory goes with the last
+/// reference (views and executors may hold others).
 #[no_mangle]
 pub unsafe extern "C" fn TVMArrayFree(handle: TVMArrayHandle) -> c_int {
     guard(|| {
@@ -79,6 +81,8 @@ pub unsafe extern "C" fn TVMArrayFree(handle: TVMArrayHandle) -> c_int {
     })
 }
 
+/// Copies `nbytes` host bytes into a compact CPU array; `nbytes` must equal the array's size.
+/// Not synchronised with other writers of the same array.
 #[no_mangle]
 pub unsafe extern "C" fn TVMArrayCopyFromBytes(handle: TVMArrayHandle, data: *mut c_void, nbytes: usize) -> c_int {
     guard(|| {
@@ -87,6 +91,7 @@ pub unsafe extern "C" fn TVMArrayCopyFromBytes(handle: TVMArrayHandle, data: *mu
     })
 }
 
+/// Copies a compact CPU array out into `nbytes` host bytes; `nbytes` must equal its size.
 #[no_mangle]
 pub unsafe extern "C" fn TVMArrayCopyToBytes(handle: TVMArrayHandle, data: *mut c_void, nbytes: usize) -> c_int {
     guard(|| {
@@ -101,6 +106,8 @@ pub unsafe extern "C" fn TVMArrayCopyToBytes(handle: TVMArrayHandle, data: *mut 
     })
 }
 
+/// Copies array to array (any `DLTensor*`); byte sizes must match, shapes are not compared.
+/// The stream is ignored on the CPU.
 #[no_mangle]
 pub unsafe extern "C" fn TVMArrayCopyFromTo(
     from: TVMArrayHandle,
@@ -169,6 +176,7 @@ pub unsafe extern "C" fn TVMArrayToDLPack(from: TVMArrayHandle, out_tensor: *mut
     })
 }
 
+/// Calls a DLPack tensor's deleter (NULL is a no-op).
 #[no_mangle]
 pub unsafe extern "C" fn TVMDLManagedTensorCallDeleter(t: *mut DLManagedTensor) {
     if t.is_null() {

@@ -57,6 +57,8 @@ pub extern "C" fn TVMBackendAllocWorkspace(
     })
 }
 
+/// Returns a workspace to the calling thread's pool; it must come from TVMBackendAllocWorkspace
+/// on the same thread.
 #[no_mangle]
 pub extern "C" fn TVMBackendFreeWorkspace(_device_type: c_int, _device_id: c_int, ptr: *mut c_void) -> c_int {
     guard(|| workspace::free(ptr.cast()))
@@ -76,6 +78,7 @@ pub unsafe extern "C" fn TVMBackendParallelLaunch(
     })
 }
 
+/// Waits until every task of the current parallel launch reaches the barrier.
 #[no_mangle]
 pub unsafe extern "C" fn TVMBackendParallelBarrier(_task_id: c_int, penv: *mut TVMParallelGroupEnv) -> c_int {
     // SAFETY: `penv` is the environment the pool passed to this task.
@@ -114,6 +117,8 @@ pub unsafe extern "C" fn TVMBackendRunOnce(
     }
 }
 
+/// Records a symbol of a `--system-lib` object (called from its static constructors); the
+/// module comes from the global `runtime.SystemLib`. Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn TVMBackendRegisterSystemLibSymbol(name: *const c_char, ptr: *mut c_void) -> c_int {
     guard(|| {

@@ -28,6 +28,7 @@ fn alloc(nbytes: usize, alignment: usize) -> Result<*mut c_void> {
     Ok(p)
 }
 
+/// Allocates `nbytes` on the CPU, aligned to max(alignment, 64); free with TVMDeviceFreeDataSpace.
 #[no_mangle]
 pub unsafe extern "C" fn TVMDeviceAllocDataSpace(
     dev: DLDevice,
@@ -47,6 +48,8 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpace(
     })
 }
 
+/// Allocates a compact tensor's bytes on the CPU (scope NULL, "" or "global"); free with
+/// TVMDeviceFreeDataSpace.
 #[no_mangle]
 pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
     dev: DLDevice,
@@ -76,6 +79,7 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
     })
 }
 
+/// Frees memory from TVMDeviceAllocDataSpace(WithScope); NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn TVMDeviceFreeDataSpace(dev: DLDevice, ptr: *mut c_void) -> c_int {
     guard(|| {
@@ -86,6 +90,7 @@ pub unsafe extern "C" fn TVMDeviceFreeDataSpace(dev: DLDevice, ptr: *mut c_void)
     })
 }
 
+/// Copies tensor to tensor, as TVMArrayCopyFromTo.
 #[no_mangle]
 pub unsafe extern "C" fn TVMDeviceCopyDataFromTo(
     from: *mut DLTensor,
@@ -98,6 +103,7 @@ pub unsafe extern "C" fn TVMDeviceCopyDataFromTo(
     })
 }
 
+/// CPU streams do not exist: `*out` is NULL. Other devices: error.
 #[no_mangle]
 pub unsafe extern "C" fn TVMStreamCreate(
     device_type: c_int,
@@ -111,21 +117,25 @@ pub unsafe extern "C" fn TVMStreamCreate(
     })
 }
 
+/// No-op on the CPU; other devices: error.
 #[no_mangle]
 pub extern "C" fn TVMStreamFree(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
     guard(|| check_device(device_type))
 }
 
+/// No-op on the CPU; other devices: error.
 #[no_mangle]
 pub extern "C" fn TVMSetStream(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
     guard(|| check_device(device_type))
 }
 
+/// CPU work is synchronous: returns 0. Other devices: error ("not enabled").
 #[no_mangle]
 pub extern "C" fn TVMSynchronize(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
     guard(|| check_device(device_type))
 }
 
+/// No-op on the CPU; other devices: error.
 #[no_mangle]
 pub extern "C" fn TVMStreamStreamSynchronize(
     device_type: c_int,

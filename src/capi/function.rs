@@ -57,6 +57,9 @@ fn store_str(s: &str) -> TVMValue {
     })
 }
 
+/// Calls a packed function. Arguments are borrowed for the call. The result: codes 8, 9, 10
+/// and 13 hand one reference to the caller; strings (code 11) and bytes (code 12) live in
+/// thread-local storage until the next call on this thread; 4 means no result. Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncCall(
     func: TVMFunctionHandle,
@@ -77,6 +80,7 @@ pub unsafe extern "C" fn TVMFuncCall(
     })
 }
 
+/// Releases the caller's reference to a function (NULL is a no-op).
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncFree(func: TVMFunctionHandle) -> c_int {
     guard(|| {
@@ -91,6 +95,8 @@ pub unsafe extern "C" fn TVMFuncFree(func: TVMFunctionHandle) -> c_int {
     })
 }
 
+/// Wraps a C callback as a packed function (one reference to the caller). `resource_handle`
+/// is passed to every call; `fin`, if set, runs once with it when the function is destroyed.
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncCreateFromCFunc(
     func: TVMPackedCFunc,
@@ -161,6 +167,8 @@ pub unsafe extern "C" fn TVMCbArgToReturn(value: *mut TVMValue, code: *mut c_int
     })
 }
 
+/// Registers `f` under `name` (the registry takes its own reference; the caller keeps its own).
+/// An existing name is an error unless `override_` is non-zero.
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncRegisterGlobal(name: *const c_char, f: TVMFunctionHandle, override_: c_int) -> c_int {
     guard(|| {
@@ -177,6 +185,7 @@ pub unsafe extern "C" fn TVMFuncRegisterGlobal(name: *const c_char, f: TVMFuncti
     })
 }
 
+/// Looks up a global function: a new reference, or `*out` = NULL (and 0) when there is none.
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncGetGlobal(name: *const c_char, out_handle: *mut TVMFunctionHandle) -> c_int {
     guard(|| {
@@ -189,6 +198,8 @@ pub unsafe extern "C" fn TVMFuncGetGlobal(name: *const c_char, out_handle: *mut 
     })
 }
 
+/// The names of all global functions, in thread-local storage valid until the next call on
+/// this thread.
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncListGlobalNames(out_size: *mut c_int, out_array: *mut *mut *const c_char) -> c_int {
     guard(|| {
@@ -207,6 +218,7 @@ pub unsafe extern "C" fn TVMFuncListGlobalNames(out_size: *mut c_int, out_array:
     })
 }
 
+/// Removes a global function (absent names are not an error).
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncRemoveGlobal(name: *const c_char) -> c_int {
     guard(|| {

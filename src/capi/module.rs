@@ -65,6 +65,8 @@ pub unsafe extern "C" fn TVMModGetFunction(
     })
 }
 
+/// Releases the caller's reference to a module (NULL is a no-op). Functions and executors
+/// obtained from it keep what they need alive.
 #[no_mangle]
 pub unsafe extern "C" fn TVMModFree(module: TVMModuleHandle) -> c_int {
     guard(|| {

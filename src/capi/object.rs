@@ -12,12 +12,15 @@ unsafe fn header<'a>(h: TVMObjectHandle) -> crate::error::Result<&'a ObjectHeade
     unsafe { h.cast::<ObjectHeader>().as_ref() }.ok_or_else(|| Error::value("object handle is null"))
 }
 
+/// The type index of an object (TVM 0.16's static indices: Module 1, NDArray 2, String 3,
+/// Array 4, Map 5, ShapeTuple 6, PackedFunc 7).
 #[no_mangle]
 pub unsafe extern "C" fn TVMObjectGetTypeIndex(obj: TVMObjectHandle, out_tindex: *mut u32) -> c_int {
     // SAFETY: caller's handle and out-pointer.
     guard(|| unsafe { out(out_tindex, header(obj)?.type_index, "TVMObjectGetTypeIndex") })
 }
 
+/// Takes one more reference to an object.
 #[no_mangle]
 pub unsafe extern "C" fn TVMObjectRetain(obj: TVMObjectHandle) -> c_int {
     guard(|| {
@@ -39,6 +42,7 @@ pub unsafe extern "C" fn TVMObjectFree(obj: TVMObjectHandle) -> c_int {
     })
 }
 
+/// The type index of a type key; unknown keys (and "runtime.Object") are an error.
 #[no_mangle]
 pub unsafe extern "C" fn TVMObjectTypeKey2Index(type_key: *const c_char, out_tindex: *mut u32) -> c_int {
     guard(|| {
@@ -65,6 +69,7 @@ pub unsafe extern "C" fn TVMObjectTypeIndex2Key(tindex: u32, out_type_key: *mut 
     })
 }
 
+/// Whether type `child` derives from `parent` (every type derives from the root, 0).
 #[no_mangle]
 pub unsafe extern "C" fn TVMObjectDerivedFrom(
     child_type_index: u32,
