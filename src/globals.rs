@@ -34,7 +34,8 @@ pub fn register_builtins(reg: &mut Register<'_>) {
         let prefix = if a.is_empty() { "" } else { a.str(0)? };
         Ok(library::system_lib(prefix)?.into())
     });
-    def(reg, "tvm.graph_executor.create", create_executor);
+    def(reg, "tvm.graph_executor.create", |a| create_executor(a, false));
+    def(reg, "tvm.graph_executor_debug.create", |a| create_executor(a, true));
     def(reg, "device_api.cpu", |_| Ok(RetValue::Handle(std::ptr::NonNull::<u8>::dangling().as_ptr().cast())));
     def(reg, "runtime.RuntimeEnabled", |a| Ok(matches!(a.str(0)?, "cpu" | "llvm" | "c").into()));
     def(reg, "runtime.GetDeviceAttr", |a| {
@@ -68,6 +69,8 @@ pub fn register_builtins(reg: &mut Register<'_>) {
 
     // Params.
     def(reg, "runtime.SaveParams", |a| Ok(RetValue::Bytes(save_params(a)?)));
+    // The debug executor's Python side dumps tensors with the compiler's name for the same thing.
+    def(reg, "tvm.relay._save_param_dict", |a| Ok(RetValue::Bytes(save_params(a)?)));
     def(reg, "runtime.SaveParamsToFile", |a| {
         let bytes = save_params(a)?;
         let path = a.str(1)?;
@@ -202,7 +205,7 @@ fn load_params_map(bytes: &[u8]) -> Result<RetValue> {
 }
 
 /// `tvm.graph_executor.create(graph_json, module, [lookup_linked_param,] dev_type, dev_id, ...)`.
-fn create_executor(a: &Args<'_>) -> Result<RetValue> {
+fn create_executor(a: &Args<'_>, debug: bool) -> Result<RetValue> {
     if a.len() < 4 {
         return Err(Error::type_err(format!(
             "expects at least 4 arguments (graph_json, module, dev_type, dev_id), {} given",
@@ -216,5 +219,7 @@ fn create_executor(a: &Args<'_>) -> Result<RetValue> {
         return Err(Error::type_err("devices must be given as (device_type, device_id) pairs"));
     }
     let device = DLDevice { device_type: a.int32(first_dev)?, device_id: a.int32(first_dev + 1)? };
-    Ok(GraphExecutor::create(json, lib, device)?.into())
+    let plan = crate::executor::plan::Plan::new(json, lib, device)?;
+    let ex = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
+    Ok(Module::new(ex).into())
 }

@@ -6,18 +6,36 @@ use crate::module::Module;
 use crate::packed::{registry, Args, PackedFunc, RetValue};
 use std::time::{Duration, Instant};
 
-struct Settings {
-    number: u64,
-    repeat: u64,
-    min_repeat_ms: f64,
-    limit_zero_time_iterations: u64,
-    cooldown_interval_ms: u64,
-    repeats_to_cooldown: u64,
-    cache_flush_bytes: usize,
+/// How to time: TVM's time-evaluator parameters.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub number: u64,
+    pub repeat: u64,
+    pub min_repeat_ms: f64,
+    pub limit_zero_time_iterations: u64,
+    pub cooldown_interval_ms: u64,
+    pub repeats_to_cooldown: u64,
+    pub cache_flush_bytes: usize,
 }
 
 fn non_negative(a: &Args<'_>, i: usize, what: &str) -> Result<u64> {
     u64::try_from(a.int(i)?).map_err(|_| Error::value(format!("{what} must not be negative")))
+}
+
+impl Settings {
+    /// Reads `number, repeat, min_repeat_ms, limit_zero_time_iterations, cooldown_interval_ms,
+    /// repeats_to_cooldown` from arguments `at..at + 6`.
+    pub fn from_args(a: &Args<'_>, at: usize) -> Result<Settings> {
+        Ok(Settings {
+            number: non_negative(a, at, "number")?.max(1),
+            repeat: non_negative(a, at + 1, "repeat")?.max(1),
+            min_repeat_ms: non_negative(a, at + 2, "min_repeat_ms")? as f64,
+            limit_zero_time_iterations: non_negative(a, at + 3, "limit_zero_time_iterations")?,
+            cooldown_interval_ms: non_negative(a, at + 4, "cooldown_interval_ms")?,
+            repeats_to_cooldown: non_negative(a, at + 5, "repeats_to_cooldown")?.max(1),
+            cache_flush_bytes: 0,
+        })
+    }
 }
 
 /// `(module|None, func_name, dev_type, dev_id, number, repeat, min_repeat_ms,
@@ -38,15 +56,10 @@ pub fn create(a: &Args<'_>) -> Result<RetValue> {
     if device_type % 128 != crate::dlpack::kDLCPU as i64 {
         return Err(Error::value(format!("device type {device_type} is not enabled (CPU only)")));
     }
-    let s = Settings {
-        number: non_negative(a, 4, "number")?.max(1),
-        repeat: non_negative(a, 5, "repeat")?.max(1),
-        min_repeat_ms: non_negative(a, 6, "min_repeat_ms")? as f64,
-        limit_zero_time_iterations: non_negative(a, 7, "limit_zero_time_iterations")?,
-        cooldown_interval_ms: non_negative(a, 8, "cooldown_interval_ms")?,
-        repeats_to_cooldown: non_negative(a, 9, "repeats_to_cooldown")?.max(1),
-        cache_flush_bytes: if a.len() == 12 { non_negative(a, 10, "cache_flush_bytes")? as usize } else { 0 },
-    };
+    let mut s = Settings::from_args(a, 4)?;
+    if a.len() == 12 {
+        s.cache_flush_bytes = non_negative(a, 10, "cache_flush_bytes")? as usize;
+    }
     let preproc_name = a.str(a.len() - 1)?;
     let preproc = if preproc_name.is_empty() {
         None
@@ -66,13 +79,23 @@ fn measure(
     args: &Args<'_>,
 ) -> Result<RetValue> {
     func.call(args)?;
+    let times =
+        repeat_timed(s, || preproc.map_or(Ok(()), |p| p.call(args).map(|_| ())), || func.call(args).map(|_| ()))?;
+    Ok(RetValue::Bytes(times.iter().flat_map(|t| t.to_ne_bytes()).collect()))
+}
+
+/// TVM's timing loop: `repeat` rounds of `number` calls (grown until a round lasts
+/// `min_repeat_ms`), each giving seconds per call. `before_round` runs untimed before each round.
+pub fn repeat_timed(
+    s: &Settings,
+    mut before_round: impl FnMut() -> Result<()>,
+    mut call: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
     let mut flush = (vec![1u8; s.cache_flush_bytes], vec![0u8; s.cache_flush_bytes]);
     let mut number = s.number;
-    let mut out = Vec::with_capacity(s.repeat as usize * 8);
+    let mut out = Vec::with_capacity(s.repeat as usize);
     for round in 0..s.repeat {
-        if let Some(p) = preproc {
-            p.call(args)?;
-        }
+        before_round()?;
         let mut zero_times = 0;
         let per_call = loop {
             if s.cache_flush_bytes > 0 {
@@ -81,7 +104,7 @@ fn measure(
             }
             let start = Instant::now();
             for _ in 0..number {
-                func.call(args)?;
+                call()?;
             }
             let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
             if elapsed_ms == 0.0 {
@@ -95,10 +118,10 @@ fn measure(
             let per_call_ms = (elapsed_ms / number as f64).max(1e-9);
             number = ((s.min_repeat_ms / per_call_ms) as u64 + 1).max((number as f64 * 1.618) as u64);
         };
-        out.extend_from_slice(&per_call.to_ne_bytes());
+        out.push(per_call);
         if s.cooldown_interval_ms > 0 && (round + 1) % s.repeats_to_cooldown == 0 {
             std::thread::sleep(Duration::from_millis(s.cooldown_interval_ms));
         }
     }
-    Ok(RetValue::Bytes(out))
+    Ok(out)
 }

@@ -58,6 +58,10 @@ impl Factory {
 
     /// A new executor on `device`, bound to the factory's weights.
     pub fn create_executor(&self, this: &ObjRef<Module>, device: DLDevice) -> Result<ObjRef<Module>> {
+        self.create(this, device, false)
+    }
+
+    fn create(&self, this: &ObjRef<Module>, device: DLDevice, debug: bool) -> Result<ObjRef<Module>> {
         let cached = self.plan.get_or_try_init(|| Plan::new(&self.graph_json, Factory::library(this)?, device))?;
         // One plan serves every executor on the first device; another device gets its own.
         let plan = if cached.device == device {
@@ -65,7 +69,7 @@ impl Factory {
         } else {
             Plan::new(&self.graph_json, Factory::library(this)?, device)?
         };
-        let exec = GraphExecutor::new(plan)?;
+        let exec = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
         for (name, array) in &self.params {
             exec.bind_param(name, array)?;
         }
@@ -99,6 +103,18 @@ impl ModuleNode for Factory {
             n if n == self.module_name => PackedFunc::native(move |a| {
                 let dev = devices(a)?;
                 factory(&m).create_executor(&m, dev).map(Into::into).map_err(|e| e.context("GraphExecutorFactory"))
+            }),
+            "debug_create" => PackedFunc::native(move |a| {
+                let f = factory(&m);
+                if a.str(0)? != f.module_name {
+                    return Err(Error::value(format!("debug_create: this factory's module is '{}'", f.module_name)));
+                }
+                let dev = if a.code(1) == kDLDevice {
+                    a.device(1)?
+                } else {
+                    DLDevice { device_type: a.int32(1)?, device_id: a.int32(2)? }
+                };
+                f.create(&m, dev, true).map(Into::into).map_err(|e| e.context("debug_create"))
             }),
             "get_graph_json" => PackedFunc::native(move |_| Ok(RetValue::Str(factory(&m).graph_json.clone()))),
             "get_graph_params" => PackedFunc::native(move |_| {

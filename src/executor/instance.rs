@@ -64,6 +64,8 @@ pub struct Instance {
     all_bound: bool,
     /// The activation arena shared with other executors, and the generation bound.
     arena: Option<(Arc<Arena>, u64)>,
+    /// The node `execute_node` ran last (debug executors).
+    pub last_executed: Option<usize>,
 }
 
 // SAFETY: the raw pointers address memory this instance keeps alive (its slot buffers and the
@@ -111,6 +113,7 @@ impl Instance {
             param_names: HashSet::new(),
             all_bound: false,
             arena: None,
+            last_executed: None,
         };
         inst.calls = inst.build_calls();
         inst.refresh();

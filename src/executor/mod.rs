@@ -3,6 +3,7 @@
 //! thread to run in parallel — they can share weights).
 
 pub mod arena;
+pub mod debug;
 pub mod factory;
 pub mod functions;
 pub mod instance;
@@ -24,6 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub struct GraphExecutor {
     plan: Arc<Plan>,
     state: Mutex<Instance>,
+    /// A debug executor also answers the per-node functions of `debug`.
+    debug: bool,
 }
 
 /// What an executor holds, in bytes (`get_memory_usage`).
@@ -61,7 +64,18 @@ impl GraphExecutor {
     pub fn new(plan: Arc<Plan>) -> Result<GraphExecutor> {
         let state = Mutex::new(Instance::new(plan.clone())?);
         LIVE_EXECUTORS.fetch_add(1, Ordering::AcqRel);
-        Ok(GraphExecutor { plan, state })
+        Ok(GraphExecutor { plan, state, debug: false })
+    }
+
+    /// A debug executor: the same, plus per-node timing and outputs.
+    pub fn new_debug(plan: Arc<Plan>) -> Result<GraphExecutor> {
+        let mut ex = GraphExecutor::new(plan)?;
+        ex.debug = true;
+        Ok(ex)
+    }
+
+    pub fn is_debug(&self) -> bool {
+        self.debug
     }
 
     /// `tvm.graph_executor.create`: parse, plan, resolve operators in `library`.
@@ -330,7 +344,7 @@ impl ModuleNode for GraphExecutor {
     }
 
     fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
-        Ok(functions::get(this, name))
+        Ok(functions::get(this, name).or_else(|| if self.debug { debug::get(this, name) } else { None }))
     }
 
     fn property_mask(&self) -> i32 {

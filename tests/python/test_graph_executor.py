@@ -158,3 +158,24 @@ def test_ndarray_round_trip(tvm):
         assert nd.dtype == dtype and nd.shape == (3, 4)
         assert np.array_equal(nd.numpy(), a)
     assert tvm.runtime.num_threads() >= 1
+
+
+def test_debug_executor(tvm, tmp_path):
+    from tvm.contrib.debugger import debug_executor
+
+    fx = Fixture("mlp_b1")
+    lib = tvm.runtime.load_module(fx.lib_path)
+    m = debug_executor.create(fx.graph_json(), lib, tvm.cpu(0), dump_root=str(tmp_path))
+    m.load_params(fx.params())
+    m.set_input(**fx.inputs)
+    m.run()  # runs every node one by one, dumps their outputs, times them
+    check_outputs(m, fx, "debug executor")
+    times = m.run_individual(number=2, repeat=3, min_repeat_ms=0)
+    assert len(times) == len(m.debug_datum.get_graph_nodes()) and all(len(t) == 3 for t in times)
+    assert sum(t[0] for t in times) > 0
+    out = tvm.nd.empty((1, 784))
+    m.debug_get_output(1, out)  # the reshape of the input
+    assert np.array_equal(out.numpy(), fx.inputs["data"].reshape(1, 784))
+    # The factory's debug_create gives the same executor.
+    dbg = lib["debug_create"]("default", tvm.cpu(0))
+    dbg["execute_node"](len(m.debug_datum.get_graph_nodes()) - 1)

@@ -1,0 +1,56 @@
+//! The debug executor: incremental execution, per-node outputs and timings.
+
+mod common;
+use common::*;
+use tvm_runtime::dlpack::DLDevice;
+use tvm_runtime::executor::factory::Factory;
+use tvm_runtime::packed::ArgsBuilder;
+
+#[test]
+fn execute_node_and_node_outputs_match_a_full_run() {
+    let f = Fixture::load("convnet");
+    let lib = f.load_lib();
+    let debug_create = tvm_runtime::module::Module::get_function(&lib, "debug_create", false).unwrap().unwrap();
+    let mut a = ArgsBuilder::new();
+    a.str("default").device(DLDevice::CPU);
+    let m = debug_create.call(&a.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    let ex = exec(&m);
+    assert!(ex.is_debug());
+    f.set_inputs(&m);
+    let last = ex.plan().graph.nodes.len() - 1;
+    // A node that was not executed last cannot be read.
+    assert!(ex.node_output(last, 0).is_err());
+    for node in 0..=last {
+        ex.execute_node(node).unwrap();
+    }
+    let out = ex.node_output(last, 0).unwrap();
+    assert_eq!(out.to_vec(), f.outputs[0].data, "the last node's output is the model's output");
+    // Going backwards re-runs from the start.
+    ex.execute_node(2).unwrap();
+    assert!(ex.node_output(2, 0).is_ok() && ex.node_output(last, 0).is_err());
+    let e = call(&m, "execute_node", |a| {
+        a.int(999);
+    })
+    .unwrap_err()
+    .to_c_message();
+    assert!(e.contains("node index 999 out of range"), "{e}");
+    let times = ex
+        .time_node(
+            last,
+            &tvm_runtime::time_evaluator::Settings {
+                number: 2,
+                repeat: 3,
+                min_repeat_ms: 0.0,
+                limit_zero_time_iterations: 100,
+                cooldown_interval_ms: 0,
+                repeats_to_cooldown: 1,
+                cache_flush_bytes: 0,
+            },
+        )
+        .unwrap();
+    assert_eq!(times.len(), 3);
+    assert!(times.iter().all(|&t| t > 0.0));
+    // Plain executors do not answer debug functions.
+    let plain = lib.node::<Factory>().unwrap().create_executor(&lib, DLDevice::CPU).unwrap();
+    assert!(tvm_runtime::module::Module::get_function(&plain, "execute_node", false).unwrap().is_none());
+}
