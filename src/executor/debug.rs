@@ -42,6 +42,19 @@ impl GraphExecutor {
         repeat_timed(s, || Ok(()), || st.run_ops(op..op + 1))
     }
 
+    /// Runs every operator once, in order, timing each: `(node, start since the first, duration)`.
+    pub fn timed_run(&self) -> Result<Vec<(usize, std::time::Duration, std::time::Duration)>> {
+        let mut st = self.lock();
+        let t0 = std::time::Instant::now();
+        let mut out = Vec::with_capacity(self.plan.ops.len());
+        for (i, op) in self.plan.ops.iter().enumerate() {
+            let start = std::time::Instant::now();
+            st.run_ops(i..i + 1)?;
+            out.push((op.node, start - t0, start.elapsed()));
+        }
+        Ok(out)
+    }
+
     /// Runs nodes up to `node` (inclusive), resuming after the last one executed when possible.
     pub fn execute_node(&self, node: usize) -> Result<()> {
         let mut st = self.lock();

@@ -1,0 +1,471 @@
+//! The four commands. Each prints a human summary, or one JSON document with `--json`.
+
+use crate::model::{exec, Model};
+use crate::tensors::{self, Fill, HostTensor};
+use crate::Options;
+use serde_json::{json, Value};
+use std::io::IsTerminal;
+use std::time::Instant;
+use tvm_runtime::executor::GraphExecutor;
+use tvm_runtime::graph::NodeKind;
+use tvm_runtime::{Error, Result};
+
+/// mean, median, min, max, std of milliseconds.
+fn stats(ms: &[f64]) -> Value {
+    let mut v = ms.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len().max(1) as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let median = if v.is_empty() {
+        0.0
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
+    json!({"mean": mean, "median": median, "min": v.first().copied().unwrap_or(0.0),
+           "max": v.last().copied().unwrap_or(0.0), "std": std, "runs": v.len()})
+}
+
+/// Milliseconds for people: microseconds below one millisecond.
+fn duration(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{:.3} us", ms * 1e3)
+    } else {
+        format!("{ms:.3} ms")
+    }
+}
+
+fn progress(what: &str, i: usize, n: usize) {
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{what} {i}/{n}{}", if i == n { "\n" } else { "" });
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+}
+
+fn memory_json(ex: &GraphExecutor) -> Value {
+    let m = ex.memory_usage();
+    json!({"weights_owned": m.weights_owned, "weights_shared": m.weights_shared, "activations": m.activations,
+           "activations_shared": m.activations_shared, "workspace": tvm_runtime::backend::workspace::pooled_bytes()})
+}
+
+/// Recorded inputs (name, file) and reference outputs (files).
+type Recorded = (Vec<(String, std::path::PathBuf)>, Vec<std::path::PathBuf>);
+
+/// The fixture format of this repository: `manifest.txt` naming inputs and reference outputs.
+fn manifest(model: &Model) -> Option<Recorded> {
+    let text = std::fs::read_to_string(model.dir.join("manifest.txt")).ok()?;
+    let (mut ins, mut outs) = (Vec::new(), Vec::new());
+    for line in text.lines() {
+        let tok: Vec<&str> = line.split_whitespace().collect();
+        match tok.first().copied() {
+            Some("input") => ins.push((tok[1].to_string(), model.dir.join(tok.last()?))),
+            Some("output") => outs.push(model.dir.join(tok.last()?)),
+            _ => {}
+        }
+    }
+    Some((ins, outs))
+}
+
+/// Sets every data input from files, the fixture manifest, or the fill; returns where each came from.
+fn set_inputs(o: &Options, model: &Model, ex: &GraphExecutor) -> Result<Vec<Value>> {
+    let mut given: Vec<HostTensor> = Vec::new();
+    if let Some(npz) = &o.inputs_npz {
+        given.extend(tensors::read_npz(npz)?);
+    }
+    for (name, file) in &o.inputs {
+        let mut t = tensors::read_npy_file(file)?;
+        t.name = name.clone();
+        given.push(t);
+    }
+    let plan = ex.plan();
+    for t in &given {
+        if plan.input_index(&t.name).is_none() {
+            return Err(Error::key(format!("the model has no input named '{}'", t.name)));
+        }
+    }
+    let recorded = if given.is_empty() && o.fill.is_none() { manifest(model).map(|m| m.0) } else { None };
+    let mut report = Vec::new();
+    for i in model.data_inputs(ex) {
+        let name = plan.input_name(i);
+        let e = &plan.graph.entries[plan.input_entries[i]];
+        let (bytes, source) = if let Some(t) = given.iter().find(|t| t.name == name) {
+            if t.dtype != e.dtype || t.shape != *e.shape {
+                return Err(Error::value(format!(
+                    "input '{name}' is {} {:?}, the file holds {} {:?}",
+                    e.dtype, e.shape, t.dtype, t.shape
+                )));
+            }
+            (t.data.clone(), "file")
+        } else if let Some(path) = recorded.as_ref().and_then(|r| r.iter().find(|(n, _)| n == name)).map(|(_, p)| p) {
+            (
+                std::fs::read(path).map_err(|err| Error::Io { path: path.display().to_string(), source: err })?,
+                "recorded",
+            )
+        } else {
+            let fill = o.fill.unwrap_or(Fill::Random(o.seed));
+            (
+                tensors::filled(name, e.dtype, &e.shape, fill)?.data,
+                match fill {
+                    Fill::Random(_) => "random",
+                    Fill::Zeros => "zeros",
+                    Fill::Ones => "ones",
+                },
+            )
+        };
+        ex.set_input_bytes(i, &bytes)?;
+        report.push(json!({"name": name, "dtype": e.dtype.to_string(), "shape": e.shape.to_vec(), "source": source}));
+    }
+    Ok(report)
+}
+
+pub fn run(o: &Options) -> Result<()> {
+    let t0 = Instant::now();
+    let model = Model::load(o.models.first().map(String::as_str), &o.paths)?;
+    let m = model.executor(false)?;
+    let ex = exec(&m);
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let inputs = set_inputs(o, &model, ex)?;
+    ex.run()?;
+    // Recorded outputs only apply to the recorded inputs.
+    let recorded = !inputs.is_empty() && inputs.iter().all(|i| i["source"] == "recorded");
+    let reference = manifest(&model).map(|m| m.1).filter(|_| recorded);
+    let outputs: Vec<HostTensor> = (0..ex.plan().num_outputs())
+        .map(|k| {
+            let a = ex.output(k)?;
+            Ok(HostTensor {
+                name: format!("output_{k}"),
+                dtype: a.dtype(),
+                shape: a.shape().to_vec(),
+                data: a.to_vec(),
+            })
+        })
+        .collect::<Result<_>>()?;
+    let repeat = if o.repeat == 0 { 10 } else { o.repeat };
+    let mut times = Vec::with_capacity(repeat);
+    for r in 0..repeat {
+        let start = Instant::now();
+        for _ in 0..o.number {
+            ex.run()?;
+        }
+        times.push(start.elapsed().as_secs_f64() * 1e3 / o.number as f64);
+        progress("timing", r + 1, repeat);
+    }
+    if let Some(path) = &o.outputs {
+        tensors::write_npz(path, &outputs)?;
+    }
+    let outs: Vec<Value> = outputs
+        .iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let matches = reference
+                .as_ref()
+                .and_then(|r| r.get(k))
+                .and_then(|p| std::fs::read(p).ok())
+                .map(|want| want == t.data);
+            json!({"name": t.name, "dtype": t.dtype.to_string(), "shape": t.shape, "preview": tensors::preview(t, 6),
+                   "matches_reference": matches})
+        })
+        .collect();
+    let report = json!({
+        "model": model.dir.display().to_string(), "threads": tvm_runtime::backend::thread_pool::num_threads(),
+        "load_ms": load_ms, "inputs": inputs, "outputs": outs, "outputs_file": o.outputs,
+        "run_ms": stats(&times), "number": o.number, "memory": memory_json(ex)});
+    if o.json {
+        print_json(&report);
+        return Ok(());
+    }
+    println!("model    {}", report["model"].as_str().unwrap_or_default());
+    println!("threads  {}", report["threads"]);
+    println!("load     {load_ms:.2} ms (library, graph, weights)");
+    for i in &inputs {
+        println!(
+            "input    {}: {} {} ({})",
+            i["name"].as_str().unwrap_or(""),
+            i["dtype"].as_str().unwrap_or(""),
+            i["shape"],
+            i["source"].as_str().unwrap_or("")
+        );
+    }
+    for out in &outs {
+        let check = match out["matches_reference"].as_bool() {
+            Some(true) => " matches the reference",
+            Some(false) => " DIFFERS from the reference",
+            None => "",
+        };
+        let preview: Vec<String> =
+            out["preview"].as_array().unwrap().iter().map(|v| format!("{:.6}", v.as_f64().unwrap_or(0.0))).collect();
+        println!(
+            "output   {}: {} {} [{}{}]{check}",
+            out["name"].as_str().unwrap(),
+            out["dtype"].as_str().unwrap(),
+            out["shape"],
+            preview.join(", "),
+            if out["preview"].as_array().unwrap().len() == 6 { ", ..." } else { "" }
+        );
+    }
+    if let Some(p) = &o.outputs {
+        println!("saved    outputs to {p}");
+    }
+    let s = &report["run_ms"];
+    let t = |k: &str| duration(s[k].as_f64().unwrap_or(0.0));
+    println!(
+        "run      mean {}, median {}, min {}, max {}, std {} ({repeat} repeats of {} runs)",
+        t("mean"),
+        t("median"),
+        t("min"),
+        t("max"),
+        t("std"),
+        o.number
+    );
+    let mem = &report["memory"];
+    println!(
+        "memory   weights owned {} B, weights shared {} B, activations {} B, shared arena {} B, workspace {} B",
+        mem["weights_owned"], mem["weights_shared"], mem["activations"], mem["activations_shared"], mem["workspace"]
+    );
+    Ok(())
+}
+
+fn arg_desc(ex: &GraphExecutor, node: usize) -> (Vec<String>, String) {
+    let plan = ex.plan();
+    let g = &plan.graph;
+    let op = plan.ops.iter().find(|op| op.node == node).expect("an operator node");
+    let shapes = op.args.iter().map(|&eid| format!("{}{:?}", g.entries[eid].dtype, g.entries[eid].shape)).collect();
+    let func = match &g.nodes[node].kind {
+        NodeKind::Op(a) => a.func_name.clone(),
+        NodeKind::Input => String::new(),
+    };
+    (shapes, func)
+}
+
+pub fn profile(o: &Options) -> Result<()> {
+    let model = Model::load(o.models.first().map(String::as_str), &o.paths)?;
+    let m = model.executor(false)?;
+    let ex = exec(&m);
+    let inputs = set_inputs(o, &model, ex)?;
+    let _ = inputs;
+    let repeat = if o.repeat == 0 { 10 } else { o.repeat };
+    ex.run()?;
+    // Whole runs first, then operator-by-operator runs: the sum is checked against the whole.
+    let mut whole = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let start = Instant::now();
+        ex.run()?;
+        whole.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let n_ops = ex.plan().ops.len();
+    let mut per_op = vec![Vec::with_capacity(repeat); n_ops];
+    let mut last = Vec::new();
+    for r in 0..repeat {
+        last = ex.timed_run()?;
+        for (i, (_, _, d)) in last.iter().enumerate() {
+            per_op[i].push(d.as_secs_f64() * 1e6);
+        }
+        progress("profiling run", r + 1, repeat);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let mut rows: Vec<(usize, String, f64, Vec<String>)> = (0..n_ops)
+        .map(|i| {
+            let node = ex.plan().ops[i].node;
+            let (shapes, func) = arg_desc(ex, node);
+            (node, func, median(&mut per_op[i].clone()), shapes)
+        })
+        .collect();
+    let total_us: f64 = rows.iter().map(|r| r.2).sum();
+    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let whole_ms = median(&mut whole.clone());
+    if let Some(path) = &o.trace {
+        let events: Vec<Value> = last
+            .iter()
+            .map(|(node, start, dur)| {
+                let (shapes, func) = arg_desc(ex, *node);
+                json!({"name": func, "cat": "operator", "ph": "X", "pid": 1, "tid": 1,
+                       "ts": start.as_secs_f64() * 1e6, "dur": dur.as_secs_f64() * 1e6,
+                       "args": {"node": node, "arguments": shapes}})
+            })
+            .collect();
+        let trace = json!({"traceEvents": events, "displayTimeUnit": "ms",
+                           "otherData": {"model": model.dir.display().to_string(), "runtime": "tvm-runtime-rs"}});
+        std::fs::write(path, serde_json::to_string(&trace).expect("serialisable"))
+            .map_err(|e| Error::Io { path: path.clone(), source: e })?;
+    }
+    let ops: Vec<Value> = rows
+        .iter()
+        .map(|(node, func, us, shapes)| {
+            json!({"node": node, "name": func, "median_us": us, "share": if total_us > 0.0 { us / total_us } else { 0.0 },
+                   "arguments": shapes})
+        })
+        .collect();
+    let report = json!({"model": model.dir.display().to_string(), "runs": repeat, "run_ms": stats(&whole),
+                        "sum_of_operators_ms": total_us / 1e3, "operators": ops, "trace": o.trace});
+    if o.json {
+        print_json(&report);
+        return Ok(());
+    }
+    println!("{:>10} {:>7}  {:<60} arguments", "median us", "share", "operator");
+    for (node, func, us, shapes) in &rows {
+        let share = if total_us > 0.0 { 100.0 * us / total_us } else { 0.0 };
+        println!("{us:>10.2} {share:>6.1}%  {:<60} {}", format!("{func} (node {node})"), shapes.join(", "));
+    }
+    println!(
+        "sum of operators {}; whole run median {} over {repeat} runs",
+        duration(total_us / 1e3),
+        duration(whole_ms)
+    );
+    if let Some(p) = &o.trace {
+        println!("trace    written to {p} (chrome://tracing, Perfetto)");
+    }
+    Ok(())
+}
+
+pub fn inspect(o: &Options) -> Result<()> {
+    let model = Model::load(o.models.first().map(String::as_str), &o.paths)?;
+    let m = model.executor(false)?;
+    let ex = exec(&m);
+    let plan = ex.plan();
+    let g = &plan.graph;
+    let params = ex.lock().param_names.clone();
+    let inputs: Vec<Value> = (0..plan.num_inputs())
+        .map(|i| {
+            let e = &g.entries[plan.input_entries[i]];
+            json!({"name": plan.input_name(i), "dtype": e.dtype.to_string(), "shape": e.shape.to_vec(),
+                   "weight": params.contains(plan.input_name(i)), "storage_id": e.storage_id})
+        })
+        .collect();
+    let outputs: Vec<Value> = (0..plan.num_outputs())
+        .map(|k| {
+            let e = &g.entries[plan.output_entries[k]];
+            json!({"index": k, "node": plan.output_name(k), "dtype": e.dtype.to_string(), "shape": e.shape.to_vec()})
+        })
+        .collect();
+    let ops: Vec<Value> = plan
+        .ops
+        .iter()
+        .map(|op| {
+            let (shapes, func) = arg_desc(ex, op.node);
+            json!({"node": op.node, "name": g.nodes[op.node].name, "function": func, "arguments": shapes})
+        })
+        .collect();
+    let slots: Vec<Value> = plan
+        .storage
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(sid, s)| {
+            let entries: Vec<usize> = (0..g.num_entries()).filter(|&e| g.entries[e].storage_id == sid).collect();
+            json!({"storage_id": sid, "bytes": s.bytes, "role": format!("{:?}", s.role).to_lowercase(), "entries": entries})
+        })
+        .collect();
+    let mem = memory_json(ex);
+    let report = json!({"model": model.dir.display().to_string(), "inputs": inputs, "outputs": outputs,
+                        "operators": ops, "storage": slots, "memory": mem});
+    if o.json {
+        print_json(&report);
+        return Ok(());
+    }
+    println!("model      {}", model.dir.display());
+    for i in &inputs {
+        println!(
+            "input      {} {} {}{}",
+            i["name"].as_str().unwrap(),
+            i["dtype"].as_str().unwrap(),
+            i["shape"],
+            if i["weight"].as_bool() == Some(true) { " (weight)" } else { "" }
+        );
+    }
+    for out in &outputs {
+        println!(
+            "output     {}: {} {} {}",
+            out["index"],
+            out["node"].as_str().unwrap(),
+            out["dtype"].as_str().unwrap(),
+            out["shape"]
+        );
+    }
+    for op in &ops {
+        println!(
+            "operator   node {:>3} {} ({})",
+            op["node"],
+            op["function"].as_str().unwrap(),
+            op["arguments"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    for s in &slots {
+        println!(
+            "storage    {:>3}: {:>10} B {:<10} entries {}",
+            s["storage_id"].as_u64().unwrap_or(0),
+            s["bytes"].as_u64().unwrap_or(0),
+            s["role"].as_str().unwrap_or(""),
+            s["entries"]
+        );
+    }
+    let weights = mem["weights_owned"].as_u64().unwrap_or(0) + mem["weights_shared"].as_u64().unwrap_or(0);
+    println!("memory     weights {weights} B, activations {} B", mem["activations"]);
+    Ok(())
+}
+
+pub fn share(o: &Options) -> Result<()> {
+    if o.models.is_empty() {
+        return Err(Error::value("share needs at least one MODEL"));
+    }
+    let models = o.models.iter().map(|s| Model::load(Some(s), &o.paths)).collect::<Result<Vec<_>>>()?;
+    let mut execs = Vec::new();
+    for k in 0..o.executors {
+        let model = &models[k % models.len()];
+        let m = model.executor(false)?;
+        if let Some(first) = execs.first() {
+            let (_, src): &(usize, tvm_runtime::object::ObjRef<tvm_runtime::module::Module>) = first;
+            let blob = match &model.params {
+                Some(p) => p.clone(),
+                None => {
+                    let f = model.lib.node::<tvm_runtime::executor::factory::Factory>();
+                    let items: Vec<_> = f.map(|f| f.params().to_vec()).unwrap_or_default();
+                    tvm_runtime::params::save(items.iter().map(|(n, a)| (n.as_str(), &**a)))
+                }
+            };
+            if k >= models.len() || !std::ptr::eq(model, &models[0]) {
+                exec(&m)
+                    .share_params(exec(src), &blob)
+                    .map_err(|e| e.context(format!("executor {k} ({})", model.name)))?;
+            }
+        }
+        set_inputs(&Options { fill: Some(Fill::Random(o.seed)), ..Default::default() }, model, exec(&m))?;
+        exec(&m).run()?;
+        execs.push((k % models.len(), m));
+        progress("executors", k + 1, o.executors);
+    }
+    let rows: Vec<Value> = execs
+        .iter()
+        .enumerate()
+        .map(|(k, (mi, m))| json!({"executor": k, "model": models[*mi].name, "memory": memory_json(exec(m))}))
+        .collect();
+    let get = |r: &Value, key: &str| r["memory"][key].as_u64().unwrap_or(0);
+    let shared_total: u64 = rows.iter().map(|r| get(r, "weights_owned") + get(r, "activations")).sum::<u64>()
+        + rows.iter().map(|r| get(r, "weights_shared")).max().unwrap_or(0);
+    let unshared_total: u64 =
+        rows.iter().map(|r| get(r, "weights_owned") + get(r, "weights_shared") + get(r, "activations")).sum();
+    let report = json!({"executors": rows, "total_bytes": shared_total, "unshared_total_bytes": unshared_total});
+    if o.json {
+        print_json(&report);
+        return Ok(());
+    }
+    for r in &rows {
+        println!(
+            "executor {:>2} {:<24} weights owned {:>10} B  shared {:>10} B  activations {:>10} B",
+            r["executor"],
+            r["model"].as_str().unwrap(),
+            get(r, "weights_owned"),
+            get(r, "weights_shared"),
+            get(r, "activations")
+        );
+    }
+    println!("total    {shared_total} B with sharing; {unshared_total} B if every executor kept its own weights");
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! Host tensors for the CLI: `.npy` / `.npz` files (read and written with the `npyz` and `zip`
+//! crates) and filling.
+
+use std::io::{Read, Write};
+use tvm_runtime::dlpack::DLDataType;
+use tvm_runtime::{Error, Result};
+
+/// A named host tensor: raw little-endian bytes.
+#[derive(Clone, Debug)]
+pub struct HostTensor {
+    pub name: String,
+    pub dtype: DLDataType,
+    pub shape: Vec<i64>,
+    pub data: Vec<u8>,
+}
+
+fn io_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::value(format!("{what}: {e}"))
+}
+
+/// numpy's type string for a dtype.
+fn type_str(dtype: DLDataType) -> Result<&'static str> {
+    Ok(match dtype.to_string().as_str() {
+        "float32" => "<f4",
+        "float16" => "<f2",
+        "float64" => "<f8",
+        "int8" => "|i1",
+        "uint8" => "|u1",
+        "int16" => "<i2",
+        "uint16" => "<u2",
+        "int32" => "<i4",
+        "uint32" => "<u4",
+        "int64" => "<i8",
+        "uint64" => "<u8",
+        "bool" => "|b1",
+        other => return Err(Error::value(format!("dtype {other} cannot be stored in a .npy file"))),
+    })
+}
+
+fn dtype_of(ts: &str) -> Result<DLDataType> {
+    let name = match ts {
+        "<f4" => "float32",
+        "<f2" => "float16",
+        "<f8" => "float64",
+        "|i1" | "<i1" => "int8",
+        "|u1" | "<u1" => "uint8",
+        "<i2" => "int16",
+        "<u2" => "uint16",
+        "<i4" => "int32",
+        "<u4" => "uint32",
+        "<i8" => "int64",
+        "<u8" => "uint64",
+        "|b1" | "<b1" => "bool",
+        other => {
+            return Err(Error::value(format!("unsupported .npy dtype '{other}' (little-endian numbers and bool only)")))
+        }
+    };
+    name.parse()
+}
+
+/// Reads one `.npy` stream.
+pub fn read_npy(name: &str, r: impl Read) -> Result<HostTensor> {
+    let at = |e| io_err(&format!("reading '{name}'"), e);
+    let npy = npyz::NpyFile::new(r).map_err(at)?;
+    if npy.order() != npyz::Order::C {
+        return Err(Error::value(format!("'{name}': Fortran-ordered arrays are not supported")));
+    }
+    let npyz::DType::Plain(ts) = npy.dtype() else {
+        return Err(Error::value(format!("'{name}': structured arrays are not supported")));
+    };
+    let dtype = dtype_of(&ts.to_string())?;
+    let shape: Vec<i64> = npy.shape().iter().map(|&d| d as i64).collect();
+    let want = tvm_runtime::dtype::tensor_bytes(&shape, dtype)?;
+    let mut data = Vec::with_capacity(want);
+    npy.into_inner().take(want as u64).read_to_end(&mut data).map_err(at)?;
+    if data.len() != want {
+        return Err(Error::value(format!("'{name}': {} data bytes, {dtype} {shape:?} needs {want}", data.len())));
+    }
+    Ok(HostTensor { name: name.to_string(), dtype, shape, data })
+}
+
+pub fn write_npy(t: &HostTensor, w: impl Write) -> Result<()> {
+    use npyz::WriterBuilder;
+    let at = |e: &dyn std::fmt::Display| io_err(&format!("writing '{}'", t.name), e);
+    let ts: npyz::TypeStr = type_str(t.dtype)?.parse().map_err(|e| at(&e))?;
+    let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
+    let mut w = w;
+    npyz::WriteOptions::new_header_only()
+        .dtype(npyz::DType::Plain(ts))
+        .shape(&shape)
+        .writer(&mut w)
+        .write_header_only()
+        .map_err(|e| at(&e))?;
+    w.write_all(&t.data).map_err(|e| at(&e))
+}
+
+pub fn read_npy_file(path: &str) -> Result<HostTensor> {
+    let f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    let stem = std::path::Path::new(path).file_stem().and_then(|s| s.to_str()).unwrap_or("array");
+    read_npy(stem, std::io::BufReader::new(f))
+}
+
+/// Every array of an `.npz` archive, named by entry (without `.npy`).
+pub fn read_npz(path: &str) -> Result<Vec<HostTensor>> {
+    let f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(f)).map_err(|e| io_err(path, e))?;
+    let mut out = Vec::new();
+    for i in 0..zip.len() {
+        let entry = zip.by_index(i).map_err(|e| io_err(path, e))?;
+        let name = entry.name().trim_end_matches(".npy").to_string();
+        out.push(read_npy(&name, entry)?);
+    }
+    Ok(out)
+}
+
+pub fn write_npz(path: &str, tensors: &[HostTensor]) -> Result<()> {
+    let f = std::fs::File::create(path).map_err(|e| io_err(path, e))?;
+    let mut zip = zip::ZipWriter::new(f);
+    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for t in tensors {
+        zip.start_file(format!("{}.npy", t.name), opts).map_err(|e| io_err(path, e))?;
+        write_npy(t, &mut zip)?;
+    }
+    zip.finish().map_err(|e| io_err(path, e))?;
+    Ok(())
+}
+
+/// How to fill inputs no file provides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    Random(u64),
+    Zeros,
+    Ones,
+}
+
+/// A tensor filled as asked: random values are small and valid for the dtype.
+pub fn filled(name: &str, dtype: DLDataType, shape: &[i64], fill: Fill) -> Result<HostTensor> {
+    let n = tvm_runtime::dtype::num_elements(shape)?;
+    let mut rng = tvm_runtime::fuzzing::Rng::new(match fill {
+        Fill::Random(seed) => seed ^ name.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64)),
+        _ => 0,
+    });
+    let mut unit = || -> f64 {
+        match fill {
+            Fill::Zeros => 0.0,
+            Fill::Ones => 1.0,
+            Fill::Random(_) => (rng.next_u64() % 2001) as f64 / 1000.0 - 1.0,
+        }
+    };
+    let mut data = Vec::with_capacity(n * dtype.element_bytes());
+    for _ in 0..n {
+        let v = unit();
+        match dtype.to_string().as_str() {
+            "float32" => data.extend_from_slice(&(v as f32).to_le_bytes()),
+            "float64" => data.extend_from_slice(&v.to_le_bytes()),
+            "float16" => data.extend_from_slice(&f32_to_f16(v as f32).to_le_bytes()),
+            "bool" => data.push((v > 0.0) as u8),
+            "int8" => data.push(((v * 100.0) as i8) as u8),
+            "uint8" => data.push((v.abs() * 200.0) as u8),
+            "int32" => data.extend_from_slice(&((v * 100.0) as i32).to_le_bytes()),
+            "int64" => data.extend_from_slice(&((v * 100.0) as i64).to_le_bytes()),
+            other => return Err(Error::value(format!("cannot fill an input of dtype {other}"))),
+        }
+    }
+    Ok(HostTensor { name: name.to_string(), dtype, shape: shape.to_vec(), data })
+}
+
+fn f32_to_f16(v: f32) -> u16 {
+    let b = v.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    let man = b & 0x7f_ffff;
+    if exp <= 0 {
+        sign
+    } else if exp >= 31 {
+        sign | 0x7c00
+    } else {
+        sign | ((exp as u16) << 10) | ((man >> 13) as u16)
+    }
+}
+
+/// The first few values, for summaries.
+pub fn preview(t: &HostTensor, count: usize) -> Vec<f64> {
+    let b = &t.data;
+    let vals: Box<dyn Iterator<Item = f64>> = match t.dtype.to_string().as_str() {
+        "float32" => Box::new(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)),
+        "float64" => Box::new(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()))),
+        "int32" => Box::new(b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64)),
+        "int64" => Box::new(b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)),
+        "int8" => Box::new(b.iter().map(|&x| x as i8 as f64)),
+        "uint8" | "bool" => Box::new(b.iter().map(|&x| x as f64)),
+        "float16" => Box::new(b.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)),
+        _ => Box::new(std::iter::empty()),
+    };
+    vals.take(count).collect()
+}
+
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = match exp {
+        0 if man == 0 => sign,
+        0 => {
+            let mut e = 127 - 15 + 1;
+            let mut m = man;
+            while m & 0x400 == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            sign | ((e as u32) << 23) | ((m & 0x3ff) << 13)
+        }
+        31 => sign | 0x7f80_0000 | (man << 13),
+        _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
+    };
+    f32::from_bits(bits)
+}
