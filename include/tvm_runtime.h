@@ -18,7 +18,7 @@
  * Graph executor functions (TVMModGetFunction on an executor module): set_input, set_input_zero_copy,
  * set_output_zero_copy, get_input, get_output, get_num_inputs, get_num_outputs, get_input_index,
  * get_output_index, get_input_info, get_output_info, run, run_from_inputs, load_params,
- * share_params, share_activations, get_memory_usage.
+ * share_params, share_activations, load_params_from_file, get_memory_usage.
  * - share_params(other, params_bytes): binds this executor's inputs named in params_bytes to the
  *   other executor's memory for them (matched by name; shape and dtype must agree, or -1 naming the
  *   parameter). This executor then holds no memory of its own for them; the shared memory lives as
@@ -29,9 +29,14 @@
  *   activation arena sized for the largest. For executors used in turn (batch-1 and batch-8 builds):
  *   a run while another holder runs returns -1 instead of corrupting data, and get_output views are
  *   overwritten by any holder's next run.
- * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "activations",
- *   "activations_shared", "workspace"} in bytes (activations_shared: the arena of share_activations;
- *   workspace: all threads' kernel scratch pools).
+ * - load_params_from_file(path) maps a params file read-only; weights whose data is 64-byte aligned
+ *   in the file are used in place (no copy; one copy in the page cache for all processes), the rest
+ *   are copied; returns how many were mapped. Writes to a mapped weight copy it first and never reach
+ *   the file. The global runtime.AlignParams(bytes) (and `tvmrt align-params`) rewrites a params file
+ *   so every tensor is aligned; upstream TVM still loads the result.
+ * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "weights_mapped",
+ *   "activations", "activations_shared", "workspace"} in bytes (activations_shared: the arena of
+ *   share_activations; workspace: all threads' kernel scratch pools).
  * - Memory returns: large buffers are unmapped when freed; when the last executor goes, the calling
  *   thread's idle workspaces and worker threads are released too.
  * - set_input with an unknown name fails (upstream ignored it); get_input with an unknown name
@@ -100,6 +105,9 @@
 #define NDARRAY_LIST_MAGIC 17862838867561061559ull
 
 #define NDARRAY_MAGIC 15951258332257624383ull
+
+// What `align` aligns tensor data to: what kernels assume of their buffers.
+#define DATA_ALIGNMENT 64
 
 // Every buffer is at least this aligned (TVM's kAllocAlignment).
 #define ALIGNMENT 64

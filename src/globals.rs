@@ -78,6 +78,7 @@ pub fn register_builtins(reg: &mut Register<'_>) {
         Ok(RetValue::None)
     });
     def(reg, "runtime.LoadParams", |a| load_params_map(a.bytes(0)?));
+    def(reg, "runtime.AlignParams", |a| Ok(RetValue::Bytes(params::align(a.bytes(0)?)?)));
     def(reg, "runtime.LoadParamsFromFile", |a| {
         let path = a.str(0)?;
         let bytes = std::fs::read(path).map_err(|e| Error::Io { path: path.into(), source: e })?;

@@ -58,21 +58,7 @@ pub fn read_record<'a>(r: &mut Reader<'a>) -> Result<Record<'a>> {
 }
 
 pub fn write_record(w: &mut Writer, a: &NDArray) {
-    let dtype = a.dtype();
-    w.u64(NDARRAY_MAGIC);
-    w.u64(0);
-    w.i32(kDLCPU);
-    w.i32(0);
-    w.i32(a.shape().len() as i32);
-    w.u8(dtype.code);
-    w.u8(dtype.bits);
-    w.u16(dtype.lanes);
-    for &d in a.shape() {
-        w.i64(d);
-    }
-    let bytes = a.to_vec();
-    w.i64(bytes.len() as i64);
-    w.bytes(&bytes);
+    write_raw_record(w, a.dtype(), a.shape(), &a.to_vec());
 }
 
 fn read_header<'a>(r: &mut Reader<'a>) -> Result<Vec<&'a str>> {
@@ -131,6 +117,54 @@ pub fn save<'a>(items: impl IntoIterator<Item = (&'a str, &'a NDArray)>) -> Vec<
     w.buf
 }
 
+/// Names of the padding records `align` inserts; readers skip names the graph does not have.
+pub const PAD_PREFIX: &str = "__tvmrt_align_pad_";
+/// What `align` aligns tensor data to: what kernels assume of their buffers.
+pub const DATA_ALIGNMENT: usize = 64;
+
+/// Rewrites a params blob so every tensor's data starts at a multiple of 64 bytes in the file,
+/// by putting a small `uint8` padding record before each tensor. The result is still a valid
+/// params blob (upstream's runtime skips the padding names), and can be mapped and used in place.
+pub fn align(bytes: &[u8]) -> Result<Vec<u8>> {
+    let records: Vec<(&str, Record<'_>)> =
+        parse(bytes)?.into_iter().filter(|(n, _)| !n.starts_with(PAD_PREFIX)).collect();
+    let pad_name = |k: usize| format!("{PAD_PREFIX}{k}");
+    let mut w = Writer::default();
+    w.u64(NDARRAY_LIST_MAGIC);
+    w.u64(0);
+    w.u64(2 * records.len() as u64);
+    for (k, (name, _)) in records.iter().enumerate() {
+        w.string(&pad_name(k));
+        w.string(name);
+    }
+    w.u64(2 * records.len() as u64);
+    for rec in records.iter().map(|(_, r)| r) {
+        // pad record: 48 bytes of header with ndim 1, then `n` bytes; then the tensor's header.
+        let header = 32 + 8 * rec.shape.len() + 8;
+        let n = (DATA_ALIGNMENT - (w.buf.len() + 48 + header) % DATA_ALIGNMENT) % DATA_ALIGNMENT;
+        write_raw_record(&mut w, DLDataType::new(crate::dlpack::kDLUInt, 8, 1), &[n as i64], &vec![0u8; n]);
+        write_raw_record(&mut w, rec.dtype, &rec.shape, rec.data);
+        debug_assert_eq!((w.buf.len() - rec.data.len()) % DATA_ALIGNMENT, 0);
+    }
+    Ok(w.buf)
+}
+
+fn write_raw_record(w: &mut Writer, dtype: DLDataType, shape: &[i64], data: &[u8]) {
+    w.u64(NDARRAY_MAGIC);
+    w.u64(0);
+    w.i32(kDLCPU);
+    w.i32(0);
+    w.i32(shape.len() as i32);
+    w.u8(dtype.code);
+    w.u8(dtype.bits);
+    w.u16(dtype.lanes);
+    for &d in shape {
+        w.i64(d);
+    }
+    w.i64(data.len() as i64);
+    w.bytes(data);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +193,21 @@ mod tests {
             let e = parse(&blob[..n]).unwrap_err().to_string();
             assert!(e.contains("params"), "{e}");
         }
+    }
+
+    #[test]
+    fn align_puts_every_tensor_on_64_bytes_and_keeps_the_contents() {
+        let blob = sample();
+        let aligned = align(&blob).unwrap();
+        let before = parse(&blob).unwrap();
+        let after: Vec<_> = parse(&aligned).unwrap().into_iter().filter(|(n, _)| !n.starts_with(PAD_PREFIX)).collect();
+        assert_eq!(before.len(), after.len());
+        for ((n0, r0), (n1, r1)) in before.iter().zip(&after) {
+            assert_eq!((n0, &r0.shape, r0.data), (n1, &r1.shape, r1.data));
+            let offset = r1.data.as_ptr() as usize - aligned.as_ptr() as usize;
+            assert_eq!(offset % DATA_ALIGNMENT, 0, "{n1} at {offset}");
+        }
+        assert_eq!(align(&aligned).unwrap(), aligned, "aligning twice changes nothing");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub const NAMES: &[&str] = &[
     "share_params",
     "get_memory_usage",
     "share_activations",
+    "load_params_from_file",
 ];
 
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
@@ -122,6 +123,14 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
         "run" => f(|ex, _| ex.run().map(Into::into), "run"),
         "run_from_inputs" => f(run_from_inputs, "run_from_inputs"),
         "load_params" => f(|ex, a| ex.load_params(a.bytes(0)?).map(Into::into), "load_params"),
+        "load_params_from_file" => f(
+            |ex, a| {
+                a.expect_count("load_params_from_file", 1, 1)?;
+                let (mapped, _) = ex.load_params_from_file(a.str(0)?)?;
+                Ok(RetValue::Int(mapped as i64))
+            },
+            "load_params_from_file",
+        ),
         "share_params" => f(
             |ex, a| {
                 a.expect_count("share_params", 2, 2)?;
@@ -138,8 +147,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 let m = ex.memory_usage();
                 let ws = crate::backend::workspace::pooled_bytes();
                 Ok(RetValue::Str(format!(
-                    "{{\"weights_owned\": {}, \"weights_shared\": {}, \"activations\": {}, \"activations_shared\": {}, \"workspace\": {}}}",
-                    m.weights_owned, m.weights_shared, m.activations, m.activations_shared, ws
+                    "{{\"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"activations\": {}, \"activations_shared\": {}, \"workspace\": {}}}",
+                    m.weights_owned, m.weights_shared, m.weights_mapped, m.activations, m.activations_shared, ws
                 )))
             },
             "get_memory_usage",

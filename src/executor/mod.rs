@@ -36,6 +36,8 @@ pub struct MemoryUsage {
     pub weights_owned: usize,
     /// Input slots bound to memory shared with other executors or a factory.
     pub weights_shared: usize,
+    /// Input slots used in place from a mapped params file (`load_params_from_file`).
+    pub weights_mapped: usize,
     /// Slots written by operators, of this executor's own.
     pub activations: usize,
     /// The activation arena shared with other executors (`share_activations`).
@@ -184,12 +186,28 @@ impl GraphExecutor {
     /// Loads a params blob straight into the executor's memory: one copy per weight. Names that
     /// are not inputs are skipped (a blob may hold more than one graph needs).
     pub fn load_params(&self, blob: &[u8]) -> Result<()> {
-        let records = params::parse(blob)?;
+        self.load_records(params::parse(blob)?, None).map(|_| ())
+    }
+
+    /// Maps a params file read-only and uses every weight whose data is 64-byte aligned in the
+    /// file in place: no copy, and one copy in the page cache for every process mapping the file.
+    /// The others are copied. Writing a mapped weight gives this executor a private copy; the file
+    /// never changes. Returns how many weights were mapped and how many copied.
+    pub fn load_params_from_file(&self, path: &str) -> Result<(usize, usize)> {
+        let map = crate::tensor::FileMap::open(path)?;
+        let records = params::parse(map.bytes()).map_err(|e| e.context(path.to_string()))?;
+        self.load_records(records, Some(&map))
+    }
+
+    fn load_records(
+        &self,
+        records: Vec<(&str, params::Record<'_>)>,
+        map: Option<&Arc<crate::tensor::FileMap>>,
+    ) -> Result<(usize, usize)> {
         let mut st = self.lock();
+        let (mut mapped, mut copied) = (0, 0);
         for (name, rec) in &records {
-            let Some(index) = self.plan.input_index(name) else {
-                continue;
-            };
+            let Some(index) = self.plan.input_index(name) else { continue };
             let eid = self.plan.input_entries[index];
             let e = &self.plan.graph.entries[eid];
             if rec.dtype != e.dtype || rec.data.len() != crate::dtype::tensor_bytes(&e.shape, e.dtype)? {
@@ -198,11 +216,25 @@ impl GraphExecutor {
                     rec.dtype, rec.shape, e.dtype, e.shape
                 )));
             }
-            st.write_entry_bytes(eid, rec.data)
-                .map_err(|err| err.context(format!("load_params: parameter '{name}'")))?;
+            let sid = e.storage_id;
+            let in_place = map.is_some()
+                && rec.data.as_ptr() as usize % params::DATA_ALIGNMENT == 0
+                && self.plan.is_shareable_slot(sid)
+                && rec.data.len() >= self.plan.storage.slots[sid].bytes;
+            match map {
+                Some(map) if in_place => {
+                    st.bind_shared(sid, Arc::new(crate::tensor::Buffer::file_view(map, rec.data)?));
+                    mapped += 1;
+                }
+                _ => {
+                    st.write_entry_bytes(eid, rec.data)
+                        .map_err(|err| err.context(format!("load_params: parameter '{name}'")))?;
+                    copied += 1;
+                }
+            }
             st.param_names.insert(name.to_string());
         }
-        Ok(())
+        Ok((mapped, copied))
     }
 
     /// Binds input `name` to `array`'s memory without copying when its slot can share, else
@@ -327,6 +359,7 @@ impl GraphExecutor {
         for (sid, mem) in st.slots.iter().enumerate() {
             let Some(buf) = &mem.buffer else { continue };
             match (weight_slots.contains(&sid), mem.shared) {
+                (true, _) if buf.is_file_view() => m.weights_mapped += buf.len(),
                 (true, true) => m.weights_shared += buf.len(),
                 (true, false) => m.weights_owned += buf.len(),
                 _ if mem.offset > 0 || st.arena().is_some_and(|a| Arc::ptr_eq(&a.current().0, buf)) => {}

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Allocations at least this large come straight from `mmap`.
 const MMAP_THRESHOLD: usize = 128 * 1024;
@@ -24,7 +25,63 @@ pub fn live_bytes() -> usize {
 enum Backing {
     Heap(Layout),
     Mapped(usize),
+    /// A read-only range of a mapped file; holding the map keeps the range mapped.
+    FileView(#[allow(dead_code)] Arc<FileMap>),
     Empty,
+}
+
+/// A file mapped read-only and private: its pages are shared with every process mapping the same
+/// file through the page cache, and nothing written in memory can reach the file.
+pub struct FileMap {
+    ptr: NonNull<u8>,
+    len: usize,
+    path: String,
+}
+
+// SAFETY: read-only memory.
+unsafe impl Send for FileMap {}
+// SAFETY: read-only memory.
+unsafe impl Sync for FileMap {}
+
+impl FileMap {
+    pub fn open(path: &str) -> Result<Arc<FileMap>> {
+        let file = std::fs::File::open(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
+        let len = file.metadata().map_err(|e| Error::Io { path: path.into(), source: e })?.len() as usize;
+        if len == 0 {
+            return Err(Error::value(format!("{path} is empty")));
+        }
+        use std::os::fd::AsRawFd;
+        // SAFETY: a read-only private mapping of a file we opened; checked before use. The fd may
+        // close afterwards: the mapping keeps the file.
+        let p =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+        if p == libc::MAP_FAILED {
+            return Err(Error::value(format!("cannot map {path}: {}", std::io::Error::last_os_error())));
+        }
+        Ok(Arc::new(FileMap { ptr: NonNull::new(p.cast()).expect("mmap never returns null"), len, path: path.into() }))
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` mapped, readable bytes that live as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether `p` points into the mapping.
+    pub fn contains(&self, p: *const u8) -> bool {
+        let (lo, hi) = (self.ptr.as_ptr() as usize, self.ptr.as_ptr() as usize + self.len);
+        (lo..hi).contains(&(p as usize))
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `open` with this length, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
 }
 
 /// An owned, zero-initialised, 64-byte aligned block of host memory.
@@ -74,6 +131,21 @@ impl Buffer {
         };
         LIVE_BYTES.fetch_add(len, Ordering::Relaxed);
         Ok(buf)
+    }
+
+    /// A read-only view of `bytes`, which must lie inside `map`. Writing through it faults: the
+    /// executor copies shared memory before any write.
+    pub fn file_view(map: &Arc<FileMap>, bytes: &[u8]) -> Result<Buffer> {
+        if bytes.is_empty() || !map.contains(bytes.as_ptr()) || !map.contains(&bytes[bytes.len() - 1]) {
+            return Err(Error::internal("file view outside its mapping"));
+        }
+        let ptr = NonNull::new(bytes.as_ptr().cast_mut()).expect("slices are never null");
+        Ok(Buffer { ptr, len: bytes.len(), backing: Backing::FileView(map.clone()) })
+    }
+
+    /// Whether this buffer is a view of a mapped file.
+    pub fn is_file_view(&self) -> bool {
+        matches!(self.backing, Backing::FileView(_))
     }
 
     /// A buffer holding a copy of `bytes`.
@@ -136,7 +208,7 @@ impl Drop for Buffer {
                 // SAFETY: mapped by us with this length, unmapped once.
                 unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
             }
-            Backing::Empty => return,
+            Backing::FileView(_) | Backing::Empty => return,
         }
         LIVE_BYTES.fetch_sub(self.len, Ordering::Relaxed);
     }

@@ -4,6 +4,6 @@ pub mod buffer;
 pub mod ndarray;
 pub mod raw;
 
-pub use buffer::Buffer;
+pub use buffer::{Buffer, FileMap};
 pub use ndarray::NDArray;
 pub use raw::RawTensor;

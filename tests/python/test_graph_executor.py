@@ -179,3 +179,40 @@ def test_debug_executor(tvm, tmp_path):
     # The factory's debug_create gives the same executor.
     dbg = lib["debug_create"]("default", tvm.cpu(0))
     dbg["execute_node"](len(m.debug_datum.get_graph_nodes()) - 1)
+
+
+def test_aligned_params_load_in_upstream_tvm(tvm, tmp_path):
+    """The converter's output is still a params file upstream's own runtime loads."""
+    import os
+    import subprocess
+    import sys
+
+    fx = Fixture("mlp_unbound_b1")
+    aligned = tvm.get_global_func("runtime.AlignParams")(fx.params())
+    path = tmp_path / "aligned.params"
+    path.write_bytes(bytes(aligned))
+    # This executor maps it and uses the weights in place.
+    from tvm.contrib import graph_executor
+
+    gmod = graph_executor.create(fx.graph_json(), tvm.runtime.load_module(fx.lib_path), tvm.cpu())
+    assert gmod.module["load_params_from_file"](str(path)) == 6
+    gmod.set_input(**fx.inputs)
+    gmod.run()
+    check_outputs(gmod, fx, "mapped")
+    # Upstream's runtime, in a fresh process, loads the same file and gets the same outputs.
+    upstream = os.path.dirname(os.environ["TVM_UPSTREAM_RUNTIME"])
+    script = f"""
+import os, numpy as np, tvm
+from tvm.contrib import graph_executor
+assert os.path.realpath(tvm._ffi.base._LIB._name).startswith(os.path.realpath({upstream!r})), tvm._ffi.base._LIB._name
+g = graph_executor.create(open({str(fx.dir / 'graph.json')!r}).read(), tvm.runtime.load_module({fx.lib_path!r}), tvm.cpu())
+g.load_params(open({str(path)!r}, 'rb').read())
+g.set_input('data', np.fromfile({str(fx.dir / 'in_0.bin')!r}, dtype='float32').reshape(1, 1, 28, 28))
+g.run()
+want = np.fromfile({str(fx.dir / 'out_0.bin')!r}, dtype='float32').reshape(1, 10)
+assert np.array_equal(g.get_output(0).numpy(), want)
+print('upstream ok')
+"""
+    env = dict(os.environ, TVM_LIBRARY_PATH=upstream)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "upstream ok" in done.stdout, done.stderr[-2000:]

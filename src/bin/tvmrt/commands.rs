@@ -49,7 +49,8 @@ fn print_json(v: &Value) {
 
 fn memory_json(ex: &GraphExecutor) -> Value {
     let m = ex.memory_usage();
-    json!({"weights_owned": m.weights_owned, "weights_shared": m.weights_shared, "activations": m.activations,
+    json!({"weights_owned": m.weights_owned, "weights_shared": m.weights_shared, "weights_mapped": m.weights_mapped,
+           "activations": m.activations,
            "activations_shared": m.activations_shared, "workspace": tvm_runtime::backend::workspace::pooled_bytes()})
 }
 
@@ -125,7 +126,7 @@ fn set_inputs(o: &Options, model: &Model, ex: &GraphExecutor) -> Result<Vec<Valu
 
 pub fn run(o: &Options) -> Result<()> {
     let t0 = Instant::now();
-    let model = Model::load(o.models.first().map(String::as_str), &o.paths)?;
+    let model = Model::load(o.models.first().map(String::as_str), &o.paths, o.map_params)?;
     let m = model.executor(false)?;
     let ex = exec(&m);
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -224,8 +225,13 @@ pub fn run(o: &Options) -> Result<()> {
     );
     let mem = &report["memory"];
     println!(
-        "memory   weights owned {} B, weights shared {} B, activations {} B, shared arena {} B, workspace {} B",
-        mem["weights_owned"], mem["weights_shared"], mem["activations"], mem["activations_shared"], mem["workspace"]
+        "memory   weights owned {} B, shared {} B, mapped {} B, activations {} B, shared arena {} B, workspace {} B",
+        mem["weights_owned"],
+        mem["weights_shared"],
+        mem["weights_mapped"],
+        mem["activations"],
+        mem["activations_shared"],
+        mem["workspace"]
     );
     Ok(())
 }
@@ -243,7 +249,7 @@ fn arg_desc(ex: &GraphExecutor, node: usize) -> (Vec<String>, String) {
 }
 
 pub fn profile(o: &Options) -> Result<()> {
-    let model = Model::load(o.models.first().map(String::as_str), &o.paths)?;
+    let model = Model::load(o.models.first().map(String::as_str), &o.paths, o.map_params)?;
     let m = model.executor(false)?;
     let ex = exec(&m);
     let inputs = set_inputs(o, &model, ex)?;
@@ -326,7 +332,7 @@ pub fn profile(o: &Options) -> Result<()> {
 }
 
 pub fn inspect(o: &Options) -> Result<()> {
-    let model = Model::load(o.models.first().map(String::as_str), &o.paths)?;
+    let model = Model::load(o.models.first().map(String::as_str), &o.paths, o.map_params)?;
     let m = model.executor(false)?;
     let ex = exec(&m);
     let plan = ex.plan();
@@ -415,7 +421,7 @@ pub fn share(o: &Options) -> Result<()> {
     if o.models.is_empty() {
         return Err(Error::value("share needs at least one MODEL"));
     }
-    let models = o.models.iter().map(|s| Model::load(Some(s), &o.paths)).collect::<Result<Vec<_>>>()?;
+    let models = o.models.iter().map(|s| Model::load(Some(s), &o.paths, o.map_params)).collect::<Result<Vec<_>>>()?;
     let mut execs = Vec::new();
     for k in 0..o.executors {
         let model = &models[k % models.len()];
@@ -467,5 +473,29 @@ pub fn share(o: &Options) -> Result<()> {
         );
     }
     println!("total    {shared_total} B with sharing; {unshared_total} B if every executor kept its own weights");
+    Ok(())
+}
+
+pub fn align_params(o: &Options) -> Result<()> {
+    let [input, output] = o.models.as_slice() else {
+        return Err(Error::value("align-params takes IN and OUT params files"));
+    };
+    let bytes = std::fs::read(input).map_err(|e| Error::Io { path: input.clone(), source: e })?;
+    let aligned = tvm_runtime::params::align(&bytes)?;
+    std::fs::write(output, &aligned).map_err(|e| Error::Io { path: output.clone(), source: e })?;
+    let tensors = tvm_runtime::params::parse(&aligned)?
+        .iter()
+        .filter(|(n, _)| !n.starts_with(tvm_runtime::params::PAD_PREFIX))
+        .count();
+    let report = json!({"input": input, "output": output, "tensors": tensors, "input_bytes": bytes.len(), "output_bytes": aligned.len()});
+    if o.json {
+        print_json(&report);
+    } else {
+        println!(
+            "wrote {output}: {tensors} tensors, each 64-byte aligned ({} -> {} bytes)",
+            bytes.len(),
+            aligned.len()
+        );
+    }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! tvmrt profile [MODEL] [--repeat N] [--trace F.json] [--json]
 //! tvmrt inspect [MODEL] [--json]
 //! tvmrt share   MODEL [MODEL...] [-n K] [--json]
+//! tvmrt align-params IN OUT
 //! ```
 //! MODEL is a folder holding `lib.so` (plus `graph.json` / `params.bin` for unbound builds) or a
 //! `lib.so`; `--lib`, `--graph`, `--params` name the artefacts one by one. Without MODEL, the bundled
@@ -24,6 +25,8 @@ const USAGE: &str = "usage:
   tvmrt profile [MODEL] [--repeat N] [--trace F.json] [--json]
   tvmrt inspect [MODEL] [--json]
   tvmrt share   MODEL [MODEL...] [-n K] [--json]
+  tvmrt align-params IN.params OUT.params   (rewrite so every tensor can be mapped in place)
+Options for any MODEL: --map-params maps the params file (aligned weights used in place).
 MODEL: a folder with lib.so (and graph.json, params.bin for unbound builds) or a lib.so;
        --lib, --graph, --params give the artefacts one by one. Default: the bundled MLP.";
 
@@ -43,6 +46,7 @@ pub struct Options {
     pub trace: Option<String>,
     pub executors: usize,
     pub json: bool,
+    pub map_params: bool,
 }
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T> {
@@ -53,7 +57,7 @@ fn parse(args: &[String]) -> Result<Options> {
     let mut o = Options { repeat: 0, number: 1, executors: 2, ..Default::default() };
     let mut it = args.iter();
     o.command = match it.next().map(String::as_str) {
-        Some(c @ ("run" | "profile" | "inspect" | "share")) => c.to_string(),
+        Some(c @ ("run" | "profile" | "inspect" | "share" | "align-params")) => c.to_string(),
         Some("-h" | "--help" | "help") | None => return Err(Error::value(USAGE)),
         Some(other) => return Err(Error::value(format!("unknown command '{other}'\n{USAGE}"))),
     };
@@ -61,6 +65,7 @@ fn parse(args: &[String]) -> Result<Options> {
         let mut value = || it.next().cloned().ok_or_else(|| Error::value(format!("{a} needs a value")));
         match a.as_str() {
             "--json" => o.json = true,
+            "--map-params" => o.map_params = true,
             "--lib" => o.paths.lib = Some(value()?.into()),
             "--graph" => o.paths.graph = Some(value()?.into()),
             "--params" => o.paths.params = Some(value()?.into()),
@@ -104,6 +109,7 @@ fn main() -> ExitCode {
         "run" => commands::run(&o),
         "profile" => commands::profile(&o),
         "inspect" => commands::inspect(&o),
+        "align-params" => commands::align_params(&o),
         _ => commands::share(&o),
     });
     match result {

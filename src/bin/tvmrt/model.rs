@@ -25,6 +25,9 @@ pub struct Model {
     pub graph_json: String,
     /// Weights from a params file (unbound builds); `None` when the factory carries them.
     pub params: Option<Vec<u8>>,
+    pub params_path: Option<PathBuf>,
+    /// Map the params file instead of reading it (`--map-params`).
+    pub map_params: bool,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -33,7 +36,7 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 
 impl Model {
     /// MODEL is a folder with `lib.so` (and maybe `graph.json`, `params.bin`) or a `lib.so`.
-    pub fn load(spec: Option<&str>, paths: &Paths) -> Result<Model> {
+    pub fn load(spec: Option<&str>, paths: &Paths, map_params: bool) -> Result<Model> {
         let spec = PathBuf::from(spec.unwrap_or(BUNDLED));
         let (dir, lib_path) = if spec.is_dir() {
             (spec.clone(), paths.lib.clone().unwrap_or_else(|| spec.join("lib.so")))
@@ -58,7 +61,8 @@ impl Model {
             None
         };
         let name = dir.file_name().and_then(|s| s.to_str()).unwrap_or("model").to_string();
-        Ok(Model { name, dir, lib, graph_json, params })
+        let params_path = params.as_ref().map(|_| params_path);
+        Ok(Model { name, dir, lib, graph_json, params, params_path, map_params })
     }
 
     /// A new executor: from the factory when the library has one and no graph was given, else
@@ -77,8 +81,12 @@ impl Model {
                 Module::new(ex)
             }
         };
-        if let Some(p) = &self.params {
-            exec(&plan).load_params(p)?;
+        match (&self.params, &self.params_path) {
+            (Some(_), Some(path)) if self.map_params => {
+                exec(&plan).load_params_from_file(&path.to_string_lossy())?;
+            }
+            (Some(p), _) => exec(&plan).load_params(p)?,
+            _ => {}
         }
         Ok(plan)
     }

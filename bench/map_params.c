@@ -1,0 +1,131 @@
+/* Mapped vs copied weights, for whichever libtvm_runtime.so the dynamic linker finds.
+ *   map_params time MODEL_DIR PARAMS_FILE copy|map N   -> median create+load time of N rounds (ms)
+ *   map_params pss  MODEL_DIR PARAMS_FILE copy|map SYNC_DIR K INDEX
+ *       loads, runs once, waits until K processes are ready, prints this process's PSS (kB). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <tvm/runtime/c_runtime_api.h>
+
+#define CHECK(x) do { if ((x) != 0) { fprintf(stderr, "%s: %s\n", #x, TVMGetLastError()); exit(1); } } while (0)
+
+static char* slurp(const char* path, size_t* n) {
+  FILE* f = fopen(path, "rb");
+  if (!f) { fprintf(stderr, "cannot open %s\n", path); exit(1); }
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* buf = malloc(*n + 1);
+  if (fread(buf, 1, *n, f) != *n) exit(1);
+  buf[*n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void call(TVMModuleHandle m, const char* name, TVMValue* v, int* c, int n) {
+  TVMFunctionHandle f;
+  TVMValue r;
+  int rc;
+  CHECK(TVMModGetFunction(m, name, 0, &f));
+  if (!f) { fprintf(stderr, "no function %s in this runtime\n", name); exit(3); }
+  CHECK(TVMFuncCall(f, v, c, n, &r, &rc));
+  TVMFuncFree(f);
+}
+
+/* create + load: the params file is read (copy) or mapped (map) as part of the measured work. */
+static TVMModuleHandle create_and_load(const char* json, TVMModuleHandle lib, const char* params, int map) {
+  TVMFunctionHandle create;
+  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &create));
+  TVMValue v[4], r;
+  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
+  v[0].v_str = json;
+  v[1].v_handle = lib;
+  v[2].v_int64 = 1;
+  v[3].v_int64 = 0;
+  CHECK(TVMFuncCall(create, v, c, 4, &r, &rc));
+  TVMFuncFree(create);
+  TVMModuleHandle ex = r.v_handle;
+  if (map) {
+    v[0].v_str = params;
+    c[0] = kTVMStr;
+    call(ex, "load_params_from_file", v, c, 1);
+  } else {
+    size_t n;
+    char* blob = slurp(params, &n);
+    TVMByteArray b = {blob, n};
+    v[0].v_handle = &b;
+    c[0] = kTVMBytes;
+    call(ex, "load_params", v, c, 1);
+    free(blob);
+  }
+  return ex;
+}
+
+static int cmp(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static long pss_kb(void) {
+  FILE* f = fopen("/proc/self/smaps_rollup", "r");
+  char line[256];
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "Pss: %ld", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 6) return 2;
+  const char *mode = argv[1], *dir = argv[2], *params = argv[3];
+  int map = !strcmp(argv[4], "map");
+  char path[1024];
+  size_t n;
+  snprintf(path, sizeof path, "%s/graph.json", dir);
+  char* json = slurp(path, &n);
+  snprintf(path, sizeof path, "%s/lib.so", dir);
+  TVMModuleHandle lib;
+  CHECK(TVMModLoadFromFile(path, "so", &lib));
+  if (!strcmp(mode, "time")) {
+    int rounds = atoi(argv[5]);
+    double* t = malloc(sizeof(double) * rounds);
+    for (int i = 0; i < rounds; i++) {
+      double t0 = now_ms();
+      TVMModuleHandle ex = create_and_load(json, lib, params, map);
+      t[i] = now_ms() - t0;
+      TVMModFree(ex);
+    }
+    qsort(t, rounds, sizeof(double), cmp);
+    printf("%.3f\n", t[rounds / 2]);
+    return 0;
+  }
+  const char* sync = argv[5];
+  int k = atoi(argv[6]), me = atoi(argv[7]);
+  TVMModuleHandle ex = create_and_load(json, lib, params, map);
+  call(ex, "run", NULL, NULL, 0);
+  snprintf(path, sizeof path, "%s/ready-%d", sync, me);
+  fclose(fopen(path, "w"));
+  for (int ready = 0; ready < k;) { /* wait until every process has loaded and run */
+    ready = 0;
+    for (int i = 0; i < k; i++) {
+      snprintf(path, sizeof path, "%s/ready-%d", sync, i);
+      ready += access(path, F_OK) == 0;
+    }
+    usleep(20000);
+  }
+  usleep(200000);
+  printf("%ld\n", pss_kb());
+  fflush(stdout);
+  snprintf(path, sizeof path, "%s/done", sync);
+  while (access(path, F_OK) != 0) usleep(20000);
+  return 0;
+}

@@ -1,0 +1,79 @@
+//! Weights mapped from a params file: used in place when aligned, never written back.
+
+mod common;
+use common::*;
+
+fn temp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("tvmrt-{}-{name}", std::process::id()))
+}
+
+/// The address ranges at which `path` is mapped in this process.
+fn mappings_of(path: &std::path::Path) -> Vec<(usize, usize)> {
+    let canon = std::fs::canonicalize(path).unwrap();
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.ends_with(canon.to_str().unwrap()))
+        .map(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn aligned_weights_are_used_in_place_from_the_file() {
+    let f = Fixture::load("lstm_seq8");
+    let path = temp("lstm.params");
+    std::fs::write(&path, tvm_runtime::params::align(&f.params()).unwrap()).unwrap();
+    let lib = f.load_lib();
+    let m = f.executor_without_params(&lib);
+    let ex = exec(&m);
+    let (mapped, copied) = ex.load_params_from_file(path.to_str().unwrap()).unwrap();
+    assert_eq!((mapped, copied), (4, 0));
+    let maps = mappings_of(&path);
+    assert!(!maps.is_empty(), "the file is not mapped");
+    for name in ["i2h_weight", "i2h_bias", "h2h_weight", "h2h_bias"] {
+        let i = ex.plan().input_index(name).unwrap();
+        let p = ex.lock().entry_tensor(ex.plan().input_entries[i]).data_ptr() as usize;
+        assert!(maps.iter().any(|&(a, b)| (a..b).contains(&p)), "{name} at {p:#x} is not inside the mapping {maps:x?}");
+    }
+    let usage = ex.memory_usage();
+    assert_eq!((usage.weights_owned, usage.weights_mapped), (0, (64 * 8 + 64 + 64 * 16 + 64) * 4));
+    f.set_inputs(&m);
+    ex.run().unwrap();
+    f.check_outputs(&m, "mapped weights");
+
+    // Another executor shares the mapped weights; a write on one never reaches the file or the other.
+    let other = f.executor_without_params(&lib);
+    exec(&other).share_params(ex, &f.params()).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let bias = ex.plan().input_index("h2h_bias").unwrap();
+    ex.set_input_bytes(bias, &[0u8; 64 * 4]).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the file changed");
+    ex.run().unwrap();
+    assert_ne!(ex.output(0).unwrap().to_vec(), f.outputs[0].data, "the write had no effect");
+    f.set_inputs(&other);
+    exec(&other).run().unwrap();
+    f.check_outputs(&other, "the other executor after a write to the first");
+    drop((m, other));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn unaligned_weights_are_copied() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let path = temp("mlp.params");
+    std::fs::write(&path, f.params()).unwrap();
+    let lib = f.load_lib();
+    let m = f.executor_without_params(&lib);
+    let (mapped, copied) = exec(&m).load_params_from_file(path.to_str().unwrap()).unwrap();
+    assert_eq!(mapped + copied, 6);
+    f.set_inputs(&m);
+    exec(&m).run().unwrap();
+    f.check_outputs(&m, "copied from a mapped file");
+    let e = exec(&m).load_params_from_file("/nonexistent.params").unwrap_err().to_c_message();
+    assert!(e.contains("/nonexistent.params"), "{e}");
+    std::fs::remove_file(&path).unwrap();
+}
