@@ -21,8 +21,13 @@ impl fmt::Display for ErrorKind {
     }
 }
 
+/// A runtime error. Boxed, so `Result<T>` stays small on the hot paths that return it.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+#[error(transparent)]
+pub struct Error(Box<Repr>);
+
+#[derive(Debug, thiserror::Error)]
+enum Repr {
     /// A message with an explicit kind.
     #[error("{msg}")]
     Msg { kind: ErrorKind, msg: String },
@@ -31,7 +36,7 @@ pub enum Error {
     #[error("{0}")]
     Foreign(String),
     #[error("{context}: {source}")]
-    Context { context: String, source: Box<Error> },
+    Context { context: String, source: Error },
     #[error("I/O error on {path}: {source}")]
     Io { path: String, source: std::io::Error },
     /// A callback failed and left a Python exception in the thread's last error: it must reach
@@ -44,7 +49,18 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn new(kind: ErrorKind, msg: impl Into<String>) -> Error {
-        Error::Msg { kind, msg: msg.into() }
+        Error(Box::new(Repr::Msg { kind, msg: msg.into() }))
+    }
+    /// A failure foreign code reported through the thread's last error, kept verbatim.
+    pub fn foreign(msg: impl Into<String>) -> Error {
+        Error(Box::new(Repr::Foreign(msg.into())))
+    }
+    pub fn io(path: impl Into<String>, source: std::io::Error) -> Error {
+        Error(Box::new(Repr::Io { path: path.into(), source }))
+    }
+    /// The thread's last error already holds a Python exception for this failure.
+    pub fn python_pending() -> Error {
+        Error(Box::new(Repr::PythonPending))
     }
     pub fn value(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::ValueError, msg)
@@ -70,14 +86,14 @@ impl Error {
 
     /// Prefixes the message with where it happened, keeping the kind.
     pub fn context(self, context: impl Into<String>) -> Error {
-        Error::Context { context: context.into(), source: Box::new(self) }
+        Error(Box::new(Repr::Context { context: context.into(), source: self }))
     }
 
     pub fn kind(&self) -> ErrorKind {
-        match self {
-            Error::Msg { kind, .. } => *kind,
-            Error::Foreign(_) | Error::Io { .. } | Error::PythonPending => ErrorKind::TVMError,
-            Error::Context { source, .. } => source.kind(),
+        match &*self.0 {
+            Repr::Msg { kind, .. } => *kind,
+            Repr::Foreign(_) | Repr::Io { .. } | Repr::PythonPending => ErrorKind::TVMError,
+            Repr::Context { source, .. } => source.kind(),
         }
     }
 
@@ -95,24 +111,24 @@ impl Error {
 
     /// Whether the thread's last error already holds this failure (a Python exception).
     pub fn is_python_pending(&self) -> bool {
-        match self {
-            Error::PythonPending => true,
-            Error::Context { source, .. } => source.is_python_pending(),
+        match &*self.0 {
+            Repr::PythonPending => true,
+            Repr::Context { source, .. } => source.is_python_pending(),
             _ => false,
         }
     }
 
     fn foreign_root(&self) -> Option<&str> {
-        match self {
-            Error::Foreign(s) => Some(s),
-            Error::Context { source, .. } => source.foreign_root(),
+        match &*self.0 {
+            Repr::Foreign(s) => Some(s),
+            Repr::Context { source, .. } => source.foreign_root(),
             _ => None,
         }
     }
 
     fn context_prefix(&self) -> String {
-        match self {
-            Error::Context { context, source } => format!("{context}: {}", source.context_prefix()),
+        match &*self.0 {
+            Repr::Context { context, source } => format!("{context}: {}", source.context_prefix()),
             _ => String::new(),
         }
     }
@@ -152,9 +168,9 @@ mod tests {
 
     #[test]
     fn foreign_kind_is_kept() {
-        let e = Error::Foreign("ValueError: bad".into()).context("node 3");
+        let e = Error::foreign("ValueError: bad").context("node 3");
         assert_eq!(e.to_c_message(), "ValueError: node 3: bad");
-        let e = Error::Foreign("Assert fail: num_args == 2".into()).context("node 3");
+        let e = Error::foreign("Assert fail: num_args == 2").context("node 3");
         assert_eq!(e.to_c_message(), "TVMError: node 3: Assert fail: num_args == 2");
     }
 }

@@ -74,14 +74,14 @@ pub fn register_builtins(reg: &mut Register<'_>) {
     def(reg, "runtime.SaveParamsToFile", |a| {
         let bytes = save_params(a)?;
         let path = a.str(1)?;
-        std::fs::write(path, bytes).map_err(|e| Error::Io { path: path.into(), source: e })?;
+        std::fs::write(path, bytes).map_err(|e| Error::io(path, e))?;
         Ok(RetValue::None)
     });
     def(reg, "runtime.LoadParams", |a| load_params_map(a.bytes(0)?));
     def(reg, "runtime.AlignParams", |a| Ok(RetValue::Bytes(params::align(a.bytes(0)?)?)));
     def(reg, "runtime.LoadParamsFromFile", |a| {
         let path = a.str(0)?;
-        let bytes = std::fs::read(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         load_params_map(&bytes)
     });
 

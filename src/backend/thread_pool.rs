@@ -159,7 +159,7 @@ impl Pool {
         }
         failed.sort_by_key(|(t, _)| *t);
         let text: Vec<String> = failed.iter().map(|(t, m)| format!("Task {t} error: {m}")).collect();
-        Err(Error::Foreign(text.join("\n")))
+        Err(Error::foreign(text.join("\n")))
     }
 }
 
@@ -263,12 +263,45 @@ pub unsafe fn parallel_launch(func: FTVMParallelLambda, cdata: *mut c_void, num_
         _ => return Err(Error::value(format!("parallel launch of {num_task} tasks on a pool of {threads} threads"))),
     };
     if n == 1 {
-        let barrier = Barrier::default();
-        let mut env = TVMParallelGroupEnv { sync_handle: (&barrier as *const Barrier).cast_mut().cast(), num_task: 1 };
-        // SAFETY: the kernel's lambda with its own closure data.
-        let rc = unsafe { func(0, &mut env, cdata) };
-        return if rc == 0 { Ok(()) } else { Err(Error::Foreign(format!("Task 0 error: {}", last_error::get()))) };
+        // SAFETY: per this function's contract.
+        return unsafe { run_inline(func, cdata) };
     }
+    if num_task != 0 {
+        // SAFETY: as above.
+        return unsafe { run_parallel(func, cdata, n) };
+    }
+    // "Use all threads": pick, per loop body, whichever of inline or parallel runs faster.
+    let parallel = choice::decide(func as usize);
+    let start = parallel.measure.then(std::time::Instant::now);
+    // SAFETY: as above.
+    let result = unsafe {
+        if parallel.parallel {
+            run_parallel(func, cdata, n)
+        } else {
+            run_inline(func, cdata)
+        }
+    };
+    if let Some(start) = start {
+        choice::record(func as usize, parallel.parallel, start.elapsed().as_nanos() as u64);
+    }
+    result
+}
+
+/// Runs all the work as one task on the calling thread.
+unsafe fn run_inline(func: FTVMParallelLambda, cdata: *mut c_void) -> Result<()> {
+    let barrier = Barrier::default();
+    let mut env = TVMParallelGroupEnv { sync_handle: (&barrier as *const Barrier).cast_mut().cast(), num_task: 1 };
+    // SAFETY: the kernel's lambda with its own closure data.
+    let rc = unsafe { func(0, &mut env, cdata) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::foreign(format!("Task 0 error: {}", last_error::get())))
+    }
+}
+
+unsafe fn run_parallel(func: FTVMParallelLambda, cdata: *mut c_void, n: usize) -> Result<()> {
+    let threads = num_threads();
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         if p.as_ref().is_none_or(|pool| pool.threads() != threads) {
@@ -277,6 +310,100 @@ pub unsafe fn parallel_launch(func: FTVMParallelLambda, cdata: *mut c_void, num_
         }
         p.as_ref().expect("created above").launch(func, cdata, n)
     })
+}
+
+/// Per loop body (the lambda's address), which way it runs faster: a parallel launch costs a
+/// fraction of a microsecond of signalling (more when a worker must be woken), which tiny loops
+/// never earn back. The first launches of a body try both ways; later, an occasional launch
+/// re-tries the other way, so a change (load on the machine, different shapes) is noticed: after
+/// 64 launches at first, twice as long after each re-try that confirms the choice (up to 65536).
+/// Timing only those launches keeps the clock off the common path.
+mod choice {
+    use std::cell::RefCell;
+
+    const SLOTS: usize = 1024;
+    const WAYS: usize = 4;
+    const FIRST_PROBE: u32 = 64;
+    const LAST_PROBE: u32 = 1 << 16;
+
+    #[derive(Clone, Copy, Default)]
+    struct Entry {
+        key: usize,
+        calls: u32,
+        inline_ns: u64,
+        parallel_ns: u64,
+        /// Launches until the next re-try of the other way, and the interval after it.
+        until_probe: u32,
+        interval: u32,
+    }
+
+    pub struct Decision {
+        pub parallel: bool,
+        pub measure: bool,
+    }
+
+    thread_local! {
+        static TABLE: RefCell<Box<[Entry; SLOTS]>> = RefCell::new(Box::new([Entry::default(); SLOTS]));
+    }
+
+    /// The entry of `key`: one of `WAYS` neighbours; a new key takes the least used of them.
+    fn entry(t: &mut [Entry; SLOTS], key: usize, insert: bool) -> Option<&mut Entry> {
+        let base = ((key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize & (SLOTS - WAYS);
+        let ways = base..base + WAYS;
+        let at = match ways.clone().find(|&i| t[i].key == key) {
+            Some(i) => i,
+            None if insert => {
+                let i = ways.min_by_key(|&i| t[i].calls).expect("WAYS > 0");
+                t[i] = Entry { key, ..Entry::default() };
+                i
+            }
+            None => return None,
+        };
+        Some(&mut t[at])
+    }
+
+    pub fn decide(key: usize) -> Decision {
+        TABLE.with(|t| {
+            let mut t = t.borrow_mut();
+            let e = entry(&mut t, key, true).expect("inserted");
+            e.calls = e.calls.wrapping_add(1);
+            match e.calls {
+                1 | 2 => Decision { parallel: true, measure: true },
+                3 | 4 => Decision { parallel: false, measure: true },
+                _ => {
+                    if e.interval == 0 {
+                        e.interval = FIRST_PROBE;
+                        e.until_probe = FIRST_PROBE;
+                    }
+                    let prefer_parallel = e.parallel_ns < e.inline_ns;
+                    e.until_probe -= 1;
+                    if e.until_probe == 0 {
+                        Decision { parallel: !prefer_parallel, measure: true }
+                    } else {
+                        Decision { parallel: prefer_parallel, measure: false }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Keeps the best recent time of each way: a faster sample replaces it at once, a slower one
+    /// moves it up by an eighth of the difference.
+    pub fn record(key: usize, parallel: bool, ns: u64) {
+        TABLE.with(|t| {
+            let mut t = t.borrow_mut();
+            let Some(e) = entry(&mut t, key, false) else { return };
+            let before = e.parallel_ns < e.inline_ns;
+            let v = if parallel { &mut e.parallel_ns } else { &mut e.inline_ns };
+            *v = if *v == 0 || ns < *v { ns } else { *v + (ns - *v) / 8 };
+            if e.interval > 0 && e.until_probe == 0 {
+                // A re-try: back off while it confirms the choice, start over when it flips it.
+                let confirmed = (e.parallel_ns < e.inline_ns) == before;
+                e.interval = if confirmed { (e.interval * 2).min(LAST_PROBE) } else { FIRST_PROBE };
+                e.until_probe = e.interval;
+            }
+        })
+    }
 }
 
 /// `TVMBackendParallelBarrier`.
@@ -326,7 +453,7 @@ mod tests {
         for _ in 0..50 {
             let d = Data { hits: Default::default(), after_barrier_saw: Default::default() };
             // SAFETY: the lambda only touches `d`, alive for the launch.
-            let r = unsafe { parallel_launch(lambda, (&d as *const Data).cast_mut().cast(), 0) };
+            let r = unsafe { parallel_launch(lambda, (&d as *const Data).cast_mut().cast(), 3) };
             let e = r.unwrap_err().to_string();
             assert_eq!(e, "Task 1 error: boom");
             for t in 0..3 {
@@ -335,6 +462,32 @@ mod tests {
             }
         }
         assert!(unsafe { parallel_launch(lambda, std::ptr::null_mut(), 9) }.is_err());
+        configure(0);
+    }
+
+    /// Splits 1000 items among `num_task` tasks as generated code does.
+    unsafe extern "C" fn count_items(task: i32, penv: *mut TVMParallelGroupEnv, cdata: *mut c_void) -> i32 {
+        // SAFETY: the test passes 1000 counters and a live environment.
+        unsafe {
+            let items = std::slice::from_raw_parts(cdata.cast::<AtomicI32>(), 1000);
+            let n = (*penv).num_task as usize;
+            let chunk = 1000usize.div_ceil(n);
+            for item in &items[(task as usize * chunk).min(1000)..((task as usize + 1) * chunk).min(1000)] {
+                item.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        0
+    }
+
+    #[test]
+    fn all_thread_launches_cover_the_work_once_whichever_way_they_run() {
+        configure(2);
+        let items: Vec<AtomicI32> = (0..1000).map(|_| AtomicI32::new(0)).collect();
+        for _ in 0..300 {
+            // SAFETY: the lambda only touches `items`, alive for the launch.
+            unsafe { parallel_launch(count_items, items.as_ptr().cast_mut().cast(), 0) }.unwrap();
+        }
+        assert!(items.iter().all(|i| i.load(Ordering::Relaxed) == 300));
         configure(0);
     }
 }

@@ -1,6 +1,6 @@
 //! Packed functions: calls, callbacks, the global registry.
 
-use super::{borrow, c_str, guard, out, TVMFunctionHandle, TVMRetValueHandle};
+use super::{borrow, c_str, fail, guard, guard_status, out, TVMFunctionHandle, TVMRetValueHandle};
 use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::object::{release, AnyObject, ObjectHeader};
@@ -22,11 +22,28 @@ pub(crate) fn is_ret_bytes(p: *const TVMByteArray) -> bool {
 
 /// Hands a return value to a C caller; strings and bytes live in thread-local storage until the
 /// next call on this thread.
+#[inline]
 pub(crate) unsafe fn write_return(rv: RetValue, value: *mut TVMValue, code: *mut i32) -> Result<()> {
     if value.is_null() || code.is_null() {
         return Err(Error::value("null return value or type code pointer"));
     }
-    let (v, c) = match rv.into_c_scalar() {
+    let (v, c) = match rv {
+        RetValue::None => (TVMValue::NULL, kTVMNullptr),
+        RetValue::Int(i) => (TVMValue { v_int64: i }, kTVMArgInt),
+        RetValue::Float(f) => (TVMValue { v_float64: f }, kTVMArgFloat),
+        other => stored_return(other),
+    };
+    // SAFETY: both checked non-null above.
+    unsafe {
+        value.write(v);
+        code.write(c);
+    }
+    Ok(())
+}
+
+/// Objects hand over their count; strings and bytes go to thread-local storage.
+fn stored_return(rv: RetValue) -> (TVMValue, i32) {
+    match rv.into_c_scalar() {
         Ok(pair) => pair,
         Err(RetValue::Str(s)) => (store_str(&s), kTVMStr),
         Err(RetValue::DataType(t)) => (store_str(&t.to_string()), kTVMStr),
@@ -40,13 +57,7 @@ pub(crate) unsafe fn write_return(rv: RetValue, value: *mut TVMValue, code: *mut
             (TVMValue { v_handle: p.cast_mut().cast() }, kTVMBytes)
         }
         Err(_) => unreachable!("into_c_scalar only refuses strings, bytes and dtypes"),
-    };
-    // SAFETY: both checked non-null above.
-    unsafe {
-        value.write(v);
-        code.write(c);
     }
-    Ok(())
 }
 
 fn store_str(s: &str) -> TVMValue {
@@ -69,13 +80,26 @@ pub unsafe extern "C" fn TVMFuncCall(
     ret_val: *mut TVMValue,
     ret_type_code: *mut c_int,
 ) -> c_int {
-    guard(|| {
+    // The hottest entry point: no `Result` is built on the way to a successful return.
+    guard_status(|| {
         // SAFETY: the caller's handle and arrays are valid for the call.
         unsafe {
-            let f = borrow::<PackedFunc>(func, "PackedFunc")?;
-            let args = Args::from_raw(arg_values, type_codes, num_args)?;
-            let rv = f.call(&args)?;
-            write_return(rv, ret_val, ret_type_code)
+            let f = match crate::object::payload_of::<PackedFunc>(func.cast()) {
+                Some(f) => f,
+                None => {
+                    return fail(
+                        borrow::<PackedFunc>(func, "PackedFunc").err().unwrap_or_else(|| Error::internal("handle")),
+                    )
+                }
+            };
+            let args = match Args::from_raw(arg_values, type_codes, num_args) {
+                Ok(a) => a,
+                Err(e) => return fail(e),
+            };
+            match f.call(&args).and_then(|rv| write_return(rv, ret_val, ret_type_code)) {
+                Ok(()) => 0,
+                Err(e) => fail(e),
+            }
         }
     })
 }

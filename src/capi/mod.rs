@@ -27,25 +27,40 @@ pub type TVMObjectHandle = *mut c_void;
 pub type TVMArrayHandle = *mut crate::dlpack::DLTensor;
 
 /// Runs `f` inside the panic boundary and maps its outcome to a C status.
+#[inline]
 pub(crate) fn guard(f: impl FnOnce() -> Result<()>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
-            if !e.is_python_pending() {
-                last_error::set(&e.to_c_message());
-            }
-            -1
-        }
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            last_error::set(&format!("InternalError: the runtime panicked: {what}"));
-            -1
-        }
+        Ok(Err(e)) => fail(e),
+        Err(panic) => panicked(panic),
     }
+}
+
+/// Records `e` as the thread's last error; returns -1.
+#[cold]
+pub(crate) fn fail(e: Error) -> c_int {
+    if !e.is_python_pending() {
+        last_error::set(&e.to_c_message());
+    }
+    -1
+}
+
+#[cold]
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> c_int {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    last_error::set(&format!("InternalError: the runtime panicked: {what}"));
+    -1
+}
+
+/// The panic boundary for functions that compute their own status (hot paths that avoid
+/// building a `Result` for the common case).
+#[inline]
+pub(crate) fn guard_status(f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(panicked)
 }
 
 /// Like `guard` for functions that return a value instead of a status.

@@ -2,6 +2,7 @@
 //! `debug_create`): per-node timing, per-node outputs and incremental execution, with upstream
 //! 0.16's names and argument conventions.
 
+use super::functions::wrap;
 use super::GraphExecutor;
 use crate::error::{Error, Result};
 use crate::graph::NodeKind;
@@ -90,10 +91,6 @@ impl GraphExecutor {
     }
 }
 
-fn exec(m: &ObjRef<Module>) -> &GraphExecutor {
-    m.node::<GraphExecutor>().expect("debug functions are only made for executors")
-}
-
 fn node_arg(ex: &GraphExecutor, a: &Args<'_>, i: usize) -> Result<usize> {
     if a.is_name(i) {
         let name = a.str(i)?;
@@ -110,13 +107,9 @@ fn node_arg(ex: &GraphExecutor, a: &Args<'_>, i: usize) -> Result<usize> {
 
 /// The debug function `name`, or `None`.
 pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
-    let m = this.clone();
-    let f = move |body: fn(&GraphExecutor, &Args<'_>) -> Result<RetValue>, name: &'static str| {
-        let m = m.clone();
-        PackedFunc::native(move |args| body(exec(&m), args).map_err(|e| e.context(name)))
-    };
     Some(match name {
-        "run_individual" => f(
+        "run_individual" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("run_individual", 6, 6)?;
                 let s = Settings::from_args(a, 0)?;
@@ -132,7 +125,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "run_individual",
         ),
-        "run_individual_node" => f(
+        "run_individual_node" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("run_individual_node", 7, 7)?;
                 let node = ex.check_node(a.int(0)?)?;
@@ -141,7 +135,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "run_individual_node",
         ),
-        "debug_get_output" => f(
+        "debug_get_output" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("debug_get_output", 1, 2)?;
                 let node = node_arg(ex, a, 0)?;
@@ -159,8 +154,11 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "debug_get_output",
         ),
-        "execute_node" => f(|ex, a| ex.execute_node(ex.check_node(a.int(0)?)?).map(Into::into), "execute_node"),
-        "get_node_output" => f(
+        "execute_node" => {
+            wrap(this, |ex, a| ex.execute_node(ex.check_node(a.int(0)?)?).map(Into::into), "execute_node")
+        }
+        "get_node_output" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("get_node_output", 2, 2)?;
                 let node = ex.check_node(a.int(0)?)?;
@@ -169,7 +167,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_node_output",
         ),
-        "profile" | "profile_rpc" => f(
+        "profile" | "profile_rpc" => wrap(
+            this,
             |_, _| {
                 Err(Error::tvm(
                     "profile is not supported by this runtime: use run_individual, or `tvmrt profile` for a report and a trace",

@@ -36,20 +36,46 @@ fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
     usize::try_from(v).map(Key::Index).map_err(|_| Error::index(format!("negative index {v}")))
 }
 
-fn exec(m: &ObjRef<Module>) -> &GraphExecutor {
-    m.node::<GraphExecutor>().expect("functions are only made for executors")
+/// An executor function's hold on its executor: the module keeps the executor alive, and the
+/// executor is found once, not per call.
+struct Target {
+    module: ObjRef<Module>,
+    executor: *const GraphExecutor,
+}
+
+// SAFETY: `executor` points into `module`, which is Send + Sync and kept alive here.
+unsafe impl Send for Target {}
+// SAFETY: as above.
+unsafe impl Sync for Target {}
+
+impl Target {
+    fn get(&self) -> &GraphExecutor {
+        // SAFETY: the module owns the executor in a box that never moves and lives as long as
+        // `self.module`, which this struct holds.
+        unsafe { &*self.executor }
+    }
+}
+
+/// Makes executor function `name` from `body`; the body is inlined, so a call costs one
+/// indirect jump.
+pub(crate) fn wrap<F>(this: &ObjRef<Module>, body: F, name: &'static str) -> ObjRef<PackedFunc>
+where
+    F: Fn(&GraphExecutor, &Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
+{
+    let executor: *const GraphExecutor = this.node::<GraphExecutor>().expect("functions are only made for executors");
+    let target = Target { module: this.clone(), executor };
+    PackedFunc::native(move |args| {
+        let _ = &target.module;
+        body(target.get(), args).map_err(|e| e.context(name))
+    })
 }
 
 /// The executor function `name`, or `None` when there is no such function.
 pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
-    let m = this.clone();
-    let f = move |body: fn(&GraphExecutor, &Args<'_>) -> Result<RetValue>, name: &'static str| {
-        let m = m.clone();
-        PackedFunc::native(move |args| body(exec(&m), args).map_err(|e| e.context(name)))
-    };
     Some(match name {
-        "set_input" => f(set_input, "set_input"),
-        "set_input_zero_copy" => f(
+        "set_input" => wrap(this, set_input, "set_input"),
+        "set_input_zero_copy" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("set_input_zero_copy", 2, 2)?;
                 let i = ex.input_index(key(a, 0)?)?;
@@ -57,7 +83,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "set_input_zero_copy",
         ),
-        "set_output_zero_copy" => f(
+        "set_output_zero_copy" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("set_output_zero_copy", 2, 2)?;
                 let i = match key(a, 0)? {
@@ -72,7 +99,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "set_output_zero_copy",
         ),
-        "get_output" => f(
+        "get_output" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("get_output", 1, 2)?;
                 let i = ex.output_index(key(a, 0)?)?;
@@ -84,7 +112,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_output",
         ),
-        "get_input" => f(
+        "get_input" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("get_input", 1, 1)?;
                 match key(a, 0)? {
@@ -98,9 +127,10 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_input",
         ),
-        "get_num_outputs" => f(|ex, _| Ok(RetValue::Int(ex.plan.num_outputs() as i64)), "get_num_outputs"),
-        "get_num_inputs" => f(|ex, _| Ok(RetValue::Int(ex.plan.num_inputs() as i64)), "get_num_inputs"),
-        "get_input_index" => f(
+        "get_num_outputs" => wrap(this, |ex, _| Ok(RetValue::Int(ex.plan.num_outputs() as i64)), "get_num_outputs"),
+        "get_num_inputs" => wrap(this, |ex, _| Ok(RetValue::Int(ex.plan.num_inputs() as i64)), "get_num_inputs"),
+        "get_input_index" => wrap(
+            this,
             |ex, a| {
                 if !a.is_name(0) {
                     return Err(Error::type_err("Input key is not a string"));
@@ -109,7 +139,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_input_index",
         ),
-        "get_output_index" => f(
+        "get_output_index" => wrap(
+            this,
             |ex, a| {
                 if !a.is_name(0) {
                     return Err(Error::type_err("Output key is not a string"));
@@ -118,12 +149,13 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_output_index",
         ),
-        "get_input_info" => f(|ex, _| Ok(input_info(ex).into()), "get_input_info"),
-        "get_output_info" => f(|ex, _| Ok(output_info(ex).into()), "get_output_info"),
-        "run" => f(|ex, _| ex.run().map(Into::into), "run"),
-        "run_from_inputs" => f(run_from_inputs, "run_from_inputs"),
-        "load_params" => f(|ex, a| ex.load_params(a.bytes(0)?).map(Into::into), "load_params"),
-        "load_params_from_file" => f(
+        "get_input_info" => wrap(this, |ex, _| Ok(input_info(ex).into()), "get_input_info"),
+        "get_output_info" => wrap(this, |ex, _| Ok(output_info(ex).into()), "get_output_info"),
+        "run" => wrap(this, |ex, _| ex.run().map(Into::into), "run"),
+        "run_from_inputs" => wrap(this, run_from_inputs, "run_from_inputs"),
+        "load_params" => wrap(this, |ex, a| ex.load_params(a.bytes(0)?).map(Into::into), "load_params"),
+        "load_params_from_file" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("load_params_from_file", 1, 1)?;
                 let (mapped, _) = ex.load_params_from_file(a.str(0)?)?;
@@ -131,7 +163,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "load_params_from_file",
         ),
-        "share_params" => f(
+        "share_params" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("share_params", 2, 2)?;
                 let other = a.module(0)?;
@@ -142,7 +175,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "share_params",
         ),
-        "get_memory_usage" => f(
+        "get_memory_usage" => wrap(
+            this,
             |ex, _| {
                 let m = ex.memory_usage();
                 let ws = crate::backend::workspace::pooled_bytes();
@@ -153,7 +187,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_memory_usage",
         ),
-        "share_activations" => f(
+        "share_activations" => wrap(
+            this,
             |ex, a| {
                 a.expect_count("share_activations", 1, 1)?;
                 let other = a.module(0)?;

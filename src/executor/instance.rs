@@ -157,19 +157,16 @@ impl Instance {
 
     /// Gives slot `sid` memory of its own if it has none, or a private copy if it is shared.
     pub fn make_private(&mut self, sid: usize) -> Result<()> {
-        let slot = &mut self.slots[sid];
-        let bytes = self.plan.storage.slots[sid].bytes;
-        let fresh = Buffer::zeroed(bytes)?;
-        match &slot.buffer {
-            None => {}
-            Some(b) if slot.shared => {
-                let mut copy = vec![0u8; bytes];
-                b.read(slot.offset, &mut copy)?;
-                fresh.write(0, &copy)?;
-            }
-            Some(_) => return Ok(()),
+        let slot = &self.slots[sid];
+        if slot.buffer.is_some() && !slot.shared {
+            return Ok(());
         }
-        *slot = SlotMemory::owned(fresh);
+        let bytes = self.plan.storage.slots[sid].bytes;
+        let fresh = match &slot.buffer {
+            Some(b) => b.duplicate_range(slot.offset, bytes)?,
+            None => Buffer::zeroed(bytes)?,
+        };
+        self.slots[sid] = SlotMemory::owned(fresh);
         self.refresh();
         Ok(())
     }
@@ -376,7 +373,7 @@ impl Instance {
                 }
             };
             if rc != 0 {
-                return Err(op_error(&self.plan, call.node, Error::Foreign(last_error::get())));
+                return Err(op_error(&self.plan, call.node, Error::foreign(last_error::get())));
             }
         }
         Ok(())

@@ -46,6 +46,7 @@ impl<'a> Args<'a> {
     /// # Safety
     /// `values` and `codes` must hold `n` elements, and each value must be what its code says
     /// (live handles, NUL-terminated strings) for `'a`: the packed-call contract.
+    #[inline]
     pub unsafe fn from_raw(values: *const TVMValue, codes: *const i32, n: i32) -> Result<Args<'a>> {
         if n < 0 {
             return Err(Error::value(format!("negative argument count {n}")));

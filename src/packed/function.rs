@@ -77,6 +77,7 @@ impl PackedFunc {
         }
     }
 
+    #[inline]
     pub fn call(&self, args: &Args<'_>) -> Result<RetValue> {
         match &self.imp {
             FuncImpl::Native(f) => f(args),
@@ -95,9 +96,9 @@ impl PackedFunc {
                 };
                 if rc != 0 {
                     if last_error::has_python() {
-                        return Err(Error::PythonPending);
+                        return Err(Error::python_pending());
                     }
-                    return Err(Error::Foreign(last_error::get()));
+                    return Err(Error::foreign(last_error::get()));
                 }
                 Ok(ret)
             }
@@ -116,7 +117,7 @@ impl PackedFunc {
                     )
                 };
                 if rc != 0 {
-                    return Err(Error::Foreign(last_error::get()));
+                    return Err(Error::foreign(last_error::get()));
                 }
                 // SAFETY: the operator hands over what it returned.
                 unsafe { RetValue::from_owned_c(ret, code) }

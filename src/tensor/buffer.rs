@@ -45,8 +45,8 @@ unsafe impl Sync for FileMap {}
 
 impl FileMap {
     pub fn open(path: &str) -> Result<Arc<FileMap>> {
-        let file = std::fs::File::open(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
-        let len = file.metadata().map_err(|e| Error::Io { path: path.into(), source: e })?.len() as usize;
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len() as usize;
         if len == 0 {
             return Err(Error::value(format!("{path} is empty")));
         }
@@ -183,11 +183,12 @@ impl Buffer {
         Ok(())
     }
 
-    /// A new buffer with the same contents.
-    pub fn duplicate(&self) -> Result<Buffer> {
-        let copy = Buffer::zeroed(self.len)?;
-        // SAFETY: both blocks are `len` bytes and distinct.
-        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_ptr(), self.len) };
+    /// A new buffer holding a copy of `len` bytes from `offset`.
+    pub fn duplicate_range(&self, offset: usize, len: usize) -> Result<Buffer> {
+        self.check(offset, len)?;
+        let copy = Buffer::zeroed(len)?;
+        // SAFETY: bounds checked above; the blocks are distinct.
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), copy.as_ptr(), len) };
         Ok(copy)
     }
 

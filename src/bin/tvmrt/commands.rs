@@ -103,10 +103,7 @@ fn set_inputs(o: &Options, model: &Model, ex: &GraphExecutor) -> Result<Vec<Valu
             }
             (t.data.clone(), "file")
         } else if let Some(path) = recorded.as_ref().and_then(|r| r.iter().find(|(n, _)| n == name)).map(|(_, p)| p) {
-            (
-                std::fs::read(path).map_err(|err| Error::Io { path: path.display().to_string(), source: err })?,
-                "recorded",
-            )
+            (std::fs::read(path).map_err(|err| Error::io(path.display().to_string(), err))?, "recorded")
         } else {
             let fill = o.fill.unwrap_or(Fill::Random(o.seed));
             (
@@ -300,7 +297,7 @@ pub fn profile(o: &Options) -> Result<()> {
         let trace = json!({"traceEvents": events, "displayTimeUnit": "ms",
                            "otherData": {"model": model.dir.display().to_string(), "runtime": "tvm-runtime-rs"}});
         std::fs::write(path, serde_json::to_string(&trace).expect("serialisable"))
-            .map_err(|e| Error::Io { path: path.clone(), source: e })?;
+            .map_err(|e| Error::io(path.clone(), e))?;
     }
     let ops: Vec<Value> = rows
         .iter()
@@ -480,9 +477,9 @@ pub fn align_params(o: &Options) -> Result<()> {
     let [input, output] = o.models.as_slice() else {
         return Err(Error::value("align-params takes IN and OUT params files"));
     };
-    let bytes = std::fs::read(input).map_err(|e| Error::Io { path: input.clone(), source: e })?;
+    let bytes = std::fs::read(input).map_err(|e| Error::io(input.clone(), e))?;
     let aligned = tvm_runtime::params::align(&bytes)?;
-    std::fs::write(output, &aligned).map_err(|e| Error::Io { path: output.clone(), source: e })?;
+    std::fs::write(output, &aligned).map_err(|e| Error::io(output.clone(), e))?;
     let tensors = tvm_runtime::params::parse(&aligned)?
         .iter()
         .filter(|(n, _)| !n.starts_with(tvm_runtime::params::PAD_PREFIX))

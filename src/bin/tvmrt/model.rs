@@ -31,7 +31,7 @@ pub struct Model {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })
+    std::fs::read(path).map_err(|e| Error::io(path.display().to_string(), e))
 }
 
 impl Model {
