@@ -10,7 +10,7 @@ rounds=${1:-5}
 eval "$(scripts/tvm_env.sh --no-venv)"
 models=target/bench-models
 need=()
-for m in resnet18 mobilenet squeezenet chain200 lstm_big; do [ -f $models/$m/lib.so ] || need+=($m); done
+for m in resnet18 resnet18_unbound mobilenet squeezenet chain200 lstm_big; do [ -f $models/$m/lib.so ] || need+=($m); done
 [ ${#need[@]} -eq 0 ] || scripts/make_fixtures.sh --bench --only "$(IFS=,; echo "${need[*]}")"
 cargo build --release --quiet
 mkdir -p target/bench
@@ -30,12 +30,12 @@ measure() {
 import statistics, sys
 label, o, u = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
 mo, mu = statistics.median(o), statistics.median(u)
-print(f"| {label} | {mo:.3f} ({min(o):.3f}-{max(o):.3f}) | {mu:.3f} ({min(u):.3f}-{max(u):.3f}) | {mo / mu:.3f} |")
+print(f"| {label} | {mo:.3f} ({min(o):.3f}-{max(o):.3f}) | {mu:.3f} ({min(u):.3f}-{max(u):.3f}) | {mo / mu:.3f} | {min(o) / min(u):.3f} |")
 PY
 }
 
-echo "| figure | ours: median (spread) | upstream: median (spread) | ours / upstream |"
-echo "|---|---|---|---|"
+echo "| figure | ours: median (min-max) | upstream: median (min-max) | ratio of medians | ratio of minima |"
+echo "|---|---|---|---|---|"
 mlp=tests/fixtures/mlp_b1
 for t in 1 2; do
   measure "MLP latency, us, $t thread(s)" $t latency $mlp 201
@@ -48,14 +48,14 @@ measure "dispatch per operator node (chain of 200 tiny ops), ns" 1 dispatch $mod
 measure "TVMFuncCall (get_num_outputs), ns" 1 funccall $mlp 21
 measure "set_input (3136 B NDArray), ns" 1 set_input $mlp 21
 measure "get_output into an NDArray (40 B), ns" 1 get_output $mlp 21
-measure "create + load_params ResNet-18, ms" 1 load $models/resnet18
+measure "create + load_params ResNet-18 (unbound weights, 46.8 MB), ms" 1 load $models/resnet18_unbound
 for rt in ours upstream; do
   dir=$ours; [ $rt = upstream ] && dir=$upstream
   peaks=()
   for _ in $(seq "$rounds"); do
-    peaks+=("$(TVM_NUM_THREADS=1 LD_LIBRARY_PATH=$dir target/bench/runtime_bench load $models/resnet18 | cut -d' ' -f2)")
+    peaks+=("$(TVM_NUM_THREADS=1 LD_LIBRARY_PATH=$dir target/bench/runtime_bench load $models/resnet18_unbound | cut -d' ' -f2)")
   done
   echo "peak memory during create + load_params of ResNet-18 ($rt): ${peaks[*]} kB above the process holding the params blob"
 done
-TVM_NUM_THREADS=1 target/release/tvmrt run $models/resnet18 --repeat 1 --json \
-  | python3 -c "import json,sys; m=json.load(sys.stdin)['memory']; print('ResNet-18 weights + pool (bytes):', m['weights_owned'] + m['weights_shared'], '+', m['activations'])"
+TVM_NUM_THREADS=1 target/release/tvmrt run $models/resnet18_unbound --repeat 1 --json \
+  | python3 -c "import json,sys; m=json.load(sys.stdin)['memory']; w, a = m['weights_owned'] + m['weights_shared'], m['activations']; print(f'ResNet-18 weights + pool: {w} + {a} bytes = {(w + a) // 1024} kB')"

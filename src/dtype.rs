@@ -108,10 +108,12 @@ impl fmt::Display for DLDataType {
 
 /// The number of elements of `shape`, refusing negative dims and overflow.
 pub fn num_elements(shape: &[i64]) -> Result<usize> {
-    shape.iter().try_fold(1usize, |acc, &d| {
+    let mut n = 1usize;
+    for &d in shape {
         let d = usize::try_from(d).map_err(|_| Error::value(format!("negative dimension in shape {shape:?}")))?;
-        acc.checked_mul(d).ok_or_else(|| Error::value(format!("shape {shape:?} overflows")))
-    })
+        n = n.checked_mul(d).ok_or_else(|| Error::value(format!("shape {shape:?} overflows")))?;
+    }
+    Ok(n)
 }
 
 /// Bytes a compact tensor of `shape` and `dtype` occupies.

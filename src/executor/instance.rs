@@ -222,6 +222,12 @@ impl Instance {
         raw::copy_tensor(src, self.entry_tensor(eid))
     }
 
+    /// Copies `src`, already checked to have entry `eid`'s shape and dtype, into it.
+    pub fn write_entry_matched(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
+        self.prepare_write(eid)?;
+        raw::copy_to_own(src, self.tensors[eid].data.cast(), self.plan.entry_bytes[eid])
+    }
+
     /// Copies raw bytes into input entry `eid`.
     pub fn write_entry_bytes(&mut self, eid: usize, bytes: &[u8]) -> Result<()> {
         self.prepare_write(eid)?;

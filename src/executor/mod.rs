@@ -124,7 +124,7 @@ impl GraphExecutor {
                 src.shape()
             )));
         }
-        self.lock().write_entry(eid, src)
+        self.lock().write_entry_matched(eid, src)
     }
 
     pub fn set_input_bytes(&self, index: usize, bytes: &[u8]) -> Result<()> {
@@ -167,16 +167,18 @@ impl GraphExecutor {
     /// Copies output `index` into `dst`, whose shape must match.
     pub fn copy_output_to(&self, index: usize, dst: RawTensor<'_>) -> Result<()> {
         let eid = self.plan.check_output(index)?;
-        let st = self.lock();
-        let src = st.entry_tensor(eid);
-        if src.shape() != dst.shape() {
+        let e = &self.plan.graph.entries[eid];
+        if dst.shape() != &*e.shape || dst.dtype().element_bytes() != e.dtype.element_bytes() {
             return Err(Error::value(format!(
-                "output {index} has shape {:?}, the target {:?}",
-                src.shape(),
+                "output {index} is {} {:?}, the target {} {:?}",
+                e.dtype,
+                e.shape,
+                dst.dtype(),
                 dst.shape()
             )));
         }
-        crate::tensor::raw::copy_tensor(src, dst)
+        let st = self.lock();
+        crate::tensor::raw::copy_from_own(st.entry_tensor(eid).data_ptr(), dst, self.plan.entry_bytes[eid])
     }
 
     pub fn run(&self) -> Result<()> {

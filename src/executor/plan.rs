@@ -42,6 +42,8 @@ pub struct Plan {
     pub output_keys: HashMap<String, usize>,
     /// Graph inputs in each storage slot (sharing needs exactly one).
     pub inputs_per_slot: Vec<usize>,
+    /// Bytes of every entry.
+    pub entry_bytes: Vec<usize>,
     /// Offsets of the activation slots inside a shared arena, and the arena size needed.
     pub arena_offsets: Vec<Option<usize>>,
     pub arena_bytes: usize,
@@ -93,7 +95,10 @@ impl Plan {
             inputs_per_slot[graph.entries[eid].storage_id] += 1;
         }
         let (arena_offsets, arena_bytes) = storage.arena_layout();
+        let entry_bytes =
+            graph.entries.iter().map(|e| crate::dtype::tensor_bytes(&e.shape, e.dtype)).collect::<Result<Vec<_>>>()?;
         Ok(Arc::new(Plan {
+            entry_bytes,
             arena_offsets,
             arena_bytes,
             graph,

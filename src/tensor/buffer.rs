@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 /// Allocations at least this large come straight from `mmap`.
 const MMAP_THRESHOLD: usize = 128 * 1024;
+/// Buffers at least this large ask for transparent huge pages.
+const HUGE_PAGE: usize = 2 << 20;
 /// Every buffer is at least this aligned (TVM's kAllocAlignment).
 pub const ALIGNMENT: usize = 64;
 /// Refuse single allocations above this before asking the system (a corrupt size, not a model).
@@ -120,6 +122,13 @@ impl Buffer {
             };
             if p == libc::MAP_FAILED {
                 return Err(Error::tvm(format!("out of memory: mmap of {len} bytes failed")));
+            }
+            if len >= HUGE_PAGE {
+                // Large activations and weights are streamed through by every operator: transparent
+                // huge pages (where the system offers them on request) spare TLB misses. Advice only:
+                // failure changes nothing.
+                // SAFETY: advice on the mapping just made.
+                unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
             }
             Buffer { ptr: NonNull::new(p.cast()).expect("mmap never returns null"), len, backing: Backing::Mapped(len) }
         } else {

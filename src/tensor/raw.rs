@@ -108,6 +108,48 @@ pub fn copy_to_bytes(from: RawTensor<'_>, out: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// Copies `n` bytes of `from` (whose shape and dtype the caller has matched to `n`) to `to`, memory
+/// of the runtime's own that holds at least `n` bytes.
+pub fn copy_to_own(from: RawTensor<'_>, to: *mut u8, n: usize) -> Result<()> {
+    let dev = from.t.device.device_type;
+    if dev != kDLCPU && dev != kDLCUDAHost {
+        return Err(Error::value(format!("device type {dev} is not enabled in this CPU runtime")));
+    }
+    if !from.is_compact() {
+        return Err(Error::value("only compact (row-major, no strides) tensors are supported"));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    if from.t.data.is_null() || to.is_null() {
+        return Err(Error::value("tensor data is null"));
+    }
+    // SAFETY: `from` is a valid host tensor of `n` bytes (per the caller's match); `to` holds `n`.
+    unsafe { std::ptr::copy(from.data_ptr(), to, n) };
+    Ok(())
+}
+
+/// Copies `n` bytes of the runtime's own memory at `from` into `to`, whose shape and dtype the
+/// caller has matched to `n`.
+pub fn copy_from_own(from: *const u8, to: RawTensor<'_>, n: usize) -> Result<()> {
+    let dev = to.t.device.device_type;
+    if dev != kDLCPU && dev != kDLCUDAHost {
+        return Err(Error::value(format!("device type {dev} is not enabled in this CPU runtime")));
+    }
+    if !to.is_compact() {
+        return Err(Error::value("only compact (row-major, no strides) tensors are supported"));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    if from.is_null() || to.t.data.is_null() {
+        return Err(Error::value("tensor data is null"));
+    }
+    // SAFETY: `to` is a valid host tensor of `n` bytes (per the caller's match); `from` holds `n`.
+    unsafe { std::ptr::copy(from, to.data_ptr(), n) };
+    Ok(())
+}
+
 /// Copies tensor to tensor; byte sizes must match (shapes and dtypes are not compared, as upstream).
 pub fn copy_tensor(from: RawTensor<'_>, to: RawTensor<'_>) -> Result<()> {
     let n = from.host_bytes("copy source")?;
