@@ -225,7 +225,14 @@ impl Instance {
     /// Copies `src`, already checked to have entry `eid`'s shape and dtype, into it.
     pub fn write_entry_matched(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
         self.prepare_write(eid)?;
-        raw::copy_to_own(src, self.tensors[eid].data.cast(), self.plan.entry_bytes[eid])
+        // SAFETY: the entry's memory holds `entry_bytes[eid]` bytes (its slot is at least as big).
+        unsafe { raw::copy_to_own(src, self.tensors[eid].data.cast(), self.plan.entry_bytes[eid]) }
+    }
+
+    /// Copies entry `eid` into `dst`, already checked to have its shape and element size.
+    pub fn read_entry_matched(&self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
+        // SAFETY: as above, for reading.
+        unsafe { raw::copy_from_own(self.tensors[eid].data.cast(), dst, self.plan.entry_bytes[eid]) }
     }
 
     /// Copies raw bytes into input entry `eid`.

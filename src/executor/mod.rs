@@ -177,8 +177,7 @@ impl GraphExecutor {
                 dst.shape()
             )));
         }
-        let st = self.lock();
-        crate::tensor::raw::copy_from_own(st.entry_tensor(eid).data_ptr(), dst, self.plan.entry_bytes[eid])
+        self.lock().read_entry_matched(eid, dst)
     }
 
     pub fn run(&self) -> Result<()> {

@@ -108,9 +108,11 @@ pub fn copy_to_bytes(from: RawTensor<'_>, out: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
-/// Copies `n` bytes of `from` (whose shape and dtype the caller has matched to `n`) to `to`, memory
-/// of the runtime's own that holds at least `n` bytes.
-pub fn copy_to_own(from: RawTensor<'_>, to: *mut u8, n: usize) -> Result<()> {
+/// Copies `n` bytes of `from` (whose shape and dtype the caller has matched to `n`) to `to`.
+///
+/// # Safety
+/// `to` must be null or valid for writing `n` bytes.
+pub unsafe fn copy_to_own(from: RawTensor<'_>, to: *mut u8, n: usize) -> Result<()> {
     let dev = from.t.device.device_type;
     if dev != kDLCPU && dev != kDLCUDAHost {
         return Err(Error::value(format!("device type {dev} is not enabled in this CPU runtime")));
@@ -124,14 +126,17 @@ pub fn copy_to_own(from: RawTensor<'_>, to: *mut u8, n: usize) -> Result<()> {
     if from.t.data.is_null() || to.is_null() {
         return Err(Error::value("tensor data is null"));
     }
-    // SAFETY: `from` is a valid host tensor of `n` bytes (per the caller's match); `to` holds `n`.
+    // SAFETY: `from` is a valid host tensor of `n` bytes (per the caller's match); `to` holds `n`
+    // per this function's contract.
     unsafe { std::ptr::copy(from.data_ptr(), to, n) };
     Ok(())
 }
 
-/// Copies `n` bytes of the runtime's own memory at `from` into `to`, whose shape and dtype the
-/// caller has matched to `n`.
-pub fn copy_from_own(from: *const u8, to: RawTensor<'_>, n: usize) -> Result<()> {
+/// Copies `n` bytes at `from` into `to`, whose shape and dtype the caller has matched to `n`.
+///
+/// # Safety
+/// `from` must be null or valid for reading `n` bytes.
+pub unsafe fn copy_from_own(from: *const u8, to: RawTensor<'_>, n: usize) -> Result<()> {
     let dev = to.t.device.device_type;
     if dev != kDLCPU && dev != kDLCUDAHost {
         return Err(Error::value(format!("device type {dev} is not enabled in this CPU runtime")));
@@ -145,7 +150,8 @@ pub fn copy_from_own(from: *const u8, to: RawTensor<'_>, n: usize) -> Result<()>
     if from.is_null() || to.t.data.is_null() {
         return Err(Error::value("tensor data is null"));
     }
-    // SAFETY: `to` is a valid host tensor of `n` bytes (per the caller's match); `from` holds `n`.
+    // SAFETY: `to` is a valid host tensor of `n` bytes (per the caller's match); `from` holds `n`
+    // per this function's contract.
     unsafe { std::ptr::copy(from, to.data_ptr(), n) };
     Ok(())
 }
