@@ -2,33 +2,11 @@
  *   map_params time MODEL_DIR PARAMS_FILE copy|map N   -> median create+load time of N rounds (ms)
  *   map_params pss  MODEL_DIR PARAMS_FILE copy|map SYNC_DIR K INDEX
  *       loads, runs once, waits until K processes are ready, prints this process's PSS (kB). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <unistd.h>
-#include <tvm/runtime/c_runtime_api.h>
 
-#define CHECK(x) do { if ((x) != 0) { fprintf(stderr, "%s: %s\n", #x, TVMGetLastError()); exit(1); } } while (0)
+#include "bench_util.h"
 
-static char* slurp(const char* path, size_t* n) {
-  FILE* f = fopen(path, "rb");
-  if (!f) { fprintf(stderr, "cannot open %s\n", path); exit(1); }
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc(*n + 1);
-  if (fread(buf, 1, *n, f) != *n) exit(1);
-  buf[*n] = 0;
-  fclose(f);
-  return buf;
-}
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
+static double now_ms(void) { return now_ns() / 1e6; }
 
 static void call(TVMModuleHandle m, const char* name, TVMValue* v, int* c, int n) {
   TVMFunctionHandle f;
@@ -59,7 +37,7 @@ static TVMModuleHandle create_and_load(const char* json, TVMModuleHandle lib, co
     call(ex, "load_params_from_file", v, c, 1);
   } else {
     size_t n;
-    char* blob = slurp(params, &n);
+    char* blob = slurp(params, NULL, &n);
     TVMByteArray b = {blob, n};
     v[0].v_handle = &b;
     c[0] = kTVMBytes;
@@ -67,11 +45,6 @@ static TVMModuleHandle create_and_load(const char* json, TVMModuleHandle lib, co
     free(blob);
   }
   return ex;
-}
-
-static int cmp(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
 }
 
 static long pss_kb(void) {
@@ -91,7 +64,7 @@ int main(int argc, char** argv) {
   char path[1024];
   size_t n;
   snprintf(path, sizeof path, "%s/graph.json", dir);
-  char* json = slurp(path, &n);
+  char* json = slurp(path, NULL, &n);
   snprintf(path, sizeof path, "%s/lib.so", dir);
   TVMModuleHandle lib;
   CHECK(TVMModLoadFromFile(path, "so", &lib));
@@ -104,7 +77,7 @@ int main(int argc, char** argv) {
       t[i] = now_ms() - t0;
       TVMModFree(ex);
     }
-    qsort(t, rounds, sizeof(double), cmp);
+    qsort(t, rounds, sizeof(double), cmp_double);
     printf("%.3f\n", t[rounds / 2]);
     return 0;
   }

@@ -7,34 +7,7 @@
  *   runtime_bench load     MODEL_DIR         "milliseconds peak_kB": create + load_params time, and
  *                                            the rise of VmHWM above the process with the blob read
  * Models: a folder with lib.so, graph.json, params.bin (bound or unbound params). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <tvm/runtime/c_runtime_api.h>
-
-#define CHECK(x) do { if ((x) != 0) { fprintf(stderr, "%s: %s\n", #x, TVMGetLastError()); exit(1); } } while (0)
-
-static char* slurp(const char* dir, const char* name, size_t* n) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE* f = fopen(path, "rb");
-  if (!f) { fprintf(stderr, "cannot open %s\n", path); exit(1); }
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc(*n + 1);
-  if (fread(buf, 1, *n, f) != *n) exit(1);
-  buf[*n] = 0;
-  fclose(f);
-  return buf;
-}
-
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e9 + t.tv_nsec;
-}
+#include "bench_util.h"
 
 static long status_kb(const char* key) {
   FILE* f = fopen("/proc/self/status", "r");
@@ -45,11 +18,6 @@ static long status_kb(const char* key) {
     if (!strncmp(line, key, n)) kb = atol(line + n);
   fclose(f);
   return kb;
-}
-
-static int cmp(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
 }
 
 static TVMFunctionHandle fn(TVMModuleHandle m, const char* name) {
@@ -92,7 +60,7 @@ static TVMModuleHandle create(const char* dir, const char* json, TVMByteArray* p
       for (int i_ = 0; i_ < (inner); i_++) { body; }                 \
       t_[r_] = (now_ns() - s_) / (inner);                            \
     }                                                                \
-    qsort(t_, (rounds), sizeof(double), cmp);                        \
+    qsort(t_, (rounds), sizeof(double), cmp_double);                        \
     double m_ = t_[(rounds) / 2];                                    \
     free(t_);                                                        \
     m_;                                                              \

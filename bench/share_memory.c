@@ -6,25 +6,7 @@
  *   that graph instead (e.g. batch 8 sharing batch 1's weights); with "arena", the executors also
  *   share one activation arena (this runtime's share_activations; upstream has none). Prints VmRSS
  *   and VmData (kB). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <tvm/runtime/c_runtime_api.h>
-
-static void* slurp(const char* dir, const char* name, size_t* n) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE* f = fopen(path, "rb");
-  if (!f) { fprintf(stderr, "cannot open %s\n", path); exit(1); }
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc(*n + 1);
-  if (fread(buf, 1, *n, f) != *n) exit(1);
-  buf[*n] = 0;
-  fclose(f);
-  return buf;
-}
+#include "bench_util.h"
 
 static void mem(const char* step) {
   FILE* f = fopen("/proc/self/status", "r");
@@ -37,8 +19,6 @@ static void mem(const char* step) {
   fclose(f);
   printf("%-28s VmRSS %8ld kB  VmData %8ld kB\n", step, rss, data);
 }
-
-#define CHECK(x) do { if ((x) != 0) { fprintf(stderr, "%s: %s\n", #x, TVMGetLastError()); exit(1); } } while (0)
 
 static TVMModuleHandle create(const char* dir, TVMModuleHandle* lib_out) {
   char path[1024];

@@ -70,7 +70,8 @@ impl<'a> RawTensor<'a> {
         true
     }
 
-    fn host_bytes(&self, what: &str) -> Result<usize> {
+    /// Host memory in the one layout this runtime copies: on the CPU and compact.
+    fn check_host(&self, what: &str) -> Result<()> {
         let dev = self.t.device.device_type;
         if dev != kDLCPU && dev != kDLCUDAHost {
             return Err(Error::value(format!("{what}: device type {dev} is not enabled in this CPU runtime")));
@@ -78,6 +79,11 @@ impl<'a> RawTensor<'a> {
         if !self.is_compact() {
             return Err(Error::value(format!("{what}: only compact (row-major, no strides) tensors are supported")));
         }
+        Ok(())
+    }
+
+    fn host_bytes(&self, what: &str) -> Result<usize> {
+        self.check_host(what)?;
         let n = self.nbytes()?;
         if n > 0 && self.t.data.is_null() {
             return Err(Error::value(format!("{what}: tensor data is null")));
@@ -113,13 +119,7 @@ pub fn copy_to_bytes(from: RawTensor<'_>, out: &mut [u8]) -> Result<()> {
 /// # Safety
 /// `to` must be null or valid for writing `n` bytes.
 pub unsafe fn copy_to_own(from: RawTensor<'_>, to: *mut u8, n: usize) -> Result<()> {
-    let dev = from.t.device.device_type;
-    if dev != kDLCPU && dev != kDLCUDAHost {
-        return Err(Error::value(format!("device type {dev} is not enabled in this CPU runtime")));
-    }
-    if !from.is_compact() {
-        return Err(Error::value("only compact (row-major, no strides) tensors are supported"));
-    }
+    from.check_host("copy source")?;
     if n == 0 {
         return Ok(());
     }
@@ -137,13 +137,7 @@ pub unsafe fn copy_to_own(from: RawTensor<'_>, to: *mut u8, n: usize) -> Result<
 /// # Safety
 /// `from` must be null or valid for reading `n` bytes.
 pub unsafe fn copy_from_own(from: *const u8, to: RawTensor<'_>, n: usize) -> Result<()> {
-    let dev = to.t.device.device_type;
-    if dev != kDLCPU && dev != kDLCUDAHost {
-        return Err(Error::value(format!("device type {dev} is not enabled in this CPU runtime")));
-    }
-    if !to.is_compact() {
-        return Err(Error::value("only compact (row-major, no strides) tensors are supported"));
-    }
+    to.check_host("copy destination")?;
     if n == 0 {
         return Ok(());
     }
