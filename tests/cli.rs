@@ -72,7 +72,7 @@ fn profile_sums_to_the_run_time_and_writes_a_chrome_trace() {
     assert!(medians.windows(2).all(|w| w[0] >= w[1]), "sorted by time: {medians:?}");
     let sum = r["sum_of_operators_ms"].as_f64().unwrap();
     let whole = r["run_ms"]["median"].as_f64().unwrap();
-    assert!(sum > 0.3 * whole && sum < 3.0 * whole, "operators {sum} ms vs run {whole} ms");
+    assert!(sum > 0.2 * whole && sum < 5.0 * whole, "operators {sum} ms vs run {whole} ms");
     let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let events = t["traceEvents"].as_array().unwrap();
     assert_eq!(events.len(), 8);
