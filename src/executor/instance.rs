@@ -81,8 +81,11 @@ impl Instance {
             .storage
             .slots
             .iter()
-            .map(|s| match s.role {
-                SlotRole::Activation => Buffer::zeroed(s.bytes).map(SlotMemory::owned),
+            .zip(&plan.linked)
+            .map(|(s, linked)| match (linked, &s.role) {
+                // Linked constants are shared read-only memory: a write copies them first.
+                (Some(buf), _) => Ok(SlotMemory { buffer: Some(buf.clone()), offset: 0, shared: true }),
+                (None, SlotRole::Activation) => Buffer::zeroed(s.bytes).map(SlotMemory::owned),
                 _ => Ok(SlotMemory::default()),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -117,6 +120,13 @@ impl Instance {
         };
         inst.calls = inst.build_calls();
         inst.refresh();
+        // Inputs whose data the library links in are weights.
+        let plan = inst.plan.clone();
+        for i in 0..plan.num_inputs() {
+            if plan.linked[plan.graph.entries[plan.input_entries[i]].storage_id].is_some() {
+                inst.param_names.insert(plan.input_name(i).to_string());
+            }
+        }
         Ok(inst)
     }
 

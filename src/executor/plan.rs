@@ -7,7 +7,8 @@ use crate::graph::{Graph, NodeKind};
 use crate::memory_plan::StoragePlan;
 use crate::module::Module;
 use crate::object::ObjRef;
-use crate::packed::PackedFunc;
+use crate::packed::{ArgsBuilder, PackedFunc, RetValue};
+use crate::tensor::Buffer;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -44,11 +45,37 @@ pub struct Plan {
     pub inputs_per_slot: Vec<usize>,
     /// Bytes of every entry.
     pub entry_bytes: Vec<usize>,
+    /// Storage slots whose data the library links in (`_lookup_linked_param`, TVM <= 0.8 builds).
+    pub linked: Vec<Option<Arc<Buffer>>>,
     /// Offsets of the activation slots inside a shared arena, and the arena size needed.
     pub arena_offsets: Vec<Option<usize>>,
     pub arena_bytes: usize,
     pub library: ObjRef<Module>,
     pub device: DLDevice,
+}
+
+/// Asks the library's `_lookup_linked_param(storage_id)` (present in link-params builds of TVM 0.8
+/// and older) for constant data of each storage slot: a pointer into the library, or nothing.
+fn linked_params(library: &ObjRef<Module>, storage: &StoragePlan) -> Result<Vec<Option<Arc<Buffer>>>> {
+    let Some(lookup) = Module::get_function(library, "_lookup_linked_param", true)? else {
+        return Ok(vec![None; storage.slots.len()]);
+    };
+    (0..storage.slots.len())
+        .map(|sid| {
+            let mut args = ArgsBuilder::new();
+            args.int(sid as i64);
+            match lookup.call(&args.args()).map_err(|e| e.context("_lookup_linked_param"))? {
+                RetValue::None => Ok(None),
+                RetValue::Handle(p) if p.is_null() => Ok(None),
+                // SAFETY: the library's constant for this slot, at least as big as the slot's
+                // largest entry (what the compiler linked); the plan keeps the library loaded.
+                RetValue::Handle(p) => {
+                    Ok(Some(Arc::new(unsafe { Buffer::linked(p.cast(), storage.slots[sid].bytes) }?)))
+                }
+                other => Err(Error::type_err(format!("_lookup_linked_param({sid}) returned {other:?}, not a pointer"))),
+            }
+        })
+        .collect()
 }
 
 impl Plan {
@@ -97,7 +124,9 @@ impl Plan {
         let (arena_offsets, arena_bytes) = storage.arena_layout();
         let entry_bytes =
             graph.entries.iter().map(|e| crate::dtype::tensor_bytes(&e.shape, e.dtype)).collect::<Result<Vec<_>>>()?;
+        let linked = linked_params(&library, &storage)?;
         Ok(Arc::new(Plan {
+            linked,
             entry_bytes,
             arena_offsets,
             arena_bytes,

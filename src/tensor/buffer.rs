@@ -29,6 +29,8 @@ enum Backing {
     Mapped(usize),
     /// A read-only range of a mapped file; holding the map keeps the range mapped.
     FileView(#[allow(dead_code)] Arc<FileMap>),
+    /// Constant memory of a loaded library (linked parameters); never freed by us.
+    Linked,
     Empty,
 }
 
@@ -152,6 +154,16 @@ impl Buffer {
         Ok(Buffer { ptr, len: bytes.len(), backing: Backing::FileView(map.clone()) })
     }
 
+    /// Constant data a loaded library links in (`_lookup_linked_param`), read-only.
+    ///
+    /// # Safety
+    /// `ptr` must address `len` readable bytes that outlive every holder of the buffer (the plan
+    /// that makes it keeps the library loaded).
+    pub unsafe fn linked(ptr: *mut u8, len: usize) -> Result<Buffer> {
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::value("linked parameter at a null address"))?;
+        Ok(Buffer { ptr, len, backing: Backing::Linked })
+    }
+
     /// Whether this buffer is a view of a mapped file.
     pub fn is_file_view(&self) -> bool {
         matches!(self.backing, Backing::FileView(_))
@@ -218,7 +230,7 @@ impl Drop for Buffer {
                 // SAFETY: mapped by us with this length, unmapped once.
                 unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
             }
-            Backing::FileView(_) | Backing::Empty => return,
+            Backing::FileView(_) | Backing::Linked | Backing::Empty => return,
         }
         LIVE_BYTES.fetch_sub(self.len, Ordering::Relaxed);
     }
