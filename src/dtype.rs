@@ -1,5 +1,7 @@
 //! dtype strings (`"float32"`, `"int8x4"`, `"bool"`) and element sizes.
 
+#![forbid(unsafe_code)]
+
 use crate::dlpack::{kDLBfloat, kDLFloat, kDLInt, kDLOpaqueHandle, kDLUInt, DLDataType};
 use crate::error::{Error, Result};
 use std::fmt;

@@ -1,6 +1,8 @@
 //! One error type for the whole runtime. Its `Display` is what a C caller reads from
 //! `TVMGetLastError` after the kind prefix, so every message names what was wrong and where.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 /// The kind TVM's Python FFI maps to an exception class (first word of the message).

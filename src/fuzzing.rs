@@ -6,6 +6,8 @@
 //! `tests/fuzz.rs` replays the seeds and a fixed number of mutations in the normal test command;
 //! `cargo run --release --example fuzz -- TARGET SECONDS` runs longer.
 
+#![forbid(unsafe_code)]
+
 use crate::graph::Graph;
 use crate::library::{blob, LibraryModule};
 use crate::memory_plan::StoragePlan;

@@ -1,6 +1,8 @@
 //! Global functions registered at start-up: module loading, the executor constructor, and the
 //! container and introspection helpers TVM's Python package binds by name.
 
+#![forbid(unsafe_code)]
+
 use crate::dlpack::{kDLCPU, DLDevice};
 use crate::error::{Error, Result};
 use crate::executor::GraphExecutor;

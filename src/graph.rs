@@ -1,6 +1,8 @@
 //! The graph JSON, parsed into typed, validated form. Every index is checked here so the planner
 //! and executor can index freely; errors name the node or entry at fault.
 
+#![forbid(unsafe_code)]
+
 use crate::dlpack::DLDataType;
 use crate::dtype;
 use crate::error::{Error, Result};

@@ -3,6 +3,8 @@
 //! unchanged on the other side of the C boundary). The C string stays valid until the next error
 //! is set on the same thread.
 
+#![forbid(unsafe_code)]
+
 use crate::python_env;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CString};

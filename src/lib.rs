@@ -14,6 +14,11 @@
 //! - [`graph`], [`memory_plan`], [`params`]: the formats, parsed and validated up front.
 //! - [`backend`]: what kernels call back into (thread pool, workspaces).
 //! - [`tensor`]: aligned buffers and the NDArray object.
+//!
+//! `unsafe` lives in the C boundary, the object and tensor memory code, library loading, the
+//! kernel-calling parts of the executor (`instance`, a pointer in `functions`), and the thread pool.
+//! The formats, planning, the executor's logic, factories, parameters and the registry are
+//! `#![forbid(unsafe_code)]`.
 
 #![allow(non_upper_case_globals)]
 

@@ -2,6 +2,8 @@
 //! up to 4 bytes, as upstream's float32 pools), and what each slot holds. A slot that holds only a
 //! graph input and `__nop` aliases of it can be bound to memory shared with other executors.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeKind};
 

@@ -1,6 +1,8 @@
 //! The Module object: a node (library, factory, executor, ...) plus its imports. Functions are
 //! looked up by name in the node, then, when asked, depth-first in the imports.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 use crate::object::{type_index, ObjRef, ObjectType};
 use crate::packed::PackedFunc;

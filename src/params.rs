@@ -2,6 +2,8 @@
 //! are read in place: their data is a slice of the input, so loading copies each weight once, into
 //! its final home.
 
+#![forbid(unsafe_code)]
+
 use crate::dlpack::{kDLCPU, DLDataType};
 use crate::dtype::tensor_bytes;
 use crate::error::Result;

@@ -1,6 +1,8 @@
 //! dmlc binary streams (little-endian PODs, `u64`-prefixed strings and vectors): a bounds-checked
 //! reader that names the byte offset of any failure, and a writer.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 
 pub struct Reader<'a> {

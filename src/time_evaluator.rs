@@ -1,6 +1,8 @@
 //! `runtime.RPCTimeEvaluator`: times a function as TVM's `time_evaluator` and `benchmark` expect,
 //! returning `repeat` doubles (seconds per call) as bytes.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::packed::{registry, Args, PackedFunc, RetValue};

@@ -2,6 +2,8 @@
 //! batch-1 and batch-8 builds of a model, used in turn): one buffer sized for the largest, and a
 //! guard that makes a run fail, instead of corrupting another's data, while one is in progress.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 use crate::tensor::Buffer;
 use std::sync::atomic::{AtomicBool, Ordering};

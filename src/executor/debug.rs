@@ -2,6 +2,8 @@
 //! `debug_create`): per-node timing, per-node outputs and incremental execution, with upstream
 //! 0.16's names and argument conventions.
 
+#![forbid(unsafe_code)]
+
 use super::functions::wrap;
 use super::GraphExecutor;
 use crate::error::{Error, Result};

@@ -1,6 +1,8 @@
 //! The `GraphExecutorFactory` module that `export_library` embeds: graph, weights and a name.
 //! Executors it creates share its weights (no copy per executor) and one plan.
 
+#![forbid(unsafe_code)]
+
 use super::plan::Plan;
 use super::GraphExecutor;
 use crate::dlpack::{kDLDevice, DLDevice};

@@ -1,6 +1,8 @@
 //! `__tvm_dev_mblob`: the modules `export_library` serialised next to the compiled code, and the
 //! import tree linking them.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 use crate::executor::factory::Factory;
 use crate::module::{Module, ModuleNode};

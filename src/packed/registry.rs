@@ -1,5 +1,7 @@
 //! The process-wide registry of global functions (`TVMFuncGetGlobal` and friends).
 
+#![forbid(unsafe_code)]
+
 use super::function::PackedFunc;
 use crate::error::{Error, Result};
 use crate::object::ObjRef;
