@@ -2,7 +2,6 @@
 //! per-executor state behind a mutex (calls from several threads serialise; use one executor per
 //! thread to run in parallel — they can share weights).
 
-
 pub mod arena;
 pub mod debug;
 pub mod factory;
