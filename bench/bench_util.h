@@ -38,4 +38,19 @@ static inline int cmp_double(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+/* tvm.graph_executor.create(json, lib, cpu 0): a new executor, weights not loaded. */
+static inline TVMModuleHandle create_graph_executor(const char* json, TVMModuleHandle lib) {
+  TVMFunctionHandle create;
+  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &create));
+  TVMValue v[4], r;
+  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
+  v[0].v_str = json;
+  v[1].v_handle = lib;
+  v[2].v_int64 = 1;
+  v[3].v_int64 = 0;
+  CHECK(TVMFuncCall(create, v, c, 4, &r, &rc));
+  TVMFuncFree(create);
+  return r.v_handle;
+}
+
 #endif

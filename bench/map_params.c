@@ -20,17 +20,9 @@ static void call(TVMModuleHandle m, const char* name, TVMValue* v, int* c, int n
 
 /* create + load: the params file is read (copy) or mapped (map) as part of the measured work. */
 static TVMModuleHandle create_and_load(const char* json, TVMModuleHandle lib, const char* params, int map) {
-  TVMFunctionHandle create;
-  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &create));
-  TVMValue v[4], r;
-  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
-  v[0].v_str = json;
-  v[1].v_handle = lib;
-  v[2].v_int64 = 1;
-  v[3].v_int64 = 0;
-  CHECK(TVMFuncCall(create, v, c, 4, &r, &rc));
-  TVMFuncFree(create);
-  TVMModuleHandle ex = r.v_handle;
+  TVMModuleHandle ex = create_graph_executor(json, lib);
+  TVMValue v[1];
+  int c[1];
   if (map) {
     v[0].v_str = params;
     c[0] = kTVMStr;

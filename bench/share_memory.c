@@ -26,18 +26,9 @@ static TVMModuleHandle create(const char* dir, TVMModuleHandle* lib_out) {
   snprintf(path, sizeof path, "%s/lib.so", dir);
   CHECK(TVMModLoadFromFile(path, "so", lib_out));
   char* json = slurp(dir, "graph.json", &n);
-  TVMFunctionHandle f;
-  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &f));
-  TVMValue v[4], r;
-  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
-  v[0].v_str = json;
-  v[1].v_handle = *lib_out;
-  v[2].v_int64 = 1;
-  v[3].v_int64 = 0;
-  CHECK(TVMFuncCall(f, v, c, 4, &r, &rc));
-  TVMFuncFree(f);
+  TVMModuleHandle ex = create_graph_executor(json, *lib_out);
   free(json);
-  return r.v_handle;
+  return ex;
 }
 
 static void call_fn(TVMModuleHandle m, const char* name, TVMValue* v, int* c, int n) {
