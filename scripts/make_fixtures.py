@@ -166,6 +166,21 @@ def int8_dense():
     return relay.transform.InferType()(mod)
 
 
+def sort_ops():
+    """argsort, topk and sort: CPU kernels that call tvm.contrib.sort.* through
+    TVMBackendGetFuncFromEnv (so the library uses __tvm_module_ctx)."""
+    x = relay.var("x", shape=(3, 12), dtype="float32")
+    top = relay.topk(x, k=4, axis=-1, ret_type="both", is_ascend=False, dtype="int64")
+    out = relay.Tuple([relay.argsort(x, axis=-1, is_ascend=True, dtype="int32"), top[0], top[1],
+                       relay.sort(x, axis=0, is_ascend=False)])
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], out)))
+
+
+def sort_inputs(rng):
+    # Few distinct values: ties show whether the sort is stable, as upstream's is.
+    return {"x": rng.integers(0, 5, size=(3, 12)).astype("float32")}
+
+
 def lstm(seq_len, hidden=16, inp=8, batch=1):
     """An unrolled LSTM: the weights are graph inputs (unbound), the biases are reshaped, so the
     executor sees `__nop` reshape nodes aliasing parameter storage."""
@@ -244,6 +259,8 @@ def make_small(outdir):
         write_model(outdir, "lstm_seq%d" % seq, build(mod), random_inputs(mod, rng, skip=params_l),
                     load_params=params_l, factory_weights=False)
 
+    write_model(outdir, "sort_ops", build(sort_ops()), sort_inputs(rng))
+
     make_system_lib(outdir, mod1, mlp_params)
 
 
@@ -319,11 +336,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--bench", action="store_true", help="build the large benchmark models instead")
-    ap.add_argument("--only", help="with --bench: comma-separated model names")
+    ap.add_argument("--only", help="with --bench: comma-separated model names; without: 'sort_ops' alone")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.bench:
         make_bench(args.out, args.only.split(",") if args.only else None)
+    elif args.only == "sort_ops":
+        write_model(args.out, "sort_ops", build(sort_ops()), sort_inputs(np.random.default_rng(99)))
     else:
         make_small(args.out)
 

@@ -168,6 +168,12 @@ pub fn register_builtins(reg: &mut Register<'_>) {
 
     def(reg, "runtime.RPCTimeEvaluator", crate::time_evaluator::create);
 
+    // What CPU kernels of argsort, sort, topk and NMS call.
+    def(reg, "tvm.contrib.sort.argsort", crate::contrib_sort::argsort);
+    def(reg, "tvm.contrib.sort.sort", crate::contrib_sort::sort);
+    def(reg, "tvm.contrib.sort.topk", crate::contrib_sort::topk);
+    def(reg, "tvm.contrib.sort.argsort_nms", crate::contrib_sort::argsort_nms);
+
     // Threads.
     def(reg, "runtime.NumThreads", |_| Ok(RetValue::Int(crate::backend::thread_pool::num_threads() as i64)));
     def(reg, "runtime.config_threadpool", |a| {

@@ -24,6 +24,7 @@
 
 pub mod backend;
 pub mod capi;
+pub mod contrib_sort;
 pub mod dlpack;
 pub mod dtype;
 pub mod error;

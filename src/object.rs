@@ -226,6 +226,27 @@ impl AnyObject {
         Some(AnyObject { ptr: obj })
     }
 
+    /// Takes a new count on a borrowed handle unless its count already reached zero (the object is
+    /// being destroyed).
+    ///
+    /// # Safety
+    /// `ptr` must be null or an object header whose memory is still allocated.
+    pub unsafe fn try_retain_raw(ptr: *mut ObjectHeader) -> Option<AnyObject> {
+        let obj = NonNull::new(ptr)?;
+        // SAFETY: per the contract the header is readable.
+        let count = &unsafe { obj.as_ref() }.ref_counter;
+        let mut c = count.load(Ordering::Relaxed);
+        loop {
+            if c <= 0 {
+                return None;
+            }
+            match count.compare_exchange_weak(c, c + 1, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Some(AnyObject { ptr: obj }),
+                Err(now) => c = now,
+            }
+        }
+    }
+
     pub fn type_index(&self) -> u32 {
         // SAFETY: alive while we hold a count.
         unsafe { self.ptr.as_ref() }.type_index

@@ -2,6 +2,7 @@
 //! its context slots, and rebuilding the module tree from its `__tvm_dev_mblob`.
 
 pub mod blob;
+pub mod context;
 pub mod symbols;
 
 use crate::dlpack::TVMBackendPackedCFunc;
@@ -9,18 +10,27 @@ use crate::error::{Error, Result};
 use crate::module::{property, Module, ModuleNode};
 use crate::object::{ObjRef, ObjectHeader};
 use crate::packed::{registry, PackedFunc};
+use context::LibContext;
 use std::any::Any;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use symbols::{Dso, SymbolSource, SystemLib};
 
 /// The `library` module: operators found by symbol name.
 pub struct LibraryModule {
     source: Arc<dyn SymbolSource>,
-    /// Functions handed to kernels by `TVMBackendGetFuncFromEnv`, kept alive here because the
-    /// kernels cache the borrowed handle forever.
-    env_funcs: Mutex<HashMap<String, ObjRef<PackedFunc>>>,
+    /// The image's context (libraries whose code looks functions up by name), and this module's
+    /// own header address, to leave the context when it goes.
+    context: Option<(Arc<LibContext>, AtomicUsize)>,
+}
+
+impl Drop for LibraryModule {
+    fn drop(&mut self) {
+        if let Some((ctx, header)) = &self.context {
+            ctx.unregister(header.load(Ordering::Relaxed));
+        }
+    }
 }
 
 impl LibraryModule {
@@ -39,7 +49,7 @@ impl LibraryModule {
                 "an empty library".into()
             }
         }
-        Module::new(LibraryModule { source: Arc::new(Nothing), env_funcs: Mutex::new(HashMap::new()) })
+        Module::new(LibraryModule { source: Arc::new(Nothing), context: None })
     }
 }
 
@@ -88,24 +98,20 @@ impl ModuleNode for LibraryModule {
     }
 }
 
-/// `TVMBackendGetFuncFromEnv`: `ctx` is what we stored in the library's `__tvm_module_ctx`, the
-/// library module's object header. Looks in its imports, then the global registry; the handle
-/// stays valid as long as the library.
+/// `TVMBackendGetFuncFromEnv`: `ctx` is what we stored in the library's `__tvm_module_ctx`, its
+/// image's `LibContext`. Looks in the imports of a live module of that image, then the global
+/// registry; the handle stays valid as long as the image.
 pub fn get_func_from_env(ctx: *mut c_void, name: &str) -> Result<*mut ObjectHeader> {
-    // SAFETY: `ctx` was written by `load` as the header of the library module that owns the
-    // calling code; that module is alive while its code runs.
-    let module = unsafe { crate::object::AnyObject::retain_raw(ctx.cast()) }
-        .and_then(|o| o.downcast::<Module>().ok())
-        .ok_or_else(|| Error::value("TVMBackendGetFuncFromEnv: invalid module context"))?;
-    let lib = module
-        .node::<LibraryModule>()
-        .ok_or_else(|| Error::value("TVMBackendGetFuncFromEnv: context is not a library"))?;
-    let mut cache = lib.env_funcs.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: `ctx` was written by `finish` as `Arc::as_ptr` of the image's context, which every
+    // module of the image holds; compiled code runs only while one of them lives.
+    let ctx = unsafe { ctx.cast::<LibContext>().as_ref() }
+        .ok_or_else(|| Error::value("TVMBackendGetFuncFromEnv: null module context"))?;
+    let mut cache = ctx.env_funcs.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(f) = cache.get(name) {
         return Ok(f.as_ptr());
     }
     let mut found = None;
-    for import in module.imports() {
+    for import in ctx.module().map(|m| m.imports()).unwrap_or_default() {
         if let Some(f) = Module::get_function(&import, name, true)? {
             found = Some(f);
             break;
@@ -130,10 +136,14 @@ fn fill_context(source: &dyn SymbolSource) {
 
 fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
     fill_context(&*source);
-    let lib = Module::new(LibraryModule { source: source.clone(), env_funcs: Mutex::new(HashMap::new()) });
-    if let Some(ctx) = source.lookup("__tvm_module_ctx") {
+    let slot = source.lookup("__tvm_module_ctx");
+    let context = slot.map(|s| (LibContext::for_slot(s as usize), AtomicUsize::new(0)));
+    let lib = Module::new(LibraryModule { source: source.clone(), context });
+    if let (Some(slot), Some((ctx, header))) = (slot, &lib.node::<LibraryModule>().expect("just made").context) {
+        header.store(lib.as_ptr() as usize, Ordering::Relaxed);
+        ctx.register(&lib);
         // SAFETY: `__tvm_module_ctx` is a writable `void*` global of the library.
-        unsafe { symbols::write_slot(ctx, lib.as_ptr().cast()) };
+        unsafe { symbols::write_slot(slot, Arc::as_ptr(ctx).cast_mut().cast()) };
     }
     match source.lookup("__tvm_dev_mblob") {
         // SAFETY: the symbol is the module blob: a u64 length followed by the bytes.

@@ -1,0 +1,67 @@
+//! What compiled code's `__tvm_module_ctx` points at. A library file loaded twice is one image in
+//! memory with one context slot, so the slot cannot name a module: it names the one `LibContext`
+//! of that image, which every library module made from it holds, and which lives (with the image)
+//! as long as any of them. `TVMBackendGetFuncFromEnv` reaches the live modules through it.
+
+use super::LibraryModule;
+use crate::module::Module;
+use crate::object::{AnyObject, ObjRef, ObjectHeader};
+use crate::packed::PackedFunc;
+use once_cell::sync::Lazy;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+pub struct LibContext {
+    /// Address of the image's context slot: the key of `CONTEXTS`.
+    slot: usize,
+    /// Object headers of the live library modules of this image.
+    modules: Mutex<Vec<usize>>,
+    /// Functions handed to kernels, kept alive here because kernels cache the borrowed handle.
+    pub env_funcs: Mutex<HashMap<String, ObjRef<PackedFunc>>>,
+}
+
+static CONTEXTS: Lazy<Mutex<HashMap<usize, Weak<LibContext>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+impl LibContext {
+    /// The context of the image whose context slot is at `slot`, shared with earlier loads.
+    pub fn for_slot(slot: usize) -> Arc<LibContext> {
+        let mut all = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ctx) = all.get(&slot).and_then(Weak::upgrade) {
+            return ctx;
+        }
+        let ctx = Arc::new(LibContext { slot, modules: Mutex::default(), env_funcs: Mutex::default() });
+        all.insert(slot, Arc::downgrade(&ctx));
+        ctx
+    }
+
+    pub fn register(&self, module: &ObjRef<Module>) {
+        self.modules.lock().unwrap_or_else(|e| e.into_inner()).push(module.as_ptr() as usize);
+    }
+
+    /// Called as a library module is destroyed.
+    pub fn unregister(&self, header: usize) {
+        self.modules.lock().unwrap_or_else(|e| e.into_inner()).retain(|&m| m != header);
+    }
+
+    /// A live library module of this image (with a new count), if any.
+    pub fn module(&self) -> Option<ObjRef<Module>> {
+        let modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        modules.iter().rev().find_map(|&m| {
+            // SAFETY: registered headers stay allocated until their module's drop unregisters them,
+            // which takes this lock; a module already on its way out (count 0) is skipped.
+            unsafe { AnyObject::try_retain_raw(m as *mut ObjectHeader) }
+                .and_then(|o| o.downcast::<Module>().ok())
+                .filter(|m| m.node::<LibraryModule>().is_some())
+        })
+    }
+}
+
+impl Drop for LibContext {
+    fn drop(&mut self) {
+        let mut all = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+        // A new load of the same image may already have put a fresh context in our place.
+        if all.get(&self.slot).is_some_and(|w| w.strong_count() == 0) {
+            all.remove(&self.slot);
+        }
+    }
+}
