@@ -7,7 +7,6 @@
 use super::functions::wrap;
 use super::GraphExecutor;
 use crate::error::{Error, Result};
-use crate::graph::NodeKind;
 use crate::module::Module;
 use crate::object::ObjRef;
 use crate::packed::{Args, PackedFunc, RetValue};
@@ -180,9 +179,4 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
         ),
         _ => return None,
     })
-}
-
-/// Whether `node` has an operator (as opposed to being an input).
-pub fn is_op(ex: &GraphExecutor, node: usize) -> bool {
-    matches!(ex.plan.graph.nodes[node].kind, NodeKind::Op(_))
 }

@@ -21,13 +21,6 @@ pub enum RetValue {
 }
 
 impl RetValue {
-    pub fn as_int(&self) -> Result<i64> {
-        match self {
-            RetValue::Int(v) => Ok(*v),
-            other => Err(Error::type_err(format!("expected an int result, got {other:?}"))),
-        }
-    }
-
     pub fn into_object<T: ObjectType>(self) -> Result<ObjRef<T>> {
         match self {
             RetValue::Object(o) => o.downcast::<T>().map_err(|o| Error::type_err(format!("unexpected result {o:?}"))),

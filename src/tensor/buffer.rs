@@ -5,7 +5,6 @@
 use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Allocations at least this large come straight from `mmap`.
@@ -16,13 +15,6 @@ const HUGE_PAGE: usize = 2 << 20;
 pub const ALIGNMENT: usize = 64;
 /// Refuse single allocations above this before asking the system (a corrupt size, not a model).
 const MAX_ALLOCATION: usize = 1 << 40;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-/// Bytes currently held in `Buffer`s across the process.
-pub fn live_bytes() -> usize {
-    LIVE_BYTES.load(Ordering::Relaxed)
-}
 
 enum Backing {
     Heap(Layout),
@@ -140,7 +132,6 @@ impl Buffer {
             let ptr = NonNull::new(p).ok_or_else(|| Error::tvm(format!("out of memory allocating {len} bytes")))?;
             Buffer { ptr, len, backing: Backing::Heap(layout) }
         };
-        LIVE_BYTES.fetch_add(len, Ordering::Relaxed);
         Ok(buf)
     }
 
@@ -230,9 +221,8 @@ impl Drop for Buffer {
                 // SAFETY: mapped by us with this length, unmapped once.
                 unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
             }
-            Backing::FileView(_) | Backing::Linked | Backing::Empty => return,
+            Backing::FileView(_) | Backing::Linked | Backing::Empty => {}
         }
-        LIVE_BYTES.fetch_sub(self.len, Ordering::Relaxed);
     }
 }
 

@@ -214,8 +214,3 @@ impl NDArray {
         }
     }
 }
-
-/// The element view used by tests and tools: copies an array's bytes into a typed vector.
-pub fn read_f32(a: &NDArray) -> Vec<f32> {
-    a.to_vec().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}

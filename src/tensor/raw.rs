@@ -167,16 +167,3 @@ pub fn copy_tensor(from: RawTensor<'_>, to: RawTensor<'_>) -> Result<()> {
     unsafe { std::ptr::copy(from.data_ptr(), to.data_ptr(), n) };
     Ok(())
 }
-
-/// A tensor's bytes as a slice, for reading.
-///
-/// # Safety
-/// Nobody may write the tensor while the slice lives.
-pub unsafe fn bytes_of<'a>(t: RawTensor<'a>) -> Result<&'a [u8]> {
-    let n = t.host_bytes("read")?;
-    if n == 0 {
-        return Ok(&[]);
-    }
-    // SAFETY: valid host tensor of `n` bytes; no writer per the contract.
-    Ok(unsafe { std::slice::from_raw_parts(t.data_ptr(), n) })
-}
