@@ -405,19 +405,6 @@ impl Instance {
     pub fn run(&mut self) -> Result<()> {
         self.run_ops(0..self.calls.len())
     }
-
-    /// Index of the operator of node `nid`, if it has one.
-    pub fn op_of_node(&self, nid: usize) -> Option<usize> {
-        self.calls.iter().position(|c| c.node == nid)
-    }
-
-    pub fn num_ops(&self) -> usize {
-        self.calls.len()
-    }
-
-    pub fn op_node(&self, op: usize) -> usize {
-        self.calls[op].node
-    }
 }
 
 fn op_error(plan: &Plan, node: usize, e: Error) -> Error {
