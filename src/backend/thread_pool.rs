@@ -233,13 +233,15 @@ pub fn num_threads() -> usize {
     }
 }
 
-/// Stops the calling thread's workers; the next launch starts them again.
+/// Stops the calling thread's workers (the next launch starts them again) and forgets what it
+/// learnt about loop bodies: their libraries may be unloaded and others loaded at the same address.
 pub fn release() {
     let _ = POOL.try_with(|p| {
         if let Ok(mut p) = p.try_borrow_mut() {
             *p = None;
         }
     });
+    choice::forget();
 }
 
 /// Sets this thread's pool size (0 = the default); the pool is rebuilt on the next launch.
@@ -360,6 +362,14 @@ mod choice {
             None => return None,
         };
         Some(&mut t[at])
+    }
+
+    pub fn forget() {
+        let _ = TABLE.try_with(|t| {
+            if let Ok(mut t) = t.try_borrow_mut() {
+                t.fill(Entry::default());
+            }
+        });
     }
 
     pub fn decide(key: usize) -> Decision {
