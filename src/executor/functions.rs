@@ -168,10 +168,7 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             |ex, a| {
                 a.expect_count("share_params", 2, 2)?;
                 let other = a.module(0)?;
-                let other_ex = other.node::<GraphExecutor>().ok_or_else(|| {
-                    Error::type_err(format!("share_params: the module is a {}, not a GraphExecutor", other.type_key()))
-                })?;
-                ex.share_params(other_ex, a.bytes(1)?).map(Into::into)
+                ex.share_params(executor_of(&other)?, a.bytes(1)?).map(Into::into)
             },
             "share_params",
         ),
@@ -192,18 +189,18 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             |ex, a| {
                 a.expect_count("share_activations", 1, 1)?;
                 let other = a.module(0)?;
-                let other_ex = other.node::<GraphExecutor>().ok_or_else(|| {
-                    Error::type_err(format!(
-                        "share_activations: the module is a {}, not a GraphExecutor",
-                        other.type_key()
-                    ))
-                })?;
-                ex.share_activations(other_ex).map(Into::into)
+                ex.share_activations(executor_of(&other)?).map(Into::into)
             },
             "share_activations",
         ),
         _ => return None,
     })
+}
+
+/// The executor of a module argument (the function's name is added by `wrap`).
+fn executor_of(m: &ObjRef<Module>) -> Result<&GraphExecutor> {
+    m.node::<GraphExecutor>()
+        .ok_or_else(|| Error::type_err(format!("the module is a {}, not a GraphExecutor", m.type_key())))
 }
 
 fn set_input(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {

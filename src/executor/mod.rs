@@ -211,9 +211,9 @@ impl GraphExecutor {
             let Some(index) = self.plan.input_index(name) else { continue };
             let eid = self.plan.input_entries[index];
             let e = &self.plan.graph.entries[eid];
-            if rec.dtype != e.dtype || rec.data.len() != crate::dtype::tensor_bytes(&e.shape, e.dtype)? {
+            if rec.dtype != e.dtype || rec.data.len() != self.plan.entry_bytes[eid] {
                 return Err(Error::value(format!(
-                    "load_params: parameter '{name}' is {} {:?} in the blob but {} {:?} in the graph",
+                    "parameter '{name}' is {} {:?} in the blob but {} {:?} in the graph",
                     rec.dtype, rec.shape, e.dtype, e.shape
                 )));
             }
@@ -228,8 +228,7 @@ impl GraphExecutor {
                     mapped += 1;
                 }
                 _ => {
-                    st.write_entry_bytes(eid, rec.data)
-                        .map_err(|err| err.context(format!("load_params: parameter '{name}'")))?;
+                    st.write_entry_bytes(eid, rec.data).map_err(|err| err.context(format!("parameter '{name}'")))?;
                     copied += 1;
                 }
             }
@@ -247,7 +246,7 @@ impl GraphExecutor {
         let eid = self.plan.input_entries[index];
         let e = &self.plan.graph.entries[eid];
         let at = || format!("parameter '{name}'");
-        if array.dtype() != e.dtype || array.nbytes() != crate::dtype::tensor_bytes(&e.shape, e.dtype)? {
+        if array.dtype() != e.dtype || array.nbytes() != self.plan.entry_bytes[eid] {
             return Err(Error::value(format!(
                 "{}: {} {:?} does not fit {} {:?}",
                 at(),
@@ -282,7 +281,7 @@ impl GraphExecutor {
             let Some(index) = self.plan.input_index(name) else {
                 continue;
             };
-            let at = || format!("share_params: parameter '{name}'");
+            let at = || format!("parameter '{name}'");
             let other_index = other
                 .plan
                 .input_index(name)
@@ -309,7 +308,7 @@ impl GraphExecutor {
                 mine.bind_shared(sid, buf);
             } else {
                 let src = theirs.entry_tensor(oeid);
-                mine.write_entry(eid, src).map_err(|e| e.context(format!("share_params: parameter '{name}'")))?;
+                mine.write_entry(eid, src).map_err(|e| e.context(format!("parameter '{name}'")))?;
             }
             mine.param_names.insert(name.to_string());
         }
