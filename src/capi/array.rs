@@ -126,8 +126,7 @@ pub unsafe extern "C" fn TVMArrayGetTypeIndex(handle: TVMArrayHandle, out_index:
     guard(|| {
         // SAFETY: caller's handle and out-pointer.
         unsafe {
-            let a = array_of(handle)?;
-            let _ = a;
+            array_of(handle)?; // the handle must be an array of ours
             out(out_index, crate::object::type_index::NDARRAY, "TVMArrayGetTypeIndex")
         }
     })
