@@ -1,7 +1,7 @@
 //! `tvm.contrib.sort.*`: the sorting routines CPU kernels of `argsort`, `sort`, `topk` and NMS call
 //! through `TVMBackendGetFuncFromEnv`. Stable (ties keep the lower index first), along any axis.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use crate::dlpack::{kDLFloat, kDLInt, DLDataType};
 use crate::error::{Error, Result};
@@ -119,7 +119,12 @@ fn write<F: FnMut(usize, usize, &mut Vec<u8>) -> Result<()>>(
             bytes[at..at + width].copy_from_slice(&one);
         }
     }
-    raw::copy_from_bytes(out, &bytes)
+    #[allow(unsafe_code)]
+    // SAFETY: `out` is the output tensor the calling kernel passes to be written, and nothing else
+    // touches it until the call returns (the packed-call contract for output arguments).
+    unsafe {
+        raw::copy_from_bytes(out, &bytes)
+    }
 }
 
 fn element(data: RawTensor<'_>, bytes: &[u8], index: usize, out: &mut Vec<u8>) {

@@ -118,11 +118,16 @@ pub fn num_elements(shape: &[i64]) -> Result<usize> {
     Ok(n)
 }
 
-/// Bytes a compact tensor of `shape` and `dtype` occupies.
+/// The largest tensor this runtime accepts (1 TiB): a bound on every size that comes from a file
+/// or a caller, so sums and roundings of sizes cannot overflow.
+pub(crate) const MAX_TENSOR_BYTES: usize = 1 << 40;
+
+/// Bytes a compact tensor of `shape` and `dtype` occupies, at most [`MAX_TENSOR_BYTES`].
 pub fn tensor_bytes(shape: &[i64], dtype: DLDataType) -> Result<usize> {
-    num_elements(shape)?
-        .checked_mul(dtype.element_bytes())
-        .ok_or_else(|| Error::value(format!("shape {shape:?} of {dtype} overflows")))
+    match num_elements(shape)?.checked_mul(dtype.element_bytes()) {
+        Some(n) if n <= MAX_TENSOR_BYTES => Ok(n),
+        _ => Err(Error::value(format!("{dtype} {shape:?} is larger than the 1 TiB a tensor may have"))),
+    }
 }
 
 #[cfg(test)]

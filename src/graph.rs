@@ -18,6 +18,7 @@ pub enum NodeKind {
 #[derive(Debug, Clone)]
 pub struct OpAttrs {
     pub func_name: String,
+    pub num_inputs: usize,
     pub num_outputs: usize,
     pub flatten_data: bool,
     /// Every attribute as written (layouts, hash, ...), for profiling reports.
@@ -137,6 +138,16 @@ impl Graph {
                 NodeKind::Input => 1,
                 NodeKind::Op(a) => a.num_outputs,
             };
+            if let NodeKind::Op(a) = &node.kind {
+                if a.num_inputs != node.inputs.len() {
+                    return Err(err(format!(
+                        "node {i} ('{}') says num_inputs {} but lists {} inputs",
+                        node.name,
+                        a.num_inputs,
+                        node.inputs.len()
+                    )));
+                }
+            }
             if owned != expected {
                 return Err(err(format!(
                     "node {i} ('{}') owns {owned} entries in node_row_ptr but has {expected} outputs",
@@ -242,7 +253,7 @@ fn parse_op_attrs(attrs: &Map<String, Value>) -> Result<OpAttrs> {
         s.parse().map_err(|_| err(format!("attribute '{k}' must be a non-negative number, got '{s}'")))
     };
     let num_outputs = number("num_outputs")?;
-    let _num_inputs = number("num_inputs")?;
+    let num_inputs = number("num_inputs")?;
     if num_outputs == 0 {
         return Err(err("num_outputs must be at least 1"));
     }
@@ -253,6 +264,7 @@ fn parse_op_attrs(attrs: &Map<String, Value>) -> Result<OpAttrs> {
         .collect();
     Ok(OpAttrs {
         func_name: text("func_name")?.to_string(),
+        num_inputs,
         num_outputs,
         flatten_data: number("flatten_data")? != 0,
         extra,
@@ -368,6 +380,14 @@ mod tests {
             (TINY.replace("\"arg_nodes\"", "\"extra\":1,\"arg_nodes\""), "unknown top-level key"),
             (TINY[..40].to_string(), "not valid JSON"),
             (TINY.replace("\"num_outputs\":\"1\"", "\"num_outputs\":\"x\""), "num_outputs"),
+            (
+                TINY.replace("\"num_inputs\":\"1\"", "\"num_inputs\":\"2\""),
+                "node 1 ('f') says num_inputs 2 but lists 1",
+            ),
+            (
+                TINY.replace("\"num_outputs\":\"1\"", "\"num_outputs\":\"2\""),
+                "node 1 ('f') owns 1 entries in node_row_ptr but has 2 outputs",
+            ),
         ];
         for (json, want) in cases {
             let e = Graph::parse(&json).unwrap_err().to_string();

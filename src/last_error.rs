@@ -3,7 +3,7 @@
 //! unchanged on the other side of the C boundary). The C string stays valid until the next error
 //! is set on the same thread.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use crate::python_env;
 use std::cell::RefCell;
@@ -17,7 +17,12 @@ enum Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Slot::Python { object, .. } = *self {
-            python_env::decref(object);
+            // SAFETY: `set_python`'s contract made `object` a live Python object, and the slot
+            // holds the reference it took.
+            #[allow(unsafe_code)]
+            unsafe {
+                python_env::decref(object)
+            };
         }
     }
 }
@@ -39,11 +44,17 @@ pub fn set(msg: &str) {
 }
 
 /// Stores a Python exception object, taking a reference to it.
-pub fn set_python(object: *mut c_void) {
+///
+/// # Safety
+/// `object` must be null or a live Python object of the interpreter that registered its C-API
+/// functions (`TVMBackendRegisterEnvCAPI`).
+#[allow(unsafe_code)]
+pub unsafe fn set_python(object: *mut c_void) {
     if object.is_null() {
         return set("TVMError: a Python callback failed");
     }
-    python_env::incref(object);
+    // SAFETY: per this function's contract.
+    unsafe { python_env::incref(object) };
     let text = CString::new("TVMError: a Python exception was raised in a callback").expect("no NUL");
     replace(Slot::Python { object, text });
 }

@@ -34,9 +34,11 @@ impl StoragePlan {
         let mut slots = vec![Slot { bytes: 0, role: SlotRole::Unused }; num_slots];
         let mut device = vec![None; num_slots];
         for (eid, e) in graph.entries.iter().enumerate() {
-            let bytes = crate::dtype::tensor_bytes(&e.shape, e.dtype)?;
+            // Bounded by MAX_TENSOR_BYTES, so the rounding cannot wrap.
+            let bytes =
+                crate::dtype::tensor_bytes(&e.shape, e.dtype).map_err(|err| err.context(format!("entry {eid}")))?;
             let slot = &mut slots[e.storage_id];
-            slot.bytes = slot.bytes.max(bytes.div_ceil(4) * 4);
+            slot.bytes = slot.bytes.max(bytes.next_multiple_of(4));
             if !e.scope.is_empty() && e.scope != "global" {
                 return Err(Error::value(format!(
                     "entry {eid}: storage scope '{}' is not supported on the CPU",
@@ -79,20 +81,21 @@ impl StoragePlan {
 
     /// Where each activation slot lives inside one shared arena (64-byte aligned offsets), and the
     /// arena size this graph needs.
-    pub fn arena_layout(&self) -> (Vec<Option<usize>>, usize) {
+    pub fn arena_layout(&self) -> Result<(Vec<Option<usize>>, usize)> {
         let mut end = 0usize;
-        let offsets = self
-            .slots
-            .iter()
-            .map(|s| {
-                (s.role == SlotRole::Activation).then(|| {
-                    let at = end;
-                    end += s.bytes.div_ceil(64) * 64;
-                    at
-                })
-            })
-            .collect();
-        (offsets, end)
+        let mut offsets = Vec::with_capacity(self.slots.len());
+        for s in &self.slots {
+            offsets.push(if s.role == SlotRole::Activation {
+                let at = end;
+                end = s.bytes.checked_next_multiple_of(64).and_then(|b| end.checked_add(b)).ok_or_else(|| {
+                    Error::value("the activations of this graph add up to more memory than can be addressed")
+                })?;
+                Some(at)
+            } else {
+                None
+            });
+        }
+        Ok((offsets, end))
     }
 
     pub fn bytes_of(&self, role: SlotRole) -> usize {

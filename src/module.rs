@@ -35,6 +35,8 @@ pub struct Module {
     imports: RwLock<Vec<ObjRef<Module>>>,
 }
 
+impl crate::object::sealed::Sealed for Module {}
+
 impl ObjectType for Module {
     const TYPE_INDEX: u32 = type_index::MODULE;
 }

@@ -70,8 +70,16 @@ pub struct ObjectHeader {
 }
 
 /// A payload type stored in an object; one Rust type per type index.
-pub trait ObjectType: Send + Sync + 'static {
+/// A payload type of runtime objects, identified by its type index. Sealed: [`payload_of`] and the
+/// downcasts trust the index in an object's header to name the payload's type, so each index must
+/// belong to one type, which only this crate can promise.
+pub trait ObjectType: sealed::Sealed + Send + Sync + 'static {
     const TYPE_INDEX: u32;
+}
+
+pub(crate) mod sealed {
+    /// Implemented by the crate's own object payload types only.
+    pub trait Sealed {}
 }
 
 #[repr(C)]
@@ -314,6 +322,7 @@ mod tests {
     use std::sync::Arc;
 
     struct Probe(Arc<AtomicUsize>);
+    impl sealed::Sealed for Probe {}
     impl ObjectType for Probe {
         const TYPE_INDEX: u32 = 100;
     }

@@ -11,7 +11,12 @@ static GIL_ENSURE: AtomicUsize = AtomicUsize::new(0);
 static GIL_RELEASE: AtomicUsize = AtomicUsize::new(0);
 static CHECK_SIGNALS: AtomicUsize = AtomicUsize::new(0);
 
-pub fn register(name: &str, ptr: *mut c_void) -> Result<()> {
+/// Records the address of Python C-API function `name`.
+///
+/// # Safety
+/// `ptr` must be null or that very function of a Python interpreter that stays loaded: it is
+/// called later with the function's C signature.
+pub unsafe fn register(name: &str, ptr: *mut c_void) -> Result<()> {
     let slot = match name {
         "Py_IncRef" => &PY_INCREF,
         "Py_DecRef" => &PY_DECREF,
@@ -31,7 +36,8 @@ fn with_gil(refcount_fn: &AtomicUsize, object: *mut c_void) {
     if f == 0 || ensure == 0 || release == 0 || object.is_null() {
         return;
     }
-    // SAFETY: the addresses were registered by Python as these C-API functions.
+    // SAFETY: the addresses were registered (`register`'s contract) as these C-API functions, and
+    // `object` is a live Python object (the callers' contract).
     unsafe {
         let ensure: unsafe extern "C" fn() -> c_int = std::mem::transmute(ensure);
         let release: unsafe extern "C" fn(c_int) = std::mem::transmute(release);
@@ -42,10 +48,14 @@ fn with_gil(refcount_fn: &AtomicUsize, object: *mut c_void) {
     }
 }
 
-pub fn incref(object: *mut c_void) {
+/// # Safety
+/// `object` must be null or a live Python object of the interpreter that registered the functions.
+pub unsafe fn incref(object: *mut c_void) {
     with_gil(&PY_INCREF, object)
 }
 
-pub fn decref(object: *mut c_void) {
+/// # Safety
+/// As for [`incref`], and the caller gives up one reference it holds.
+pub unsafe fn decref(object: *mut c_void) {
     with_gil(&PY_DECREF, object)
 }

@@ -20,8 +20,8 @@ fn a_failing_kernel_fails_run_with_its_message_and_the_executor_stays_usable() {
     let m = GraphExecutor::create(&g.to_string(), lib.clone(), DLDevice::CPU).unwrap();
     let ex = exec(&m);
     let factory = lib.node::<tvm_runtime::executor::factory::Factory>().unwrap();
-    for (name, array) in factory.params() {
-        ex.bind_param(name, array).unwrap();
+    for param in factory.params() {
+        ex.bind_param(param).unwrap();
     }
     f.set_inputs(&m);
     let e = ex.run().unwrap_err().to_c_message();

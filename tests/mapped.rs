@@ -30,13 +30,13 @@ fn aligned_weights_are_used_in_place_from_the_file() {
     let lib = f.load_lib();
     let m = f.executor_without_params(&lib);
     let ex = exec(&m);
-    let (mapped, copied) = ex.load_params_from_file(path.to_str().unwrap()).unwrap();
+    let (mapped, copied) = unsafe { ex.load_params_from_file(path.to_str().unwrap()) }.unwrap();
     assert_eq!((mapped, copied), (4, 0));
     let maps = mappings_of(&path);
     assert!(!maps.is_empty(), "the file is not mapped");
     for name in ["i2h_weight", "i2h_bias", "h2h_weight", "h2h_bias"] {
         let i = ex.plan().input_index(name).unwrap();
-        let p = ex.lock().entry_tensor(ex.plan().input_entries[i]).data_ptr() as usize;
+        let p = ex.lock().entry_data(ex.plan().input_entries[i]) as usize;
         assert!(maps.iter().any(|&(a, b)| (a..b).contains(&p)), "{name} at {p:#x} is not inside the mapping {maps:x?}");
     }
     let usage = ex.memory_usage();
@@ -68,12 +68,12 @@ fn unaligned_weights_are_copied() {
     std::fs::write(&path, f.params()).unwrap();
     let lib = f.load_lib();
     let m = f.executor_without_params(&lib);
-    let (mapped, copied) = exec(&m).load_params_from_file(path.to_str().unwrap()).unwrap();
+    let (mapped, copied) = unsafe { exec(&m).load_params_from_file(path.to_str().unwrap()) }.unwrap();
     assert_eq!(mapped + copied, 6);
     f.set_inputs(&m);
     exec(&m).run().unwrap();
     f.check_outputs(&m, "copied from a mapped file");
-    let e = exec(&m).load_params_from_file("/nonexistent.params").unwrap_err().to_c_message();
+    let e = unsafe { exec(&m).load_params_from_file("/nonexistent.params") }.unwrap_err().to_c_message();
     assert!(e.contains("/nonexistent.params"), "{e}");
     std::fs::remove_file(&path).unwrap();
 }

@@ -4,12 +4,12 @@ mod common;
 use common::*;
 use tvm_runtime::tensor::NDArray;
 
-fn weight_ptr(m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>, name: &str) -> *mut u8 {
+fn weight_ptr(m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>, name: &str) -> *const u8 {
     let ex = exec(m);
     let i = ex.plan().input_index(name).unwrap();
     // Read the pointer through the op-facing view without taking a private copy.
     let st = ex.lock();
-    st.entry_tensor(ex.plan().input_entries[i]).data_ptr()
+    st.entry_data(ex.plan().input_entries[i])
 }
 
 #[test]

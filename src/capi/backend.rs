@@ -132,5 +132,6 @@ pub unsafe extern "C" fn TVMBackendRegisterSystemLibSymbol(name: *const c_char, 
 #[no_mangle]
 pub unsafe extern "C" fn TVMBackendRegisterEnvCAPI(name: *const c_char, ptr: *mut c_void) -> c_int {
     // SAFETY: caller's string.
-    guard(|| crate::python_env::register(unsafe { c_str(name, "name") }?, ptr))
+    // SAFETY: Python registers its own C-API functions under their names (the entry's contract).
+    guard(|| unsafe { crate::python_env::register(c_str(name, "name")?, ptr) })
 }

@@ -26,8 +26,9 @@ pub unsafe extern "C" fn TVMAPISetLastError(msg: *const c_char) {
 
 /// Stores a Python exception object (a callback's failure) for the caller to re-raise.
 #[no_mangle]
-pub extern "C" fn TVMAPISetLastPythonError(py_object: *mut std::ffi::c_void) {
-    let _ = std::panic::catch_unwind(|| last_error::set_python(py_object));
+pub unsafe extern "C" fn TVMAPISetLastPythonError(py_object: *mut std::ffi::c_void) {
+    // SAFETY: TVM's Python package passes the exception object it raised (the entry's contract).
+    let _ = std::panic::catch_unwind(|| unsafe { last_error::set_python(py_object) });
 }
 
 /// The stored Python exception (borrowed), or NULL when the last error is a message.

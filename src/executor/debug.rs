@@ -147,7 +147,7 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 // all have one output, as Relay's inputs and fused ops mostly do).
                 let eid = node.min(ex.plan.graph.num_entries().saturating_sub(1));
                 if a.len() == 2 && a.code(1) != crate::dlpack::kTVMNullptr {
-                    crate::tensor::raw::copy_tensor(st.entry_tensor(eid), a.tensor(1)?)?;
+                    st.copy_entry_to(eid, a.tensor(1)?)?;
                     Ok(RetValue::None)
                 } else {
                     Ok(st.entry_view(eid)?.into())

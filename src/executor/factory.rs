@@ -5,27 +5,43 @@
 
 use super::plan::Plan;
 use super::GraphExecutor;
-use crate::dlpack::{kDLDevice, DLDevice};
+use crate::dlpack::{kDLDevice, DLDataType, DLDevice};
 use crate::error::{Error, Result};
 use crate::module::{property, Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::{Args, MapObj, PackedFunc, RetValue};
 use crate::params;
 use crate::stream::Reader;
-use crate::tensor::NDArray;
+use crate::tensor::{NDArray, Weight};
 use once_cell::sync::OnceCell;
 use std::any::Any;
 use std::sync::Arc;
 
+/// A named weight with its tensor type, as a factory (or a params blob) holds it.
+pub struct Param {
+    pub name: String,
+    pub dtype: DLDataType,
+    pub shape: Box<[i64]>,
+    pub weight: Arc<Weight>,
+}
+
+impl Param {
+    /// A new array holding a copy of the weight: what callers outside the executors get, so a
+    /// write through it changes no executor.
+    pub fn to_ndarray(&self) -> Result<ObjRef<NDArray>> {
+        NDArray::from_bytes(&self.shape, self.dtype, self.weight.bytes())
+    }
+}
+
 pub struct Factory {
     graph_json: String,
-    params: Vec<(String, ObjRef<NDArray>)>,
+    params: Vec<Param>,
     module_name: String,
     plan: OnceCell<Arc<Plan>>,
 }
 
 impl Factory {
-    pub fn new(graph_json: String, params: Vec<(String, ObjRef<NDArray>)>, module_name: String) -> Factory {
+    pub fn new(graph_json: String, params: Vec<Param>, module_name: String) -> Factory {
         Factory { graph_json, params, module_name, plan: OnceCell::new() }
     }
 
@@ -40,7 +56,12 @@ impl Factory {
         let mut params = Vec::with_capacity(names.len());
         for name in names {
             let rec = params::read_record(r).map_err(|e| e.context(format!("factory parameter '{name}'")))?;
-            params.push((name.to_string(), rec.to_ndarray()?));
+            params.push(Param {
+                name: name.to_string(),
+                dtype: rec.dtype,
+                shape: rec.shape.clone().into(),
+                weight: Arc::new(Weight::copy_of(rec.data)?),
+            });
         }
         let module_name = r.string()?.to_string();
         Ok(Factory::new(graph_json, params, module_name))
@@ -50,7 +71,7 @@ impl Factory {
         &self.graph_json
     }
 
-    pub fn params(&self) -> &[(String, ObjRef<NDArray>)] {
+    pub fn params(&self) -> &[Param] {
         &self.params
     }
 
@@ -72,8 +93,8 @@ impl Factory {
             Plan::new(&self.graph_json, Factory::library(this)?, device)?
         };
         let exec = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
-        for (name, array) in &self.params {
-            exec.bind_param(name, array)?;
+        for param in &self.params {
+            exec.bind_param(param)?;
         }
         Ok(Module::new(exec))
     }
@@ -119,9 +140,14 @@ impl ModuleNode for Factory {
                 f.create(&m, dev, true).map(Into::into).map_err(|e| e.context("debug_create"))
             }),
             "get_graph_json" => PackedFunc::native(move |_| Ok(RetValue::Str(factory(&m).graph_json.clone()))),
+            // Copies, as upstream: the factory's weights are what its executors run on.
             "get_graph_params" => PackedFunc::native(move |_| {
                 let f = factory(&m);
-                let pairs = f.params.iter().map(|(k, v)| (k.as_str(), v.clone().into_any())).collect();
+                let pairs = f
+                    .params
+                    .iter()
+                    .map(|p| Ok((p.name.as_str(), p.to_ndarray()?.into_any())))
+                    .collect::<Result<Vec<_>>>()?;
                 Ok(MapObj::from_str_pairs(pairs).into())
             }),
             "remove_params" => PackedFunc::native(move |_| {

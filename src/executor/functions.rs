@@ -158,7 +158,9 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             this,
             |ex, a| {
                 a.expect_count("load_params_from_file", 1, 1)?;
-                let (mapped, _) = ex.load_params_from_file(a.str(0)?)?;
+                // SAFETY: the packed function's documented contract (include/tvm_runtime.h): the
+                // caller keeps the file unchanged while executors use weights mapped from it.
+                let (mapped, _) = unsafe { ex.load_params_from_file(a.str(0)?) }?;
                 Ok(RetValue::Int(mapped as i64))
             },
             "load_params_from_file",
@@ -228,7 +230,8 @@ fn run_from_inputs(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
         .map(|i| {
             let view = ex.output(i)?;
             let copy = crate::tensor::NDArray::empty(view.shape(), view.dtype(), device)?;
-            crate::tensor::raw::copy_tensor(view.raw(), copy.raw())?;
+            // SAFETY: `copy` is a fresh array nobody else holds yet.
+            unsafe { crate::tensor::raw::copy_tensor(view.raw(), copy.raw()) }?;
             Ok(copy.into_any())
         })
         .collect::<Result<Vec<_>>>()?;

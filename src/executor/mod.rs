@@ -15,8 +15,10 @@ use crate::module::{property, Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
 use crate::params;
-use crate::tensor::{NDArray, RawTensor};
+use crate::tensor::{NDArray, RawTensor, Weight};
+use factory::Param;
 use instance::Instance;
+use instance::SlotMemory;
 use plan::Plan;
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -152,9 +154,7 @@ impl GraphExecutor {
         let eid = self.plan.check_input(index)?;
         let sid = self.plan.graph.entries[eid].storage_id;
         let mut st = self.lock();
-        if st.slots[sid].shared {
-            st.make_private(sid)?;
-        }
+        st.make_private(sid)?;
         st.entry_view(eid)
     }
 
@@ -194,8 +194,13 @@ impl GraphExecutor {
     /// file in place: no copy, and one copy in the page cache for every process mapping the file.
     /// The others are copied. Writing a mapped weight gives this executor a private copy; the file
     /// never changes. Returns how many weights were mapped and how many copied.
-    pub fn load_params_from_file(&self, path: &str) -> Result<(usize, usize)> {
-        let map = crate::tensor::FileMap::open(path)?;
+    ///
+    /// # Safety
+    /// The file must not be truncated or written while any executor uses weights mapped from it
+    /// (see [`crate::tensor::FileMap::open`]).
+    pub unsafe fn load_params_from_file(&self, path: &str) -> Result<(usize, usize)> {
+        // SAFETY: per this function's contract.
+        let map = unsafe { crate::tensor::FileMap::open(path) }?;
         let records = params::parse(map.bytes()).map_err(|e| e.context(path.to_string()))?;
         self.load_records(records, Some(&map))
     }
@@ -224,7 +229,7 @@ impl GraphExecutor {
                 && rec.data.len() >= self.plan.storage.slots[sid].bytes;
             match map {
                 Some(map) if in_place => {
-                    st.bind_shared(sid, Arc::new(crate::tensor::Buffer::file_view(map, rec.data)?));
+                    st.bind_weight(sid, Arc::new(Weight::mapped(map, rec.data)?))?;
                     mapped += 1;
                 }
                 _ => {
@@ -237,32 +242,33 @@ impl GraphExecutor {
         Ok((mapped, copied))
     }
 
-    /// Binds input `name` to `array`'s memory without copying when its slot can share, else
-    /// copies. Used by factories, which keep the weights for all their executors.
-    pub fn bind_param(&self, name: &str, array: &NDArray) -> Result<()> {
+    /// Binds input `param.name` to the weight without copying when its slot can share, else
+    /// copies. Used by factories, which keep the weights for all their executors. Names that are
+    /// not inputs are skipped.
+    pub fn bind_param(&self, param: &Param) -> Result<()> {
+        let name = param.name.as_str();
         let Some(index) = self.plan.input_index(name) else {
             return Ok(());
         };
         let eid = self.plan.input_entries[index];
         let e = &self.plan.graph.entries[eid];
         let at = || format!("parameter '{name}'");
-        if array.dtype() != e.dtype || array.nbytes() != self.plan.entry_bytes[eid] {
+        if param.dtype != e.dtype || param.weight.len() != self.plan.entry_bytes[eid] {
             return Err(Error::value(format!(
                 "{}: {} {:?} does not fit {} {:?}",
                 at(),
-                array.dtype(),
-                array.shape(),
+                param.dtype,
+                param.shape,
                 e.dtype,
                 e.shape
             )));
         }
         let sid = e.storage_id;
         let mut st = self.lock();
-        match array.buffer() {
-            Some(buf) if self.plan.is_shareable_slot(sid) && buf.len() >= self.plan.storage.slots[sid].bytes => {
-                st.bind_shared(sid, buf.clone());
-            }
-            _ => st.write_entry(eid, array.raw()).map_err(|err| err.context(at()))?,
+        if self.plan.is_shareable_slot(sid) && param.weight.len() >= self.plan.storage.slots[sid].bytes {
+            st.bind_weight(sid, param.weight.clone())?;
+        } else {
+            st.write_entry_bytes(eid, param.weight.bytes()).map_err(|err| err.context(at()))?;
         }
         st.param_names.insert(name.to_string());
         Ok(())
@@ -304,11 +310,10 @@ impl GraphExecutor {
         for (name, eid, sid, oeid, osid) in bindings {
             let fits = other.plan.storage.slots[osid].bytes >= self.plan.storage.slots[sid].bytes;
             if self.plan.is_shareable_slot(sid) && other.plan.is_shareable_slot(osid) && fits {
-                let buf = theirs.share_out(osid)?;
-                mine.bind_shared(sid, buf);
+                let weight = theirs.share_out(osid)?;
+                mine.bind_weight(sid, weight)?;
             } else {
-                let src = theirs.entry_tensor(oeid);
-                mine.write_entry(eid, src).map_err(|e| e.context(format!("parameter '{name}'")))?;
+                mine.copy_entry_from(eid, &theirs, oeid).map_err(|e| e.context(format!("parameter '{name}'")))?;
             }
             mine.param_names.insert(name.to_string());
         }
@@ -356,14 +361,14 @@ impl GraphExecutor {
             .map(|i| plan.graph.entries[plan.input_entries[i]].storage_id)
             .collect();
         let mut m = MemoryUsage::default();
-        for (sid, mem) in st.slots.iter().enumerate() {
-            let Some(buf) = &mem.buffer else { continue };
-            match (weight_slots.contains(&sid), mem.shared) {
-                (true, _) if buf.is_file_view() => m.weights_mapped += buf.len(),
-                (true, true) => m.weights_shared += buf.len(),
-                (true, false) => m.weights_owned += buf.len(),
-                _ if mem.offset > 0 || st.arena().is_some_and(|a| Arc::ptr_eq(&a.current().0, buf)) => {}
-                _ => m.activations += buf.len(),
+        for sid in 0..plan.storage.slots.len() {
+            let is_weight = weight_slots.contains(&sid);
+            match st.slot(sid) {
+                SlotMemory::Unbound | SlotMemory::Arena { .. } => {}
+                SlotMemory::Weight(w) if w.is_mapped() => m.weights_mapped += w.len(),
+                SlotMemory::Weight(w) => m.weights_shared += w.len(),
+                SlotMemory::Owned(b) if is_weight => m.weights_owned += b.len(),
+                SlotMemory::Owned(b) => m.activations += b.len(),
             }
         }
         m.activations_shared = st.arena().map_or(0, |a| a.len());

@@ -4,11 +4,11 @@
 use crate::dlpack::{kDLCPU, DLDevice, TVMBackendPackedCFunc};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeKind};
-use crate::memory_plan::StoragePlan;
+use crate::memory_plan::{SlotRole, StoragePlan};
 use crate::module::Module;
 use crate::object::ObjRef;
 use crate::packed::{ArgsBuilder, PackedFunc, RetValue};
-use crate::tensor::Buffer;
+use crate::tensor::Weight;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ pub struct Plan {
     /// Bytes of every entry.
     pub entry_bytes: Vec<usize>,
     /// Storage slots whose data the library links in (`_lookup_linked_param`, TVM <= 0.8 builds).
-    pub linked: Vec<Option<Arc<Buffer>>>,
+    pub linked: Vec<Option<Arc<Weight>>>,
     /// Offsets of the activation slots inside a shared arena, and the arena size needed.
     pub arena_offsets: Vec<Option<usize>>,
     pub arena_bytes: usize,
@@ -55,23 +55,29 @@ pub struct Plan {
 }
 
 /// Asks the library's `_lookup_linked_param(storage_id)` (present in link-params builds of TVM 0.8
-/// and older) for constant data of each storage slot: a pointer into the library, or nothing.
-fn linked_params(library: &ObjRef<Module>, storage: &StoragePlan) -> Result<Vec<Option<Arc<Buffer>>>> {
+/// and older) for constant data of each input slot: a pointer into the library, or nothing. Each
+/// weight holds the library, so the data stays mapped for as long as any executor uses it.
+fn linked_params(library: &ObjRef<Module>, storage: &StoragePlan) -> Result<Vec<Option<Arc<Weight>>>> {
     let Some(lookup) = Module::get_function(library, "_lookup_linked_param", true)? else {
         return Ok(vec![None; storage.slots.len()]);
     };
     (0..storage.slots.len())
         .map(|sid| {
+            // Operators write activation slots: those can never be constants.
+            if storage.slots[sid].role != SlotRole::Input {
+                return Ok(None);
+            }
             let mut args = ArgsBuilder::new();
             args.int(sid as i64);
             match lookup.call(&args.args()).map_err(|e| e.context("_lookup_linked_param"))? {
                 RetValue::None => Ok(None),
                 RetValue::Handle(p) if p.is_null() => Ok(None),
                 // SAFETY: the library's constant for this slot, at least as big as the slot's
-                // largest entry (what the compiler linked); the plan keeps the library loaded.
-                RetValue::Handle(p) => {
-                    Ok(Some(Arc::new(unsafe { Buffer::linked(p.cast(), storage.slots[sid].bytes) }?)))
-                }
+                // largest entry (what the compiler linked), read-only; the weight keeps the
+                // library loaded.
+                RetValue::Handle(p) => Ok(Some(Arc::new(unsafe {
+                    Weight::linked(p.cast(), storage.slots[sid].bytes, Box::new(library.clone()))
+                }?))),
                 other => Err(Error::type_err(format!("_lookup_linked_param({sid}) returned {other:?}, not a pointer"))),
             }
         })
@@ -121,9 +127,14 @@ impl Plan {
         for &eid in &input_entries {
             inputs_per_slot[graph.entries[eid].storage_id] += 1;
         }
-        let (arena_offsets, arena_bytes) = storage.arena_layout();
+        let (arena_offsets, arena_bytes) = storage.arena_layout()?;
         let entry_bytes =
             graph.entries.iter().map(|e| crate::dtype::tensor_bytes(&e.shape, e.dtype)).collect::<Result<Vec<_>>>()?;
+        // Every entry fits its slot: what lets the executor hand kernels and copies an entry's
+        // size of memory at the slot's address without checking again.
+        for (eid, e) in graph.entries.iter().enumerate() {
+            assert!(storage.slots[e.storage_id].bytes >= entry_bytes[eid], "entry {eid} is larger than its slot");
+        }
         let linked = linked_params(&library, &storage)?;
         Ok(Arc::new(Plan {
             linked,

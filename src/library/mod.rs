@@ -3,6 +3,7 @@
 
 pub mod blob;
 pub mod context;
+mod elf;
 pub mod symbols;
 
 use crate::dlpack::TVMBackendPackedCFunc;

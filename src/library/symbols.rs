@@ -20,6 +20,9 @@ pub struct Dso {
 
 impl Dso {
     pub fn open(path: &str) -> Result<Dso> {
+        if std::path::Path::new(path).is_file() {
+            super::elf::check_complete(path)?;
+        }
         // RTLD_LOCAL keeps two models' same-named kernels apart; RTLD_LAZY as upstream.
         // SAFETY: loading runs the library's constructors; loading a model library is exactly
         // what the caller asked for.

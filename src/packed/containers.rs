@@ -16,6 +16,8 @@ unsafe impl Send for StringObj {}
 // SAFETY: as above.
 unsafe impl Sync for StringObj {}
 
+impl crate::object::sealed::Sealed for StringObj {}
+
 impl ObjectType for StringObj {
     const TYPE_INDEX: u32 = type_index::STRING;
 }
@@ -43,6 +45,8 @@ unsafe impl Send for ShapeTupleObj {}
 // SAFETY: as above.
 unsafe impl Sync for ShapeTupleObj {}
 
+impl crate::object::sealed::Sealed for ShapeTupleObj {}
+
 impl ObjectType for ShapeTupleObj {
     const TYPE_INDEX: u32 = type_index::SHAPE_TUPLE;
 }
@@ -61,6 +65,8 @@ impl ShapeTupleObj {
 pub struct ArrayObj {
     items: Vec<AnyObject>,
 }
+
+impl crate::object::sealed::Sealed for ArrayObj {}
 
 impl ObjectType for ArrayObj {
     const TYPE_INDEX: u32 = type_index::ARRAY;
@@ -81,6 +87,8 @@ impl ArrayObj {
 pub struct MapObj {
     entries: Vec<(AnyObject, AnyObject)>,
 }
+
+impl crate::object::sealed::Sealed for MapObj {}
 
 impl ObjectType for MapObj {
     const TYPE_INDEX: u32 = type_index::MAP;

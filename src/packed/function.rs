@@ -36,6 +36,8 @@ unsafe impl Send for PackedFunc {}
 // SAFETY: as above.
 unsafe impl Sync for PackedFunc {}
 
+impl crate::object::sealed::Sealed for PackedFunc {}
+
 impl ObjectType for PackedFunc {
     const TYPE_INDEX: u32 = type_index::PACKED_FUNC;
 }

@@ -19,10 +19,6 @@ const MAX_ALLOCATION: usize = 1 << 40;
 enum Backing {
     Heap(Layout),
     Mapped(usize),
-    /// A read-only range of a mapped file; holding the map keeps the range mapped.
-    FileView(#[allow(dead_code)] Arc<FileMap>),
-    /// Constant memory of a loaded library (linked parameters); never freed by us.
-    Linked,
     Empty,
 }
 
@@ -40,7 +36,14 @@ unsafe impl Send for FileMap {}
 unsafe impl Sync for FileMap {}
 
 impl FileMap {
-    pub fn open(path: &str) -> Result<Arc<FileMap>> {
+    /// Maps `path` read-only.
+    ///
+    /// # Safety
+    /// The file must not be truncated or written while the map (or a weight made from it) lives:
+    /// a truncated file makes reads of its mapped pages raise SIGBUS, and a written one changes
+    /// bytes that are handed out as immutable. This is the contract of every file mapping (and
+    /// what `load_params_from_file` documents for its callers).
+    pub unsafe fn open(path: &str) -> Result<Arc<FileMap>> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len() as usize;
         if len == 0 {
@@ -135,34 +138,9 @@ impl Buffer {
         Ok(buf)
     }
 
-    /// A read-only view of `bytes`, which must lie inside `map`. Writing through it faults: the
-    /// executor copies shared memory before any write.
-    pub fn file_view(map: &Arc<FileMap>, bytes: &[u8]) -> Result<Buffer> {
-        if bytes.is_empty() || !map.contains(bytes.as_ptr()) || !map.contains(&bytes[bytes.len() - 1]) {
-            return Err(Error::internal("file view outside its mapping"));
-        }
-        let ptr = NonNull::new(bytes.as_ptr().cast_mut()).expect("slices are never null");
-        Ok(Buffer { ptr, len: bytes.len(), backing: Backing::FileView(map.clone()) })
-    }
-
-    /// Constant data a loaded library links in (`_lookup_linked_param`), read-only.
-    ///
-    /// # Safety
-    /// `ptr` must address `len` readable bytes that outlive every holder of the buffer (the plan
-    /// that makes it keeps the library loaded).
-    pub unsafe fn linked(ptr: *mut u8, len: usize) -> Result<Buffer> {
-        let ptr = NonNull::new(ptr).ok_or_else(|| Error::value("linked parameter at a null address"))?;
-        Ok(Buffer { ptr, len, backing: Backing::Linked })
-    }
-
-    /// Whether this buffer is a view of a mapped file.
-    pub fn is_file_view(&self) -> bool {
-        matches!(self.backing, Backing::FileView(_))
-    }
-
     /// A buffer holding a copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<Buffer> {
-        let buf = Buffer::zeroed(bytes.len())?;
+        let mut buf = Buffer::zeroed(bytes.len())?;
         buf.write(0, bytes)?;
         Ok(buf)
     }
@@ -179,8 +157,10 @@ impl Buffer {
         self.ptr.as_ptr()
     }
 
-    /// Copies `bytes` in at `offset`.
-    pub fn write(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+    /// Copies `bytes` in at `offset`. Takes `&mut self`: a buffer others can see (behind an `Arc`,
+    /// in a tensor a kernel runs on) is only written through raw pointers, by code that says why
+    /// nobody else touches the bytes at that moment.
+    pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
         self.check(offset, bytes.len())?;
         // SAFETY: bounds checked above; `bytes` cannot overlap a block we own exclusively.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), bytes.len()) };
@@ -221,7 +201,7 @@ impl Drop for Buffer {
                 // SAFETY: mapped by us with this length, unmapped once.
                 unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
             }
-            Backing::FileView(_) | Backing::Linked | Backing::Empty => {}
+            Backing::Empty => {}
         }
     }
 }
@@ -246,7 +226,7 @@ mod tests {
             assert!(out.iter().all(|&x| x == 0));
         }
         assert!(Buffer::zeroed(usize::MAX).is_err());
-        let b = Buffer::from_bytes(&[1, 2, 3]).unwrap();
+        let mut b = Buffer::from_bytes(&[1, 2, 3]).unwrap();
         assert!(b.write(2, &[0, 0]).is_err());
     }
 }

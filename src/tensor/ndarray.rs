@@ -35,6 +35,8 @@ unsafe impl Send for NDArray {}
 // SAFETY: as above.
 unsafe impl Sync for NDArray {}
 
+impl crate::object::sealed::Sealed for NDArray {}
+
 impl ObjectType for NDArray {
     const TYPE_INDEX: u32 = type_index::NDARRAY;
 }
@@ -106,9 +108,12 @@ impl NDArray {
         Ok(Self::build(data, shape, dtype, DLDevice::CPU, Owner::Buffer(buf.clone())))
     }
 
-    /// An array over memory someone else keeps alive for longer (a caller's zero-copy tensor, a
-    /// constant inside a loaded library).
-    pub fn external(data: *mut c_void, shape: &[i64], dtype: DLDataType) -> ObjRef<NDArray> {
+    /// An array over memory someone else keeps alive for longer (a caller's zero-copy tensor).
+    ///
+    /// # Safety
+    /// `data` must address the array's bytes, valid for reading and writing for as long as the
+    /// array (or any view of it) lives.
+    pub unsafe fn external(data: *mut c_void, shape: &[i64], dtype: DLDataType) -> ObjRef<NDArray> {
         Self::build(data, shape, dtype, DLDevice::CPU, Owner::External)
     }
 
@@ -178,8 +183,14 @@ impl NDArray {
         }
     }
 
-    pub fn copy_from_bytes(&self, bytes: &[u8]) -> Result<()> {
-        raw::copy_from_bytes(self.raw(), bytes)
+    /// Copies `bytes` into the array.
+    ///
+    /// # Safety
+    /// Nobody else may access the array's memory during the call: an array can alias an
+    /// executor's memory (`get_input`, `get_output`), which a run on another thread reads.
+    pub unsafe fn copy_from_bytes(&self, bytes: &[u8]) -> Result<()> {
+        // SAFETY: runtime or caller memory of this array's size, writable; exclusive per the contract.
+        unsafe { raw::copy_from_bytes(self.raw(), bytes) }
     }
 
     pub fn copy_to_bytes(&self, out: &mut [u8]) -> Result<()> {

@@ -14,7 +14,10 @@ pub struct RawTensor<'a> {
 impl<'a> RawTensor<'a> {
     /// # Safety
     /// `ptr` must be null or point at a `DLTensor` whose `shape` (and `strides`, when set) hold
-    /// `ndim` elements, all valid for `'a` — what the packed-call contract promises for arguments.
+    /// `ndim` elements, and whose `data` (from `byte_offset`), when not null, addresses the
+    /// tensor's bytes, readable and not written by anyone else, all for `'a` — what the packed-call
+    /// contract promises for arguments. Writing the bytes takes a promise of its own (the `unsafe`
+    /// copy functions below).
     pub unsafe fn from_ptr(ptr: *const DLTensor) -> Result<RawTensor<'a>> {
         // SAFETY: per the contract.
         let t = unsafe { ptr.as_ref() }.ok_or_else(|| Error::value("null tensor handle"))?;
@@ -93,7 +96,10 @@ impl<'a> RawTensor<'a> {
 }
 
 /// Copies `bytes` into `to`; the sizes must match exactly.
-pub fn copy_from_bytes(to: RawTensor<'_>, bytes: &[u8]) -> Result<()> {
+///
+/// # Safety
+/// `to`'s bytes must be writable, and nobody else may access them during the call.
+pub unsafe fn copy_from_bytes(to: RawTensor<'_>, bytes: &[u8]) -> Result<()> {
     let n = to.host_bytes("copy from bytes")?;
     if n != bytes.len() {
         return Err(Error::value(format!("size mismatch: the array holds {n} bytes, {} given", bytes.len())));
@@ -151,7 +157,10 @@ pub unsafe fn copy_from_own(from: *const u8, to: RawTensor<'_>, n: usize) -> Res
 }
 
 /// Copies tensor to tensor; byte sizes must match (shapes and dtypes are not compared, as upstream).
-pub fn copy_tensor(from: RawTensor<'_>, to: RawTensor<'_>) -> Result<()> {
+///
+/// # Safety
+/// `to`'s bytes must be writable, and nobody else may access them during the call.
+pub unsafe fn copy_tensor(from: RawTensor<'_>, to: RawTensor<'_>) -> Result<()> {
     let n = from.host_bytes("copy source")?;
     let m = to.host_bytes("copy destination")?;
     if n != m {

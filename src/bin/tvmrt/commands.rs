@@ -429,8 +429,12 @@ pub fn share(o: &Options) -> Result<()> {
                 Some(p) => p.clone(),
                 None => {
                     let f = model.lib.node::<tvm_runtime::executor::factory::Factory>();
-                    let items: Vec<_> = f.map(|f| f.params().to_vec()).unwrap_or_default();
-                    tvm_runtime::params::save(items.iter().map(|(n, a)| (n.as_str(), &**a)))
+                    let items = f
+                        .map_or(&[][..], |f| f.params())
+                        .iter()
+                        .map(|p| Ok((p.name.as_str(), p.to_ndarray()?)))
+                        .collect::<Result<Vec<_>>>()?;
+                    tvm_runtime::params::save(items.iter().map(|(n, a)| (*n, &**a)))
                 }
             };
             if k >= models.len() || !std::ptr::eq(model, &models[0]) {

@@ -74,8 +74,8 @@ impl Model {
                 let plan = tvm_runtime::executor::plan::Plan::new(&self.graph_json, self.lib.clone(), DLDevice::CPU)?;
                 let ex = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
                 if let Some(f) = self.lib.node::<Factory>() {
-                    for (name, array) in f.params() {
-                        ex.bind_param(name, array)?;
+                    for param in f.params() {
+                        ex.bind_param(param)?;
                     }
                 }
                 Module::new(ex)
@@ -83,7 +83,9 @@ impl Model {
         };
         match (&self.params, &self.params_path) {
             (Some(_), Some(path)) if self.map_params => {
-                exec(&plan).load_params_from_file(&path.to_string_lossy())?;
+                // SAFETY: the CLI maps the params file for the length of one command; changing the
+                // file meanwhile is outside what it promises (see `--map-params` in --help).
+                unsafe { exec(&plan).load_params_from_file(&path.to_string_lossy()) }?;
             }
             (Some(p), _) => exec(&plan).load_params(p)?,
             _ => {}

@@ -1,0 +1,106 @@
+//! Weights: memory that is never written once made. Executors, factories and plans share weights
+//! through `Arc<Weight>`; nothing hands out a way to write one, so a weight seen by one executor is
+//! the weight every other holder sees. Changing a weight means making a private copy
+//! ([`Weight::to_buffer`]) and binding that instead.
+//!
+//! A weight also owns what keeps its bytes valid: its buffer, the file mapping it is a range of, or
+//! the library whose constant data it is.
+
+use super::buffer::{Buffer, FileMap};
+use crate::error::{Error, Result};
+use std::any::Any;
+use std::sync::Arc;
+
+enum Backing {
+    /// Memory of this runtime, frozen.
+    Owned(#[allow(dead_code)] Buffer),
+    /// A range of a read-only file mapping (writing it would fault).
+    Mapped(#[allow(dead_code)] Arc<FileMap>),
+    /// Constant data inside a loaded library, which the keeper keeps loaded.
+    Linked(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
+}
+
+pub struct Weight {
+    ptr: *const u8,
+    len: usize,
+    backing: Backing,
+}
+
+// SAFETY: the bytes are never written after construction, and the backing is Send + Sync.
+unsafe impl Send for Weight {}
+// SAFETY: as above.
+unsafe impl Sync for Weight {}
+
+impl Weight {
+    /// Freezes `buffer`: from now on nobody writes it.
+    pub fn freeze(buffer: Buffer) -> Weight {
+        Weight { ptr: buffer.as_ptr(), len: buffer.len(), backing: Backing::Owned(buffer) }
+    }
+
+    /// A weight holding a copy of `bytes`.
+    pub fn copy_of(bytes: &[u8]) -> Result<Weight> {
+        Buffer::from_bytes(bytes).map(Weight::freeze)
+    }
+
+    /// A weight that is the range `bytes` of `map` (no copy).
+    pub fn mapped(map: &Arc<FileMap>, bytes: &[u8]) -> Result<Weight> {
+        if bytes.is_empty() || !map.contains(bytes.as_ptr()) || !map.contains(&bytes[bytes.len() - 1]) {
+            return Err(Error::internal("a mapped weight must be a non-empty range of its mapping"));
+        }
+        Ok(Weight { ptr: bytes.as_ptr(), len: bytes.len(), backing: Backing::Mapped(map.clone()) })
+    }
+
+    /// Constant data a loaded library links in (`_lookup_linked_param`); `keeper` (the library
+    /// module) is held as long as the weight, so the data stays mapped.
+    ///
+    /// # Safety
+    /// `ptr` must address `len` bytes that stay readable and unchanged while `keeper` lives.
+    pub unsafe fn linked(ptr: *const u8, len: usize, keeper: Box<dyn Any + Send + Sync>) -> Result<Weight> {
+        if ptr.is_null() {
+            return Err(Error::value("linked parameter at a null address"));
+        }
+        Ok(Weight { ptr, len, backing: Backing::Linked(keeper) })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, for kernels to read. Writing through this pointer breaks every holder's
+    /// assumption; the executor only hands it to kernels as an operator input.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `len` readable bytes that the backing keeps alive and nobody writes.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Whether the bytes are a range of a mapped file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.backing, Backing::Mapped(_))
+    }
+
+    /// A private, writable copy of `len` bytes from `offset`.
+    pub fn to_buffer(&self, offset: usize, len: usize) -> Result<Buffer> {
+        let range = offset.checked_add(len).and_then(|end| self.bytes().get(offset..end));
+        let bytes = range.ok_or_else(|| {
+            Error::index(format!("{len} bytes at offset {offset} exceed a weight of {} bytes", self.len))
+        })?;
+        Buffer::from_bytes(bytes)
+    }
+}
+
+impl std::fmt::Debug for Weight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Weight({} bytes at {:p})", self.len, self.ptr)
+    }
+}
