@@ -30,7 +30,7 @@ cargo clippy --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --quiet 2>&1 | tee target/cargo-test.log
 echo "== C tests (CTest, plain and under valgrind)"
-cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" \
+cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" \
   -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
 cmake --build build -j2
 ctest --test-dir build --output-on-failure

@@ -20,6 +20,35 @@
 //! The formats, planning, the executor's logic, factories, parameters and the registry are
 //! `#![forbid(unsafe_code)]`.
 
+//! What safe Rust code cannot do with this crate (each was possible once; the examples must not
+//! compile): make an array over arbitrary memory, write an array others may be reading, map a
+//! file that may change underneath, hand Python an arbitrary pointer, or claim another type's
+//! object index.
+//!
+//! ```compile_fail,E0133
+//! let a = tvm_runtime::tensor::NDArray::external(std::ptr::null_mut(), &[4], tvm_runtime::dlpack::DLDataType::F32);
+//! ```
+//! ```compile_fail,E0133
+//! let a = tvm_runtime::tensor::NDArray::empty(&[4], tvm_runtime::dlpack::DLDataType::F32, tvm_runtime::dlpack::DLDevice::CPU).unwrap();
+//! a.copy_from_bytes(&[0u8; 16]).unwrap();
+//! ```
+//! ```compile_fail,E0133
+//! let map = tvm_runtime::tensor::FileMap::open("/etc/hostname");
+//! ```
+//! ```compile_fail,E0133
+//! tvm_runtime::python_env::register("Py_IncRef", 16 as *mut std::ffi::c_void).unwrap();
+//! ```
+//! ```compile_fail,E0277
+//! struct Mine;
+//! impl tvm_runtime::object::ObjectType for Mine {
+//!     const TYPE_INDEX: u32 = 0;
+//! }
+//! ```
+//! ```compile_fail,E0596
+//! let b = std::sync::Arc::new(tvm_runtime::tensor::Buffer::zeroed(4).unwrap());
+//! b.write(0, &[1]).unwrap();
+//! ```
+
 #![allow(non_upper_case_globals)]
 
 pub mod backend;

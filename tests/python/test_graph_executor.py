@@ -146,7 +146,6 @@ def test_python_callbacks_and_exceptions(tvm):
         tvm.get_global_func("test.boom")()
     # A callback's exception travels back through the runtime unchanged, and the runtime stays usable.
     assert tvm.get_global_func("test.add_one")(1) == 2
-    assert "test.add_one" in tvm.get_global_func("runtime.NumThreads").__class__.__module__ or True
     names = tvm._ffi.registry.list_global_func_names()
     assert "test.add_one" in names and "tvm.graph_executor.create" in names
 
