@@ -1,15 +1,19 @@
-//! The pool behind `TVMBackendParallelLaunch`. Each launching thread gets its own workers (as
-//! upstream), created on first use and sized once. The launcher runs task 0 itself; workers spin
-//! briefly for the next launch, then park. A launch allocates nothing.
+//! The pool behind `TVMBackendParallelLaunch`: one per process, shared by every thread that
+//! launches, created on first use. The launcher runs task 0 itself; workers spin briefly for the
+//! next launch, then park. A launch allocates nothing.
+//!
+//! While one thread's launch holds the pool, a launch from another thread runs inline on that
+//! thread: the cores are busy already, and N host threads running N executors then use N + the
+//! pool's workers threads, not N pools' worth (upstream gives each launching thread a pool).
 
 use crate::dlpack::{ParallelLambdaFn as FTVMParallelLambda, TVMParallelGroupEnv};
 use crate::error::{Error, Result};
 use crate::last_error;
 use once_cell::sync::Lazy;
-use std::cell::{Cell, RefCell, UnsafeCell};
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
 
 /// Threads a launch uses by default: `TVM_NUM_THREADS`, else `OMP_NUM_THREADS`, else the number
@@ -100,14 +104,19 @@ pub struct Pool {
     workers: Vec<JoinHandle<()>>,
 }
 
+/// The process's pool; held for the whole of a launch.
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+/// Threads set by `runtime.config_threadpool` (0: the default).
+static CONFIGURED: AtomicUsize = AtomicUsize::new(0);
+
 thread_local! {
-    static POOL: RefCell<Option<Pool>> = const { RefCell::new(None) };
     static IN_WORKER: Cell<bool> = const { Cell::new(false) };
-    static THREAD_OVERRIDE: Cell<usize> = const { Cell::new(0) };
 }
 
 impl Pool {
-    fn new(threads: usize) -> Pool {
+    /// A pool of `threads` (the launcher and `threads - 1` workers). Failing to start a worker is
+    /// an error; the workers already started are stopped again.
+    fn new(threads: usize) -> Result<Pool> {
         let shared = Arc::new(Shared {
             job: UnsafeCell::new(Job { func: None, cdata: std::ptr::null_mut(), num_task: 0 }),
             barrier: Barrier::default(),
@@ -119,16 +128,17 @@ impl Pool {
             failed: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
         });
-        let workers = (1..threads)
-            .map(|id| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("tvm-worker-{id}"))
-                    .spawn(move || worker(s, id))
-                    .expect("spawning a worker thread")
-            })
-            .collect();
-        Pool { shared, workers }
+        let mut pool = Pool { shared, workers: Vec::with_capacity(threads.saturating_sub(1)) };
+        for id in 1..threads {
+            let s = pool.shared.clone();
+            let spawned = std::thread::Builder::new().name(format!("tvm-worker-{id}")).spawn(move || worker(s, id));
+            match spawned {
+                Ok(handle) => pool.workers.push(handle),
+                // Dropping `pool` stops and joins the workers started so far.
+                Err(e) => return Err(Error::tvm(format!("cannot start thread-pool worker {id} of {threads}: {e}"))),
+            }
+        }
+        Ok(pool)
     }
 
     fn threads(&self) -> usize {
@@ -223,31 +233,30 @@ fn worker(s: Arc<Shared>, id: usize) {
     }
 }
 
-/// Threads a launch on this thread uses now.
+/// Threads a launch uses now.
 pub fn num_threads() -> usize {
-    let o = THREAD_OVERRIDE.with(Cell::get);
-    if o > 0 {
-        o
-    } else {
-        *DEFAULT_THREADS
+    match CONFIGURED.load(Ordering::Relaxed) {
+        0 => *DEFAULT_THREADS,
+        n => n,
     }
 }
 
-/// Stops the calling thread's workers (the next launch starts them again) and forgets what it
-/// learnt about loop bodies: their libraries may be unloaded and others loaded at the same address.
+/// Stops the pool's workers unless a launch is using them (the next launch starts them again),
+/// and forgets what the calling thread learnt about loop bodies: their libraries may be unloaded
+/// and others loaded at the same address.
 pub fn release() {
-    let _ = POOL.try_with(|p| {
-        if let Ok(mut p) = p.try_borrow_mut() {
-            *p = None;
-        }
-    });
+    match POOL.try_lock() {
+        Ok(mut p) => *p = None,
+        Err(TryLockError::Poisoned(e)) => *e.into_inner() = None,
+        Err(TryLockError::WouldBlock) => {}
+    }
     choice::forget();
 }
 
-/// Sets this thread's pool size (0 = the default); the pool is rebuilt on the next launch.
+/// Sets the pool's size for every thread (0 = the default); the pool is rebuilt on the next launch.
 pub fn configure(threads: usize) {
-    THREAD_OVERRIDE.with(|c| c.set(threads));
-    POOL.with(|p| *p.borrow_mut() = None);
+    CONFIGURED.store(threads, Ordering::Relaxed);
+    *POOL.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
 /// Runs `func` on `num_task` concurrent tasks (0 = all threads).
@@ -302,16 +311,21 @@ unsafe fn run_inline(func: FTVMParallelLambda, cdata: *mut c_void) -> Result<()>
     }
 }
 
+/// Runs the job on the pool, or inline when another thread's launch holds the pool.
 unsafe fn run_parallel(func: FTVMParallelLambda, cdata: *mut c_void, n: usize) -> Result<()> {
+    let mut pool = match POOL.try_lock() {
+        Ok(p) => p,
+        // A launch that panicked leaves no job behind: the pool is idle and usable.
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        // SAFETY: per this function's contract.
+        Err(TryLockError::WouldBlock) => return unsafe { run_inline(func, cdata) },
+    };
     let threads = num_threads();
-    POOL.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.as_ref().is_none_or(|pool| pool.threads() != threads) {
-            *p = None;
-            *p = Some(Pool::new(threads));
-        }
-        p.as_ref().expect("created above").launch(func, cdata, n)
-    })
+    if pool.as_ref().is_none_or(|p| p.threads() != threads) {
+        *pool = None;
+        *pool = Some(Pool::new(threads)?);
+    }
+    pool.as_ref().expect("created above").launch(func, cdata, n)
 }
 
 /// Per loop body (the lambda's address), which way it runs faster: a parallel launch costs a
@@ -457,9 +471,18 @@ mod tests {
         }
     }
 
+    /// The pool's size is process-wide: tests that set it take turns.
+    static SIZE: Mutex<()> = Mutex::new(());
+
+    fn sized(threads: usize) -> std::sync::MutexGuard<'static, ()> {
+        let g = SIZE.lock().unwrap_or_else(|e| e.into_inner());
+        configure(threads);
+        g
+    }
+
     #[test]
     fn tasks_run_concurrently_with_barriers_and_errors_name_the_task() {
-        configure(3);
+        let _size = sized(3);
         for _ in 0..50 {
             let d = Data { hits: Default::default(), after_barrier_saw: Default::default() };
             // SAFETY: the lambda only touches `d`, alive for the launch.
@@ -491,13 +514,38 @@ mod tests {
 
     #[test]
     fn all_thread_launches_cover_the_work_once_whichever_way_they_run() {
-        configure(2);
+        let _size = sized(2);
         let items: Vec<AtomicI32> = (0..1000).map(|_| AtomicI32::new(0)).collect();
         for _ in 0..300 {
             // SAFETY: the lambda only touches `items`, alive for the launch.
             unsafe { parallel_launch(count_items, items.as_ptr().cast_mut().cast(), 0) }.unwrap();
         }
         assert!(items.iter().all(|i| i.load(Ordering::Relaxed) == 300));
+        configure(0);
+    }
+
+    #[test]
+    fn host_threads_launching_at_once_share_one_pool_and_all_finish_their_work() {
+        let _size = sized(2);
+        let counts = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let items: Vec<AtomicI32> = (0..1000).map(|_| AtomicI32::new(0)).collect();
+                        for _ in 0..200 {
+                            // SAFETY: the lambda only touches `items`, alive for the launch.
+                            unsafe { parallel_launch(count_items, items.as_ptr().cast_mut().cast(), 2) }.unwrap();
+                        }
+                        items.iter().all(|i| i.load(Ordering::Relaxed) == 200)
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect::<Vec<_>>()
+        });
+        assert_eq!(counts, vec![true; 4]);
+        let pool = POOL.lock().unwrap();
+        assert_eq!(pool.as_ref().map(Pool::threads), Some(2), "one pool of the configured size");
+        drop(pool);
         configure(0);
     }
 }
