@@ -33,7 +33,7 @@ typedef struct {
   FixtureTensor outputs[MAX_TENSORS];
 } Fixture;
 
-static int g_failures = 0;
+static _Atomic int g_failures = 0;
 
 #define CHECK(cond, ...)                                           \
   do {                                                             \

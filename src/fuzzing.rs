@@ -1,16 +1,33 @@
-//! Mutation fuzzing of the three readers that take untrusted bytes: the params blob, the graph
-//! JSON (with storage planning) and the module blob. No nightly toolchain is needed: seeds come
-//! from the fixtures, mutations are the classic byte-level ones plus length and count fields set
-//! to extreme values. A panic is a bug; errors are the expected outcome.
+//! Mutation fuzzing of the three readers that take untrusted bytes — the params blob, the graph
+//! JSON and the module blob — through to what a host does next: an accepted graph is planned,
+//! instantiated on its model's operator library and run; an accepted params blob is loaded into an
+//! executor that then runs; an accepted module blob makes an executor through its factory, which
+//! runs. No nightly toolchain is needed: seeds come from the fixtures, mutations are the classic
+//! byte-level ones plus length and count fields set to extreme values.
+//!
+//! The oracle is more than "no panic": every accepted input must satisfy the invariants the rest
+//! of the runtime relies on (each entry fits its slot, arena offsets stay inside the arena,
+//! records hold exactly their tensor's bytes, a params blob round-trips), and a run either
+//! succeeds with outputs of the declared sizes or fails with an error. A violated invariant
+//! panics, so it is caught like any other bug. Run with the `fuzz` profile (overflow checks and
+//! debug assertions on) to catch arithmetic that wraps.
 //!
 //! `tests/fuzz.rs` replays the seeds and a fixed number of mutations in the normal test command;
-//! `cargo run --release --example fuzz -- TARGET SECONDS` runs longer.
+//! `cargo run --profile fuzz --example fuzz -- TARGET SECONDS` runs longer.
 
 #![forbid(unsafe_code)]
 
-use crate::graph::Graph;
-use crate::library::{blob, LibraryModule};
-use crate::memory_plan::StoragePlan;
+use crate::dlpack::{DLDataType, DLDevice};
+use crate::executor::factory::Factory;
+use crate::executor::plan::Plan;
+use crate::executor::GraphExecutor;
+use crate::graph::{Graph, NodeKind};
+use crate::library::{self, blob};
+use crate::memory_plan::SlotRole;
+use crate::module::Module;
+use crate::object::ObjRef;
+use crate::packed::ArgsBuilder;
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,18 +51,212 @@ impl Target {
     pub fn parse(s: &str) -> Option<Target> {
         Target::ALL.into_iter().find(|t| t.name() == s)
     }
+}
 
-    /// Feeds one input; returns whether the reader accepted it. Panics are the caller's to catch.
-    pub fn run(self, data: &[u8]) -> bool {
-        match self {
-            Target::Params => crate::params::parse(data).is_ok(),
-            Target::Graph => match std::str::from_utf8(data).ok().map(Graph::parse) {
-                Some(Ok(g)) => StoragePlan::new(&g).is_ok(),
-                _ => false,
-            },
-            Target::Blob => blob::load_tree(data, LibraryModule::empty()).is_ok(),
+/// One seed input and the operator library of the model it came from.
+pub struct Seed {
+    pub bytes: Vec<u8>,
+    library: ObjRef<Module>,
+    /// For params seeds: an executor of the model, with no weights loaded.
+    executor: Option<ObjRef<Module>>,
+    /// For graph seeds: each kernel's argument types in the seed graph.
+    kernels: HashMap<String, Signature>,
+}
+
+/// The dtypes and shapes of an operator's arguments.
+type Signature = Vec<(DLDataType, Box<[i64]>)>;
+
+/// Each operator node's function and argument types.
+fn calls(graph: &Graph) -> impl Iterator<Item = (&str, Signature)> + '_ {
+    graph.nodes.iter().enumerate().filter_map(|(nid, node)| {
+        // `__nop` and `__copy` are the runtime's own, checked against the entries' sizes.
+        let NodeKind::Op(a) = &node.kind else { return None };
+        if a.func_name.starts_with("__") {
+            return None;
+        }
+        let args = node.inputs.iter().map(|&(n, k)| graph.entry_id(n, k));
+        let args = args.chain((0..a.num_outputs).map(|k| graph.entry_id(nid, k)));
+        Some((a.func_name.as_str(), args.map(|e| (graph.entries[e].dtype, graph.entries[e].shape.clone())).collect()))
+    })
+}
+
+fn signatures(graph: &Graph) -> HashMap<String, Signature> {
+    calls(graph).map(|(name, sig)| (name.to_string(), sig)).collect()
+}
+
+/// Whether every call in `graph` passes its function the argument types of the seed's graph.
+fn keeps_kernel_types(graph: &Graph, seed: &Seed) -> bool {
+    calls(graph).all(|(name, sig)| seed.kernels.get(name) == Some(&sig))
+}
+
+/// The seeds of one target, with what running their mutations needs.
+pub struct Corpus {
+    pub target: Target,
+    pub seeds: Vec<Seed>,
+}
+
+impl Corpus {
+    /// The seed corpus of `target`, from the committed fixtures in `dir` (models with a `lib.so`).
+    pub fn load(target: Target, dir: &std::path::Path) -> Corpus {
+        let mut models: Vec<_> =
+            std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+        models.sort();
+        let mut seeds = Vec::new();
+        for m in models {
+            let lib_path = m.join("lib.so").to_string_lossy().into_owned();
+            let Ok(library) = library::load_file(&lib_path, "so") else { continue };
+            let read = |f: &str| std::fs::read(m.join(f)).ok();
+            let seed = match target {
+                Target::Params => read("params.bin").and_then(|bytes| {
+                    let graph = std::fs::read_to_string(m.join("graph.json")).ok()?;
+                    let executor = GraphExecutor::create(&graph, library.clone(), DLDevice::CPU).ok()?;
+                    Some(Seed { bytes, library: library.clone(), executor: Some(executor), kernels: HashMap::new() })
+                }),
+                Target::Graph => read("graph.json").and_then(|bytes| {
+                    let kernels = signatures(&Graph::parse(std::str::from_utf8(&bytes).ok()?).ok()?);
+                    Some(Seed { bytes, library, executor: None, kernels })
+                }),
+                // Big blobs (bound weights) slow every iteration down; the small ones cover the
+                // same code.
+                Target::Blob => library::read_module_blob(&lib_path)
+                    .ok()
+                    .filter(|b| !b.is_empty() && b.len() < 64 * 1024)
+                    .and_then(|bytes| {
+                        let root = blob::load_tree(&bytes, library.clone()).ok()?;
+                        let kernels = signatures(&Graph::parse(factory_graph(&root)?).ok()?);
+                        Some(Seed { bytes, library, executor: None, kernels })
+                    }),
+            };
+            seeds.extend(seed);
+        }
+        Corpus { target, seeds }
+    }
+
+    /// Feeds one input derived from seed `k`; returns whether it was accepted. Panics (a reader
+    /// panicking or an invariant failing) are the caller's to catch.
+    pub fn run(&self, k: usize, data: &[u8]) -> bool {
+        let seed = &self.seeds[k];
+        match self.target {
+            Target::Params => run_params(data, seed.executor.as_ref().expect("params seeds have an executor")),
+            Target::Graph => std::str::from_utf8(data).is_ok_and(|json| run_graph(json, seed)),
+            Target::Blob => run_blob(data, seed),
         }
     }
+
+    /// Runs `iterations` mutations of the seeds (round robin); returns the counts of inputs and
+    /// accepted inputs, or the first input that panicked.
+    pub fn campaign(&self, iterations: u64, seed: u64) -> Result<(u64, u64), Vec<u8>> {
+        let mut rng = Rng::new(seed);
+        let mut accepted = 0;
+        for k in 0..self.seeds.len() {
+            self.check(k, &self.seeds[k].bytes)?;
+        }
+        for i in 0..iterations {
+            let k = (i as usize) % self.seeds.len();
+            let input = mutate(&self.seeds[k].bytes, &mut rng);
+            if self.check(k, &input)? {
+                accepted += 1;
+            }
+        }
+        Ok((iterations, accepted))
+    }
+
+    fn check(&self, k: usize, input: &[u8]) -> Result<bool, Vec<u8>> {
+        // A crash (not a panic) ends the process: with this set, the input that caused it is on disk.
+        if let Some(path) = std::env::var_os("TVMRT_FUZZ_LAST") {
+            let _ = std::fs::write(path, input);
+        }
+        catch_unwind(AssertUnwindSafe(|| self.run(k, input))).map_err(|_| input.to_vec())
+    }
+}
+
+/// A params blob: parsed records hold exactly their tensors' bytes and survive a save and parse
+/// unchanged; loaded into an executor, it either fits (and the executor runs) or is refused.
+fn run_params(data: &[u8], executor: &ObjRef<Module>) -> bool {
+    let Ok(records) = crate::params::parse(data) else { return false };
+    let mut arrays = Vec::new();
+    for (name, rec) in &records {
+        let bytes = crate::dtype::tensor_bytes(&rec.shape, rec.dtype).expect("an accepted record has a size");
+        assert_eq!(bytes, rec.data.len(), "record '{name}' holds {} bytes for {bytes}", rec.data.len());
+        arrays.push((*name, rec.to_ndarray().expect("an accepted record makes an array")));
+    }
+    let saved = crate::params::save(arrays.iter().map(|(n, a)| (*n, &**a)));
+    let again = crate::params::parse(&saved).expect("a saved blob parses");
+    assert_eq!(again.len(), records.len(), "round trip changed the record count");
+    for ((n1, r1), (n2, r2)) in records.iter().zip(&again) {
+        assert!(n1 == n2 && r1.dtype == r2.dtype && r1.shape == r2.shape && r1.data == r2.data, "'{n1}' changed");
+    }
+    let ex = executor.node::<GraphExecutor>().expect("an executor");
+    if ex.load_params(data).is_ok() {
+        ex.run().expect("an executor whose weights loaded runs");
+    }
+    true
+}
+
+/// A graph: planned on its model's library, every entry fits its slot and the arena holds every
+/// activation slot; the executor runs or fails with an error.
+///
+/// It runs only when every kernel keeps the argument types it was compiled for. A kernel trusts
+/// those (the graph and library come from one build): not every generated kernel checks each
+/// output's shape before writing it, so a graph that lies about shapes to its own library is
+/// outside what a runtime can defend against.
+fn run_graph(json: &str, seed: &Seed) -> bool {
+    let Ok(graph) = Graph::parse(json) else { return false };
+    let Ok(plan) = Plan::new(json, seed.library.clone(), DLDevice::CPU) else { return false };
+    for (eid, e) in graph.entries.iter().enumerate() {
+        let slot = &plan.storage.slots[e.storage_id];
+        assert!(slot.bytes >= plan.entry_bytes[eid], "entry {eid} does not fit its slot");
+        assert!(slot.bytes % 4 == 0, "slot sizes are rounded to 4 bytes");
+    }
+    for (sid, offset) in plan.arena_offsets.iter().enumerate() {
+        let slot = &plan.storage.slots[sid];
+        match offset {
+            Some(at) => {
+                assert_eq!(slot.role, SlotRole::Activation);
+                assert!(at % 64 == 0 && at + slot.bytes <= plan.arena_bytes, "slot {sid} outside the arena");
+            }
+            None => assert_ne!(slot.role, SlotRole::Activation),
+        }
+    }
+    for op in &plan.ops {
+        let node = &plan.graph.nodes[op.node];
+        assert_eq!(op.args.len(), node.inputs.len() + plan.graph.num_node_outputs(op.node));
+    }
+    if !keeps_kernel_types(&graph, seed) {
+        return true;
+    }
+    let Ok(ex) = GraphExecutor::new(plan.clone()) else { return true };
+    if ex.run().is_ok() {
+        for k in 0..plan.num_outputs() {
+            let out = ex.output(k).expect("outputs of a run are readable");
+            assert_eq!(out.nbytes(), plan.entry_bytes[plan.output_entries[k]]);
+        }
+    }
+    true
+}
+
+fn factory_graph(root: &ObjRef<Module>) -> Option<&str> {
+    root.node::<Factory>().map(Factory::graph_json)
+}
+
+/// A module blob: its tree loads over the model's library; a factory in it makes an executor that
+/// runs or fails with an error (when its kernels keep their argument types, as in `run_graph`).
+fn run_blob(data: &[u8], seed: &Seed) -> bool {
+    let Ok(root) = blob::load_tree(data, seed.library.clone()) else { return false };
+    let same_kernels =
+        factory_graph(&root).and_then(|json| Graph::parse(json).ok()).is_some_and(|g| keeps_kernel_types(&g, seed));
+    if !same_kernels {
+        return true;
+    }
+    if let Ok(Some(default)) = Module::get_function(&root, "default", false) {
+        let mut args = ArgsBuilder::new();
+        args.device(DLDevice::CPU);
+        if let Ok(m) = default.call(&args.args()).and_then(|r| r.into_object::<Module>()) {
+            let ex = m.node::<GraphExecutor>().expect("the factory makes executors");
+            let _ = ex.run();
+        }
+    }
+    true
 }
 
 /// xorshift64*: reproducible, no dependency.
@@ -126,51 +337,4 @@ pub fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
 
 fn lo_plus(lo: usize, n: usize) -> usize {
     lo.saturating_add(n)
-}
-
-/// Runs `iterations` mutations of the seeds (round robin); returns the first input that panicked.
-pub fn campaign(target: Target, seeds: &[Vec<u8>], iterations: u64, seed: u64) -> Result<(u64, u64), Vec<u8>> {
-    let mut rng = Rng::new(seed);
-    let mut accepted = 0;
-    for s in seeds {
-        check(target, s)?;
-    }
-    for i in 0..iterations {
-        let input = mutate(&seeds[(i as usize) % seeds.len()], &mut rng);
-        if check(target, &input)? {
-            accepted += 1;
-        }
-    }
-    Ok((iterations, accepted))
-}
-
-fn check(target: Target, input: &[u8]) -> Result<bool, Vec<u8>> {
-    catch_unwind(AssertUnwindSafe(|| target.run(input))).map_err(|_| input.to_vec())
-}
-
-/// The seed corpus of a target, from the committed fixtures in `dir`.
-pub fn seeds(target: Target, dir: &std::path::Path) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut models: Vec<_> =
-        std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
-    models.sort();
-    for m in models {
-        match target {
-            Target::Params => out.extend(std::fs::read(m.join("params.bin"))),
-            Target::Graph => out.extend(std::fs::read(m.join("graph.json"))),
-            Target::Blob => {
-                let lib = m.join("lib.so");
-                if lib.exists() {
-                    if let Ok(b) = crate::library::read_module_blob(&lib.to_string_lossy()) {
-                        // Big blobs (bound weights) slow every iteration down; the small ones cover
-                        // the same code.
-                        if b.len() < 64 * 1024 {
-                            out.push(b);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
 }

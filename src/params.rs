@@ -50,7 +50,9 @@ pub fn read_record<'a>(r: &mut Reader<'a>) -> Result<Record<'a>> {
         return Err(r.error(format!("invalid dtype (code {}, bits {}, lanes {})", dtype.code, dtype.bits, dtype.lanes)));
     }
     let shape = (0..ndim).map(|_| r.i64()).collect::<Result<Vec<_>>>()?;
-    let expected = tensor_bytes(&shape, DLDataType::new(dtype.code, dtype.bits, 1)).map_err(|e| r.error(e))?;
+    // The whole tensor, lanes included: what upstream writes (its reader, which leaves lanes out,
+    // cannot read vector types back at all), and what an array of this type holds.
+    let expected = tensor_bytes(&shape, dtype).map_err(|e| r.error(e))?;
     let data_bytes = r.i64()?;
     if usize::try_from(data_bytes).ok() != Some(expected) {
         return Err(r.error(format!("data size {data_bytes} does not match {dtype} {shape:?} ({expected} bytes)")));

@@ -1,13 +1,14 @@
-//! Replays the fixture seeds and a fixed set of mutations through every untrusted-input reader:
-//! errors are fine, a panic fails the test (and prints the input's length and first bytes).
+//! Replays the fixture seeds and a fixed set of mutations through every untrusted-input reader and
+//! on through the executor: errors are fine, a panic or a broken invariant fails the test (and
+//! prints the input's length and first bytes).
 
-use tvm_runtime::fuzzing::{campaign, seeds, Target};
+use tvm_runtime::fuzzing::{Corpus, Target};
 
 fn run(target: Target, iterations: u64) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let corpus = seeds(target, &dir);
-    assert!(corpus.len() >= 3, "{}: only {} seeds", target.name(), corpus.len());
-    match campaign(target, &corpus, iterations, 7) {
+    let corpus = Corpus::load(target, &dir);
+    assert!(corpus.seeds.len() >= 3, "{}: only {} seeds", target.name(), corpus.seeds.len());
+    match corpus.campaign(iterations, 7) {
         Ok((_, accepted)) => assert!(accepted > 0, "{}: no mutated input was accepted", target.name()),
         Err(input) => panic!(
             "{}: reader panicked on {} bytes: {:02x?}",
