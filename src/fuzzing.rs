@@ -98,6 +98,7 @@ pub struct Corpus {
 impl Corpus {
     /// The seed corpus of `target`, from the committed fixtures in `dir` (models with a `lib.so`).
     pub fn load(target: Target, dir: &std::path::Path) -> Corpus {
+        crate::init();
         let mut models: Vec<_> =
             std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
         models.sort();

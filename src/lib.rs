@@ -13,6 +13,10 @@
 //!   executors (and factories) share one copy.
 //! - [`graph`], [`memory_plan`], [`params`]: the formats, parsed and validated up front.
 //! - [`backend`]: what kernels call back into (thread pool, workspaces).
+//! - [`globals`]: the built-in global functions, by what they serve; [`init`] (the one init point,
+//!   in the C boundary) puts them in the registry and gives the library loader the callbacks that
+//!   compiled code calls. Layers only call downwards: the registry is a table, the loader takes
+//!   its callback table from `init`, and nothing below the C boundary imports it.
 //! - [`tensor`]: aligned buffers and the NDArray object.
 //!
 //! `unsafe` lives in the C boundary, the object and tensor memory code, library loading, the
@@ -73,4 +77,5 @@ pub mod stream;
 pub mod tensor;
 pub mod time_evaluator;
 
+pub use capi::init;
 pub use error::{Error, Result};

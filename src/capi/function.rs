@@ -196,6 +196,7 @@ pub unsafe extern "C" fn TVMCbArgToReturn(value: *mut TVMValue, code: *mut c_int
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncRegisterGlobal(name: *const c_char, f: TVMFunctionHandle, override_: c_int) -> c_int {
     guard(|| {
+        super::init();
         // SAFETY: caller's string and handle, valid for the call.
         let (name, func) = unsafe {
             let name = c_str(name, "name")?;
@@ -213,6 +214,7 @@ pub unsafe extern "C" fn TVMFuncRegisterGlobal(name: *const c_char, f: TVMFuncti
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncGetGlobal(name: *const c_char, out_handle: *mut TVMFunctionHandle) -> c_int {
     guard(|| {
+        super::init();
         // SAFETY: caller's string and out-pointer.
         unsafe {
             let name = c_str(name, "name")?;
@@ -227,6 +229,7 @@ pub unsafe extern "C" fn TVMFuncGetGlobal(name: *const c_char, out_handle: *mut 
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncListGlobalNames(out_size: *mut c_int, out_array: *mut *mut *const c_char) -> c_int {
     guard(|| {
+        super::init();
         let names = registry::names();
         let (n, p) = GLOBAL_NAMES.with(|slot| {
             let mut slot = slot.borrow_mut();
@@ -246,6 +249,7 @@ pub unsafe extern "C" fn TVMFuncListGlobalNames(out_size: *mut c_int, out_array:
 #[no_mangle]
 pub unsafe extern "C" fn TVMFuncRemoveGlobal(name: *const c_char) -> c_int {
     guard(|| {
+        super::init();
         // SAFETY: caller's string.
         registry::remove(unsafe { c_str(name, "name") }?);
         Ok(())

@@ -26,6 +26,21 @@ pub type TVMStreamHandle = *mut c_void;
 pub type TVMObjectHandle = *mut c_void;
 pub type TVMArrayHandle = *mut crate::dlpack::DLTensor;
 
+/// The runtime's one init point: puts the built-in global functions in the registry and gives the
+/// library loader the table of callbacks compiled code uses. Idempotent and cheap after the first
+/// call. Every C entry that reads the registry or loads a library calls it; Rust users of the
+/// crate call it once before anything else.
+pub fn init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        crate::globals::register_all(&mut |name, f| {
+            // The table is empty or holds only what hosts registered: built-ins do not replace those.
+            let _ = crate::packed::registry::register(name, f, false);
+        });
+        crate::library::install_callbacks(&backend::context_functions());
+    });
+}
+
 /// Runs `f` inside the panic boundary and maps its outcome to a C status.
 #[inline]
 pub(crate) fn guard(f: impl FnOnce() -> Result<()>) -> c_int {

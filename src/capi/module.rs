@@ -26,6 +26,7 @@ pub unsafe extern "C" fn TVMModLoadFromFile(
     out_handle: *mut TVMModuleHandle,
 ) -> c_int {
     guard(|| {
+        super::init();
         // SAFETY: caller's strings and out-pointer.
         unsafe {
             let path = c_str(file_name, "file name")?;

@@ -126,17 +126,33 @@ pub fn get_func_from_env(ctx: *mut c_void, name: &str) -> Result<*mut ObjectHead
     Ok(ptr)
 }
 
-fn fill_context(source: &dyn SymbolSource) {
-    for (name, addr) in crate::capi::backend::context_functions() {
+/// The functions compiled code calls back through its context slots (`__TVMFuncCall`,
+/// `__TVMBackendAllocWorkspace`, ...): the C boundary defines them and installs the table once, at
+/// the runtime's init point, so the loader does not depend on the boundary above it.
+static CALLBACKS: once_cell::sync::OnceCell<Vec<(&'static str, usize)>> = once_cell::sync::OnceCell::new();
+
+/// Installs the callback table; the first installation wins.
+pub fn install_callbacks(table: &[(&'static str, *mut c_void)]) {
+    let _ = CALLBACKS.set(table.iter().map(|&(name, addr)| (name, addr as usize)).collect());
+}
+
+fn fill_context(source: &dyn SymbolSource) -> Result<()> {
+    // Without the table a kernel would call through a null slot: refuse to load instead.
+    let table = CALLBACKS.get().ok_or_else(|| {
+        Error::tvm("the runtime is not initialised: call tvm_runtime::init() before loading libraries")
+    })?;
+    for &(name, addr) in table {
         if let Some(slot) = source.lookup(name) {
-            // SAFETY: TVM's codegen exports these names as writable function-pointer globals.
-            unsafe { symbols::write_slot(slot, addr) };
+            // SAFETY: TVM's codegen exports these names as writable function-pointer globals;
+            // `addr` is the C boundary's function of that name.
+            unsafe { symbols::write_slot(slot, addr as *mut c_void) };
         }
     }
+    Ok(())
 }
 
 fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
-    fill_context(&*source);
+    fill_context(&*source)?;
     let slot = source.lookup("__tvm_module_ctx");
     let context = slot.map(|s| (LibContext::for_slot(s as usize), AtomicUsize::new(0)));
     let lib = Module::new(LibraryModule { source: source.clone(), context });

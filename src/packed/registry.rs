@@ -1,4 +1,6 @@
-//! The process-wide registry of global functions (`TVMFuncGetGlobal` and friends).
+//! The process-wide registry of global functions (`TVMFuncGetGlobal` and friends): a table and
+//! nothing more. The built-in functions are put in by the runtime's one init point
+//! ([`crate::init`]); the registry never calls out to find them.
 
 #![forbid(unsafe_code)]
 
@@ -11,13 +13,7 @@ use std::sync::RwLock;
 
 type Table = BTreeMap<String, ObjRef<PackedFunc>>;
 
-static REGISTRY: Lazy<RwLock<Table>> = Lazy::new(|| {
-    let mut table = Table::new();
-    crate::globals::register_builtins(&mut |name, f| {
-        table.insert(name.to_string(), f);
-    });
-    RwLock::new(table)
-});
+static REGISTRY: Lazy<RwLock<Table>> = Lazy::new(|| RwLock::new(Table::new()));
 
 fn read() -> std::sync::RwLockReadGuard<'static, Table> {
     REGISTRY.read().unwrap_or_else(|e| e.into_inner())

@@ -30,6 +30,7 @@ pub fn fixtures_dir() -> PathBuf {
 
 impl Fixture {
     pub fn load(name: &str) -> Fixture {
+        tvm_runtime::init();
         let dir = fixtures_dir().join(name);
         let text = std::fs::read_to_string(dir.join("manifest.txt")).expect("manifest");
         let mut f =

@@ -104,6 +104,7 @@ fn main() -> ExitCode {
     // Like other command-line tools: stop quietly when the reader of our output goes away.
     // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    tvm_runtime::init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = parse(&args).and_then(|o| match o.command.as_str() {
         "run" => commands::run(&o),

@@ -1,0 +1,80 @@
+//! Loading modules, inspecting them, and creating graph executors.
+
+#![forbid(unsafe_code)]
+
+use super::{def, Register};
+use crate::dlpack::DLDevice;
+use crate::error::{Error, Result};
+use crate::executor::GraphExecutor;
+use crate::library;
+use crate::module::Module;
+use crate::packed::{Args, RetValue};
+
+pub(super) fn register(reg: &mut Register<'_>) {
+    def(reg, "runtime.ModuleLoadFromFile", |a| {
+        let fmt = if a.len() > 1 { a.str(1)? } else { "" };
+        Ok(library::load_file(a.str(0)?, fmt)?.into())
+    });
+    for name in [
+        "runtime.module.loadfile_so",
+        "runtime.module.loadfile_dll",
+        "runtime.module.loadfile_dylib",
+        "runtime.module.loadfile_dso",
+    ] {
+        def(reg, name, |a| Ok(library::load_shared_library(a.str(0)?)?.into()));
+    }
+    def(reg, "runtime.SystemLib", |a| {
+        let prefix = if a.is_empty() { "" } else { a.str(0)? };
+        Ok(library::system_lib(prefix)?.into())
+    });
+    def(reg, "tvm.graph_executor.create", |a| create_executor(a, false));
+    def(reg, "tvm.graph_executor_debug.create", |a| create_executor(a, true));
+    // Modules.
+    def(reg, "runtime.ModuleGetTypeKey", |a| Ok(a.module(0)?.type_key().into()));
+    def(reg, "runtime.ModuleImportsSize", |a| Ok(RetValue::Int(a.module(0)?.imports().len() as i64)));
+    def(reg, "runtime.ModuleGetImport", |a| {
+        let m = a.module(0)?;
+        let i = a.int(1)?;
+        let imp = usize::try_from(i).ok().and_then(|i| m.imports().get(i).cloned());
+        imp.map(Into::into).ok_or_else(|| Error::index(format!("import {i} out of range")))
+    });
+    def(reg, "runtime.ModuleClearImports", |a| {
+        a.module(0)?.clear_imports();
+        Ok(RetValue::None)
+    });
+    def(reg, "runtime.ModuleGetPropertyMask", |a| Ok(RetValue::Int(a.module(0)?.property_mask() as i64)));
+    def(reg, "runtime.ModuleIsDSOExportable", |a| {
+        Ok((a.module(0)?.property_mask() & crate::module::property::DSO_EXPORTABLE != 0).into())
+    });
+    def(reg, "runtime.ModuleImplementsFunction", |a| {
+        let q = a.len() > 2 && a.int(2)? != 0;
+        Ok(Module::get_function(&a.module(0)?, a.str(1)?, q)?.is_some().into())
+    });
+    def(reg, "runtime.ModuleGetFunction", |a| {
+        let q = a.len() > 2 && a.int(2)? != 0;
+        let name = a.str(1)?;
+        Module::get_function(&a.module(0)?, name, q)?
+            .map(Into::into)
+            .ok_or_else(|| Error::attribute(format!("module has no function '{name}'")))
+    });
+}
+
+/// `tvm.graph_executor.create(graph_json, module, [lookup_linked_param,] dev_type, dev_id, ...)`.
+fn create_executor(a: &Args<'_>, debug: bool) -> Result<RetValue> {
+    if a.len() < 4 {
+        return Err(Error::type_err(format!(
+            "expects at least 4 arguments (graph_json, module, dev_type, dev_id), {} given",
+            a.len()
+        )));
+    }
+    let json = a.str(0)?;
+    let lib = a.module(1)?;
+    let first_dev = if a.code(2) == crate::dlpack::kTVMPackedFuncHandle { 3 } else { 2 };
+    if (a.len() - first_dev) % 2 != 0 {
+        return Err(Error::type_err("devices must be given as (device_type, device_id) pairs"));
+    }
+    let device = DLDevice { device_type: a.int32(first_dev)?, device_id: a.int32(first_dev + 1)? };
+    let plan = crate::executor::plan::Plan::new(json, lib, device)?;
+    let ex = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
+    Ok(Module::new(ex).into())
+}
