@@ -179,20 +179,39 @@ fn f32_to_f16(v: f32) -> u16 {
     }
 }
 
-/// The first few values, for summaries.
-pub fn preview(t: &HostTensor, count: usize) -> Vec<f64> {
+/// The first few values in the tensor's own type, for summaries: integers as integers, booleans
+/// as booleans, floats as numbers.
+pub fn preview(t: &HostTensor, count: usize) -> Vec<serde_json::Value> {
+    use serde_json::Value;
+    fn le<const N: usize>(c: &[u8]) -> [u8; N] {
+        c.try_into().expect("chunks of the element size")
+    }
     let b = &t.data;
-    let vals: Box<dyn Iterator<Item = f64>> = match t.dtype.to_string().as_str() {
-        "float32" => Box::new(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)),
-        "float64" => Box::new(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()))),
-        "int32" => Box::new(b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64)),
-        "int64" => Box::new(b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)),
-        "int8" => Box::new(b.iter().map(|&x| x as i8 as f64)),
-        "uint8" | "bool" => Box::new(b.iter().map(|&x| x as f64)),
-        "float16" => Box::new(b.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)),
+    let float = |x: f64| serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number);
+    let vals: Box<dyn Iterator<Item = Value>> = match t.dtype.to_string().as_str() {
+        "float32" => Box::new(b.chunks_exact(4).map(|c| float(f32::from_le_bytes(le(c)) as f64))),
+        "float64" => Box::new(b.chunks_exact(8).map(|c| float(f64::from_le_bytes(le(c))))),
+        "float16" => Box::new(b.chunks_exact(2).map(|c| float(f16_to_f32(u16::from_le_bytes(le(c))) as f64))),
+        "int8" => Box::new(b.iter().map(|&x| Value::from(x as i8))),
+        "int16" => Box::new(b.chunks_exact(2).map(|c| Value::from(i16::from_le_bytes(le(c))))),
+        "int32" => Box::new(b.chunks_exact(4).map(|c| Value::from(i32::from_le_bytes(le(c))))),
+        "int64" => Box::new(b.chunks_exact(8).map(|c| Value::from(i64::from_le_bytes(le(c))))),
+        "uint8" => Box::new(b.iter().map(|&x| Value::from(x))),
+        "uint16" => Box::new(b.chunks_exact(2).map(|c| Value::from(u16::from_le_bytes(le(c))))),
+        "uint32" => Box::new(b.chunks_exact(4).map(|c| Value::from(u32::from_le_bytes(le(c))))),
+        "uint64" => Box::new(b.chunks_exact(8).map(|c| Value::from(u64::from_le_bytes(le(c))))),
+        "bool" => Box::new(b.iter().map(|&x| Value::from(x != 0))),
         _ => Box::new(std::iter::empty()),
     };
     vals.take(count).collect()
+}
+
+/// A preview value as text: floats with six decimals, integers and booleans as they are.
+pub fn show(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Number(n) if n.is_f64() => format!("{:.6}", n.as_f64().unwrap_or(0.0)),
+        other => other.to_string(),
+    }
 }
 
 fn f16_to_f32(h: u16) -> f32 {

@@ -2,9 +2,10 @@
 
 use crate::model::{exec, Model};
 use crate::tensors::{self, Fill, HostTensor};
-use crate::Options;
+use crate::{FillKind, InputArgs, ModelArgs, ProfileArgs, RunArgs, ShareArgs, WeightFill};
 use serde_json::{json, Value};
 use std::io::IsTerminal;
+use std::path::Path;
 use std::time::Instant;
 use tvm_runtime::executor::GraphExecutor;
 use tvm_runtime::graph::NodeKind;
@@ -72,62 +73,167 @@ fn manifest(model: &Model) -> Option<Recorded> {
     Some((ins, outs))
 }
 
-/// Sets every data input from files, the fixture manifest, or the fill; returns where each came from.
-fn set_inputs(o: &Options, model: &Model, ex: &GraphExecutor) -> Result<Vec<Value>> {
-    let mut given: Vec<HostTensor> = Vec::new();
-    if let Some(npz) = &o.inputs_npz {
-        given.extend(tensors::read_npz(npz)?);
+fn fill_of(kind: FillKind, seed: u64) -> Fill {
+    match kind {
+        FillKind::Random => Fill::Random(seed),
+        FillKind::Zeros => Fill::Zeros,
+        FillKind::Ones => Fill::Ones,
     }
-    for (name, file) in &o.inputs {
-        let mut t = tensors::read_npy_file(file)?;
+}
+
+fn fill_name(fill: &Fill) -> &'static str {
+    match fill {
+        Fill::Random(_) => "random",
+        Fill::Zeros => "zeros",
+        Fill::Ones => "ones",
+    }
+}
+
+/// Sets every input that is not a weight already: from files, the fixture's recorded inputs, or a
+/// fill. Returns one report per input set, saying where its values came from. A model with no
+/// source of weights at all (no weights in its library, no params file) is an error unless
+/// `--fill-weights` asks for made-up ones: running on them silently would print meaningless results.
+fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &GraphExecutor) -> Result<Vec<Value>> {
+    let mut given: Vec<HostTensor> = Vec::new();
+    if let Some(npz) = &data.inputs {
+        given.extend(tensors::read_npz(&npz.to_string_lossy())?);
+    }
+    for (name, file) in &data.input {
+        let mut t = tensors::read_npy_file(&file.to_string_lossy())?;
         t.name = name.clone();
         given.push(t);
     }
     let plan = ex.plan();
-    for t in &given {
-        if plan.input_index(&t.name).is_none() {
-            return Err(Error::key(format!("the model has no input named '{}'", t.name)));
-        }
+    let unknown: Vec<&str> = given.iter().map(|t| t.name.as_str()).filter(|n| plan.input_index(n).is_none()).collect();
+    if !unknown.is_empty() {
+        let names: Vec<&str> = (0..plan.num_inputs()).map(|i| plan.input_name(i)).collect();
+        return Err(Error::key(format!(
+            "the model has no input named '{}' (its inputs: {})",
+            unknown.join("', '"),
+            names.join(", ")
+        )));
     }
-    let recorded = if given.is_empty() && o.fill.is_none() { manifest(model).map(|m| m.0) } else { None };
+    let recorded = if given.is_empty() && data.fill.is_none() { manifest(model).map(|m| m.0) } else { None };
+    let open = model.data_inputs(ex);
+    let is_given = |name: &str| {
+        given.iter().any(|t| t.name == name) || recorded.as_ref().is_some_and(|r| r.iter().any(|(n, _)| n == name))
+    };
+    // Without any source of weights, which inputs are data is unknown: those given, or else the
+    // first input (Relay puts data before weights); the rest are weights without values.
+    let weightless = !model.has_weight_source() && open.len() > 1;
+    let data_inputs: Vec<usize> = if weightless {
+        let named: Vec<usize> = open.iter().copied().filter(|&i| is_given(plan.input_name(i))).collect();
+        if named.is_empty() {
+            open[..1].to_vec()
+        } else {
+            named
+        }
+    } else {
+        open.clone()
+    };
+    let missing: Vec<usize> = open.iter().copied().filter(|i| !data_inputs.contains(i)).collect();
+    let weight_fill = match (missing.is_empty(), margs.fill_weights) {
+        (true, _) => None,
+        (false, Some(WeightFill::Random)) => Some(Fill::Random(data.seed)),
+        (false, Some(WeightFill::Zeros)) => Some(Fill::Zeros),
+        (false, None) => {
+            let list: Vec<String> = missing
+                .iter()
+                .map(|&i| {
+                    let e = &plan.graph.entries[plan.input_entries[i]];
+                    format!("{} {}{:?}", plan.input_name(i), e.dtype, e.shape)
+                })
+                .collect();
+            return Err(Error::value(format!(
+                "{} has no weights: its library carries none and no params file was found ({} does not exist; \
+                 --params names one). Inputs without values: {}. Pass --fill-weights random|zeros to run on made-up weights",
+                model.dir.display(),
+                model.dir.join("params.bin").display(),
+                list.join(", ")
+            )));
+        }
+    };
     let mut report = Vec::new();
-    for i in model.data_inputs(ex) {
+    for i in open {
         let name = plan.input_name(i);
         let e = &plan.graph.entries[plan.input_entries[i]];
-        let (bytes, source) = if let Some(t) = given.iter().find(|t| t.name == name) {
+        let (bytes, source, weight) = if let Some(t) = given.iter().find(|t| t.name == name) {
             if t.dtype != e.dtype || t.shape != *e.shape {
                 return Err(Error::value(format!(
                     "input '{name}' is {} {:?}, the file holds {} {:?}",
                     e.dtype, e.shape, t.dtype, t.shape
                 )));
             }
-            (t.data.clone(), "file")
+            (t.data.clone(), "file", false)
         } else if let Some(path) = recorded.as_ref().and_then(|r| r.iter().find(|(n, _)| n == name)).map(|(_, p)| p) {
-            (std::fs::read(path).map_err(|err| Error::io(path.display().to_string(), err))?, "recorded")
+            (std::fs::read(path).map_err(|err| Error::io(path.display().to_string(), err))?, "recorded", false)
+        } else if let (false, Some(fill)) = (data_inputs.contains(&i), weight_fill.as_ref()) {
+            let fill = match fill {
+                Fill::Random(s) => Fill::Random(*s),
+                Fill::Zeros => Fill::Zeros,
+                Fill::Ones => Fill::Ones,
+            };
+            let name_of = fill_name(&fill);
+            (tensors::filled(name, e.dtype, &e.shape, fill)?.data, name_of, true)
         } else {
-            let fill = o.fill.unwrap_or(Fill::Random(o.seed));
-            (
-                tensors::filled(name, e.dtype, &e.shape, fill)?.data,
-                match fill {
-                    Fill::Random(_) => "random",
-                    Fill::Zeros => "zeros",
-                    Fill::Ones => "ones",
-                },
-            )
+            let fill = fill_of(data.fill.unwrap_or(FillKind::Random), data.seed);
+            let name_of = fill_name(&fill);
+            (tensors::filled(name, e.dtype, &e.shape, fill)?.data, name_of, false)
         };
         ex.set_input_bytes(i, &bytes)?;
-        report.push(json!({"name": name, "dtype": e.dtype.to_string(), "shape": e.shape.to_vec(), "source": source}));
+        report.push(json!({"name": name, "dtype": e.dtype.to_string(), "shape": e.shape.to_vec(), "source": source,
+                           "weight": weight}));
+    }
+    if let Some(path) = &data.save_inputs {
+        let saved = report
+            .iter()
+            .filter(|r| r["weight"] == false)
+            .map(|r| {
+                let i = plan.input_index(r["name"].as_str().unwrap_or_default()).expect("an input");
+                let e = &plan.graph.entries[plan.input_entries[i]];
+                let view = ex.input(i)?;
+                Ok(HostTensor {
+                    name: plan.input_name(i).to_string(),
+                    dtype: e.dtype,
+                    shape: e.shape.to_vec(),
+                    data: view.to_vec(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        tensors::write_npz(&path.to_string_lossy(), &saved)?;
     }
     Ok(report)
 }
 
-pub fn run(o: &Options) -> Result<()> {
+/// What a model is called in reports.
+fn model_label(model: &Model) -> String {
+    if model.bundled {
+        "bundled MLP (tests/fixtures/mlp_b1, built by TVM 0.16)".to_string()
+    } else {
+        model.dir.display().to_string()
+    }
+}
+
+/// Fails now, not after the timing runs, when an output file cannot be written.
+fn check_writable(path: &Path) -> Result<()> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| Error::io(path.display().to_string(), e))
+}
+
+pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
+    for path in [&a.outputs, &a.data.save_inputs].into_iter().flatten() {
+        check_writable(path)?;
+    }
     let t0 = Instant::now();
-    let model = Model::load(o.models.first().map(String::as_str), &o.paths, o.map_params)?;
+    let model = Model::load(a.model.model.as_deref(), &a.model)?;
     let m = model.executor(false)?;
     let ex = exec(&m);
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let inputs = set_inputs(o, &model, ex)?;
+    let inputs = set_inputs(&a.data, &a.model, &model, ex)?;
     ex.run()?;
     // Recorded outputs only apply to the recorded inputs.
     let recorded = !inputs.is_empty() && inputs.iter().all(|i| i["source"] == "recorded");
@@ -143,18 +249,18 @@ pub fn run(o: &Options) -> Result<()> {
             })
         })
         .collect::<Result<_>>()?;
-    let repeat = if o.repeat == 0 { 10 } else { o.repeat };
+    let (repeat, number) = (a.repeat as usize, a.number as usize);
     let mut times = Vec::with_capacity(repeat);
     for r in 0..repeat {
         let start = Instant::now();
-        for _ in 0..o.number {
+        for _ in 0..number {
             ex.run()?;
         }
-        times.push(start.elapsed().as_secs_f64() * 1e3 / o.number as f64);
+        times.push(start.elapsed().as_secs_f64() * 1e3 / number as f64);
         progress("timing", r + 1, repeat);
     }
-    if let Some(path) = &o.outputs {
-        tensors::write_npz(path, &outputs)?;
+    if let Some(path) = &a.outputs {
+        tensors::write_npz(&path.to_string_lossy(), &outputs)?;
     }
     let outs: Vec<Value> = outputs
         .iter()
@@ -170,10 +276,10 @@ pub fn run(o: &Options) -> Result<()> {
         })
         .collect();
     let report = json!({
-        "model": model.dir.display().to_string(), "threads": tvm_runtime::backend::thread_pool::num_threads(),
-        "load_ms": load_ms, "inputs": inputs, "outputs": outs, "outputs_file": o.outputs,
-        "run_ms": stats(&times), "number": o.number, "memory": memory_json(ex)});
-    if o.json {
+        "model": model_label(&model), "threads": tvm_runtime::backend::thread_pool::num_threads(),
+        "load_ms": load_ms, "inputs": inputs, "outputs": outs, "outputs_file": a.outputs,
+        "inputs_file": a.data.save_inputs, "run_ms": stats(&times), "number": number, "memory": memory_json(ex)});
+    if json_out {
         print_json(&report);
         return Ok(());
     }
@@ -181,8 +287,9 @@ pub fn run(o: &Options) -> Result<()> {
     println!("threads  {}", report["threads"]);
     println!("load     {load_ms:.2} ms (library, graph, weights)");
     for i in &inputs {
+        let (what, how) = if i["weight"] == true { ("weight  ", "made up: ") } else { ("input   ", "") };
         println!(
-            "input    {}: {} {} ({})",
+            "{what} {}: {} {} ({how}{})",
             i["name"].as_str().unwrap_or(""),
             i["dtype"].as_str().unwrap_or(""),
             i["shape"],
@@ -195,8 +302,7 @@ pub fn run(o: &Options) -> Result<()> {
             Some(false) => " DIFFERS from the reference",
             None => "",
         };
-        let preview: Vec<String> =
-            out["preview"].as_array().unwrap().iter().map(|v| format!("{:.6}", v.as_f64().unwrap_or(0.0))).collect();
+        let preview: Vec<String> = out["preview"].as_array().unwrap().iter().map(tensors::show).collect();
         println!(
             "output   {}: {} {} [{}{}]{check}",
             out["name"].as_str().unwrap(),
@@ -206,19 +312,21 @@ pub fn run(o: &Options) -> Result<()> {
             if out["preview"].as_array().unwrap().len() == 6 { ", ..." } else { "" }
         );
     }
-    if let Some(p) = &o.outputs {
-        println!("saved    outputs to {p}");
+    if let Some(p) = &a.data.save_inputs {
+        println!("saved    inputs to {}", p.display());
+    }
+    if let Some(p) = &a.outputs {
+        println!("saved    outputs to {}", p.display());
     }
     let s = &report["run_ms"];
     let t = |k: &str| duration(s[k].as_f64().unwrap_or(0.0));
     println!(
-        "run      mean {}, median {}, min {}, max {}, std {} ({repeat} repeats of {} runs)",
+        "run      mean {}, median {}, min {}, max {}, std {} ({repeat} repeats of {number} runs)",
         t("mean"),
         t("median"),
         t("min"),
         t("max"),
         t("std"),
-        o.number
     );
     let mem = &report["memory"];
     println!(
@@ -245,13 +353,15 @@ fn arg_desc(ex: &GraphExecutor, node: usize) -> (Vec<String>, String) {
     (shapes, func)
 }
 
-pub fn profile(o: &Options) -> Result<()> {
-    let model = Model::load(o.models.first().map(String::as_str), &o.paths, o.map_params)?;
+pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
+    if let Some(path) = &a.trace {
+        check_writable(path)?;
+    }
+    let model = Model::load(a.model.model.as_deref(), &a.model)?;
     let m = model.executor(false)?;
     let ex = exec(&m);
-    let inputs = set_inputs(o, &model, ex)?;
-    let _ = inputs;
-    let repeat = if o.repeat == 0 { 10 } else { o.repeat };
+    set_inputs(&a.data, &a.model, &model, ex)?;
+    let repeat = a.repeat as usize;
     ex.run()?;
     // Whole runs first, then operator-by-operator runs: the sum is checked against the whole.
     let mut whole = Vec::with_capacity(repeat);
@@ -284,7 +394,7 @@ pub fn profile(o: &Options) -> Result<()> {
     let total_us: f64 = rows.iter().map(|r| r.2).sum();
     rows.sort_by(|a, b| b.2.total_cmp(&a.2));
     let whole_ms = median(&mut whole.clone());
-    if let Some(path) = &o.trace {
+    if let Some(path) = &a.trace {
         let events: Vec<Value> = last
             .iter()
             .map(|(node, start, dur)| {
@@ -295,9 +405,9 @@ pub fn profile(o: &Options) -> Result<()> {
             })
             .collect();
         let trace = json!({"traceEvents": events, "displayTimeUnit": "ms",
-                           "otherData": {"model": model.dir.display().to_string(), "runtime": "tvm-runtime-rs"}});
+                           "otherData": {"model": model_label(&model), "runtime": "tvm-runtime-rs"}});
         std::fs::write(path, serde_json::to_string(&trace).expect("serialisable"))
-            .map_err(|e| Error::io(path.clone(), e))?;
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
     }
     let ops: Vec<Value> = rows
         .iter()
@@ -306,9 +416,9 @@ pub fn profile(o: &Options) -> Result<()> {
                    "arguments": shapes})
         })
         .collect();
-    let report = json!({"model": model.dir.display().to_string(), "runs": repeat, "run_ms": stats(&whole),
-                        "sum_of_operators_ms": total_us / 1e3, "operators": ops, "trace": o.trace});
-    if o.json {
+    let report = json!({"model": model_label(&model), "runs": repeat, "run_ms": stats(&whole),
+                        "sum_of_operators_ms": total_us / 1e3, "operators": ops, "trace": a.trace});
+    if json_out {
         print_json(&report);
         return Ok(());
     }
@@ -322,14 +432,14 @@ pub fn profile(o: &Options) -> Result<()> {
         duration(total_us / 1e3),
         duration(whole_ms)
     );
-    if let Some(p) = &o.trace {
-        println!("trace    written to {p} (chrome://tracing, Perfetto)");
+    if let Some(p) = &a.trace {
+        println!("trace    written to {} (chrome://tracing, Perfetto)", p.display());
     }
     Ok(())
 }
 
-pub fn inspect(o: &Options) -> Result<()> {
-    let model = Model::load(o.models.first().map(String::as_str), &o.paths, o.map_params)?;
+pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {
+    let model = Model::load(a.model.as_deref(), a)?;
     let m = model.executor(false)?;
     let ex = exec(&m);
     let plan = ex.plan();
@@ -367,13 +477,13 @@ pub fn inspect(o: &Options) -> Result<()> {
         })
         .collect();
     let mem = memory_json(ex);
-    let report = json!({"model": model.dir.display().to_string(), "inputs": inputs, "outputs": outputs,
+    let report = json!({"model": model_label(&model), "inputs": inputs, "outputs": outputs,
                         "operators": ops, "storage": slots, "memory": mem});
-    if o.json {
+    if json_out {
         print_json(&report);
         return Ok(());
     }
-    println!("model      {}", model.dir.display());
+    println!("model      {}", model_label(&model));
     for i in &inputs {
         println!(
             "input      {} {} {}{}",
@@ -414,13 +524,12 @@ pub fn inspect(o: &Options) -> Result<()> {
     Ok(())
 }
 
-pub fn share(o: &Options) -> Result<()> {
-    if o.models.is_empty() {
-        return Err(Error::value("share needs at least one MODEL"));
-    }
-    let models = o.models.iter().map(|s| Model::load(Some(s), &o.paths, o.map_params)).collect::<Result<Vec<_>>>()?;
+pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
+    let margs = ModelArgs { map_params: a.map_params, ..Default::default() };
+    let models = a.models.iter().map(|s| Model::load(Some(s), &margs)).collect::<Result<Vec<_>>>()?;
+    let executors = a.executors as usize;
     let mut execs = Vec::new();
-    for k in 0..o.executors {
+    for k in 0..executors {
         let model = &models[k % models.len()];
         let m = model.executor(false)?;
         if let Some(first) = execs.first() {
@@ -443,10 +552,11 @@ pub fn share(o: &Options) -> Result<()> {
                     .map_err(|e| e.context(format!("executor {k} ({})", model.name)))?;
             }
         }
-        set_inputs(&Options { fill: Some(Fill::Random(o.seed)), ..Default::default() }, model, exec(&m))?;
+        let data = InputArgs { fill: Some(FillKind::Random), ..Default::default() };
+        set_inputs(&data, &margs, model, exec(&m))?;
         exec(&m).run()?;
         execs.push((k % models.len(), m));
-        progress("executors", k + 1, o.executors);
+        progress("executors", k + 1, executors);
     }
     let rows: Vec<Value> = execs
         .iter()
@@ -459,7 +569,7 @@ pub fn share(o: &Options) -> Result<()> {
     let unshared_total: u64 =
         rows.iter().map(|r| get(r, "weights_owned") + get(r, "weights_shared") + get(r, "activations")).sum();
     let report = json!({"executors": rows, "total_bytes": shared_total, "unshared_total_bytes": unshared_total});
-    if o.json {
+    if json_out {
         print_json(&report);
         return Ok(());
     }
@@ -477,23 +587,21 @@ pub fn share(o: &Options) -> Result<()> {
     Ok(())
 }
 
-pub fn align_params(o: &Options) -> Result<()> {
-    let [input, output] = o.models.as_slice() else {
-        return Err(Error::value("align-params takes IN and OUT params files"));
-    };
-    let bytes = std::fs::read(input).map_err(|e| Error::io(input.clone(), e))?;
+pub fn align_params(input: &Path, output: &Path, json_out: bool) -> Result<()> {
+    let bytes = std::fs::read(input).map_err(|e| Error::io(input.display().to_string(), e))?;
     let aligned = tvm_runtime::params::align(&bytes)?;
-    std::fs::write(output, &aligned).map_err(|e| Error::io(output.clone(), e))?;
+    std::fs::write(output, &aligned).map_err(|e| Error::io(output.display().to_string(), e))?;
     let tensors = tvm_runtime::params::parse(&aligned)?
         .iter()
         .filter(|(n, _)| !n.starts_with(tvm_runtime::params::PAD_PREFIX))
         .count();
     let report = json!({"input": input, "output": output, "tensors": tensors, "input_bytes": bytes.len(), "output_bytes": aligned.len()});
-    if o.json {
+    if json_out {
         print_json(&report);
     } else {
         println!(
-            "wrote {output}: {tensors} tensors, each 64-byte aligned ({} -> {} bytes)",
+            "wrote {}: {tensors} tensors, each 64-byte aligned ({} -> {} bytes)",
+            output.display(),
             bytes.len(),
             aligned.len()
         );

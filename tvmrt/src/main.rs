@@ -1,0 +1,209 @@
+//! `tvmrt`: run, profile, inspect and share TVM-compiled graph-executor models with this runtime.
+//! `tvmrt --help` and `tvmrt COMMAND --help` describe every option.
+
+mod bundled;
+mod commands;
+mod model;
+mod tensors;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "tvmrt",
+    version,
+    about = "Run, profile, inspect and share TVM graph-executor models (lib.so, graph.json, params.bin)",
+    after_help = "MODEL is a folder with lib.so (plus graph.json and params.bin for builds with unbound params) \
+                  or a lib.so; --lib, --graph and --params name the artefacts one by one. Without MODEL and \
+                  --lib, run, profile and inspect use the bundled MLP."
+)]
+struct Cli {
+    /// Print one JSON document on stdout, errors included
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a model: set inputs, run, show outputs, time repeated runs
+    Run(RunArgs),
+    /// Time every operator; optionally write a Chrome / Perfetto trace
+    Profile(ProfileArgs),
+    /// Show inputs (weights marked), outputs, operators, the storage plan and memory
+    Inspect(ModelArgs),
+    /// Make K executors sharing one copy of the weights and report their memory
+    Share(ShareArgs),
+    /// Rewrite a params file so every tensor can be mapped and used in place (--map-params)
+    AlignParams {
+        /// The params file to read
+        #[arg(value_name = "IN")]
+        input: PathBuf,
+        /// Where to write the aligned file
+        #[arg(value_name = "OUT")]
+        output: PathBuf,
+    },
+}
+
+/// Where a model comes from.
+#[derive(Args, Clone, Default)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("source").args(["model", "lib"]).multiple(true)))]
+pub struct ModelArgs {
+    /// Model folder or lib.so
+    #[arg(value_name = "MODEL")]
+    pub model: Option<PathBuf>,
+    /// The operator library (default: MODEL/lib.so)
+    #[arg(long, value_name = "FILE")]
+    pub lib: Option<PathBuf>,
+    /// The graph JSON (default: the library's own, else MODEL/graph.json)
+    #[arg(long, value_name = "FILE", requires = "source")]
+    pub graph: Option<PathBuf>,
+    /// The params file (default: MODEL/params.bin when the library carries no weights)
+    #[arg(long, value_name = "FILE", requires = "source")]
+    pub params: Option<PathBuf>,
+    /// Map the params file and use its weights in place; every tensor must be 64-byte aligned in
+    /// the file (see align-params), and the file must not change while tvmrt runs
+    #[arg(long)]
+    pub map_params: bool,
+    /// Make up the weights the model has no values for (each fill is printed), instead of failing
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub fill_weights: Option<WeightFill>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightFill {
+    Random,
+    Zeros,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillKind {
+    Random,
+    Zeros,
+    Ones,
+}
+
+/// Where input data comes from.
+#[derive(Args, Clone, Default)]
+pub struct InputArgs {
+    /// Inputs from an .npz archive (array names are input names)
+    #[arg(long, value_name = "FILE.npz")]
+    pub inputs: Option<PathBuf>,
+    /// One input from an .npy file
+    #[arg(long, value_name = "NAME=FILE.npy", value_parser = parse_named_file)]
+    pub input: Vec<(String, PathBuf)>,
+    /// Fill the data inputs not given by file (default: the recorded inputs of a fixture, else random)
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub fill: Option<FillKind>,
+    /// Seed of the random fills
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write the inputs used to an .npz archive (to edit them, or to pass them back with --inputs)
+    #[arg(long, value_name = "FILE.npz")]
+    pub save_inputs: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub data: InputArgs,
+    /// Write the outputs to an .npz archive
+    #[arg(long, value_name = "FILE.npz")]
+    pub outputs: Option<PathBuf>,
+    /// Timed repeats (each the mean of --number runs)
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+    /// Runs per timed repeat
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub number: u32,
+}
+
+#[derive(Args)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub data: InputArgs,
+    /// Profiled runs; each operator's median is reported
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+    /// Write a Chrome / Perfetto trace of the last run
+    #[arg(long, value_name = "FILE.json")]
+    pub trace: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ShareArgs {
+    /// Models whose executors share weights (round robin, e.g. the batch-1 and batch-8 builds)
+    #[arg(value_name = "MODEL", required = true)]
+    pub models: Vec<PathBuf>,
+    /// Executors to make
+    #[arg(short = 'n', long = "executors", value_name = "K", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub executors: u32,
+    /// Map each params file and use its weights in place (see run --help)
+    #[arg(long)]
+    pub map_params: bool,
+}
+
+fn parse_named_file(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => Ok((name.to_string(), file.into())),
+        _ => Err(format!("expected NAME=FILE.npy, got '{s}'")),
+    }
+}
+
+/// An error as `--json` prints it: on stdout, with the kind TVM's Python package would raise.
+fn json_error(kind: &str, message: &str) -> String {
+    serde_json::to_string_pretty(&json!({"error": {"kind": kind, "message": message}})).expect("serialisable")
+}
+
+fn main() -> ExitCode {
+    // Like other command-line tools: stop quietly when the reader of our output goes away.
+    // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let json_wanted = std::env::args().any(|a| a == "--json");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: on stdout, success.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) if json_wanted => {
+            let text = e.render().to_string();
+            println!("{}", json_error("UsageError", text.trim_end()));
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
+    tvm_runtime::init();
+    let json = cli.json;
+    let result = match cli.command {
+        Command::Run(a) => commands::run(&a, json),
+        Command::Profile(a) => commands::profile(&a, json),
+        Command::Inspect(a) => commands::inspect(&a, json),
+        Command::Share(a) => commands::share(&a, json),
+        Command::AlignParams { input, output } => commands::align_params(&input, &output, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = e.to_c_message();
+            if json {
+                let (kind, message) = msg.split_once(": ").unwrap_or(("TVMError", &msg));
+                println!("{}", json_error(kind, message));
+            } else {
+                eprintln!("tvmrt: {msg}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

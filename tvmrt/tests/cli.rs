@@ -1,0 +1,274 @@
+//! The `tvmrt` command line on the fixtures: values, files written, profile and trace structure.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn tvmrt(args: &[&str]) -> (bool, String, String) {
+    let (code, out, err) = tvmrt_in(None, args);
+    (code == 0, out, err)
+}
+
+/// Runs tvmrt (in `dir` when given); returns the exit code, stdout and stderr.
+fn tvmrt_in(dir: Option<&std::path::Path>, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tvmrt"));
+    if let Some(d) = dir {
+        cmd.current_dir(d);
+    }
+    let out = cmd.args(args).env("TVM_NUM_THREADS", "1").output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn temp_dir(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tvmrt-cli-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (ok, out, err) = tvmrt(&all);
+    assert!(ok, "tvmrt {args:?} failed: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn run_without_a_model_runs_the_bundled_one_and_matches_upstream() {
+    let (ok, out, err) = tvmrt(&["run", "--repeat", "3"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("matches the reference"), "{out}");
+    assert!(out.contains("mean") && out.contains("median") && out.contains("std"), "{out}");
+}
+
+#[test]
+fn run_writes_outputs_to_npz_that_read_back_exactly() {
+    let dir = std::env::temp_dir().join(format!("tvmrt-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let npz = dir.join("out.npz");
+    let r = json(&["run", &fixture("multi_io"), "--outputs", npz.to_str().unwrap(), "--repeat", "2"]);
+    assert_eq!(r["outputs"].as_array().unwrap().len(), 7);
+    assert!(r["outputs"].as_array().unwrap().iter().all(|o| o["matches_reference"] == true), "{r}");
+    assert_eq!(r["run_ms"]["runs"], 2);
+    // Read the archive back with the zip and npyz crates and compare with upstream's bytes.
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(&npz).unwrap()).unwrap();
+    assert_eq!(zip.len(), 7);
+    for k in 0..7 {
+        let entry = zip.by_name(&format!("output_{k}.npy")).unwrap();
+        let npy = npyz::NpyFile::new(entry).unwrap();
+        let shape = npy.shape().to_vec();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut npy.into_inner(), &mut data).unwrap();
+        let want = std::fs::read(format!("{}/out_{k}.bin", fixture("multi_io"))).unwrap();
+        assert_eq!(data, want, "output {k}");
+        assert_eq!(shape.len(), r["outputs"][k]["shape"].as_array().unwrap().len());
+    }
+    // The same archive as inputs: names must match the model's.
+    let (ok, _, err) = tvmrt(&["run", &fixture("multi_io"), "--inputs", npz.to_str().unwrap()]);
+    assert!(!ok && err.contains("no input named 'output_0'") && err.contains("its inputs: x, y, z"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn profile_sums_to_the_run_time_and_writes_a_chrome_trace() {
+    let trace = std::env::temp_dir().join(format!("tvmrt-trace-{}.json", std::process::id()));
+    let r = json(&["profile", &fixture("convnet"), "--repeat", "20", "--trace", trace.to_str().unwrap()]);
+    let ops = r["operators"].as_array().unwrap();
+    assert_eq!(ops.len(), 8);
+    let shares: f64 = ops.iter().map(|o| o["share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-6);
+    let medians: Vec<f64> = ops.iter().map(|o| o["median_us"].as_f64().unwrap()).collect();
+    assert!(medians.windows(2).all(|w| w[0] >= w[1]), "sorted by time: {medians:?}");
+    let sum = r["sum_of_operators_ms"].as_f64().unwrap();
+    let whole = r["run_ms"]["median"].as_f64().unwrap();
+    assert!(sum > 0.2 * whole && sum < 5.0 * whole, "operators {sum} ms vs run {whole} ms");
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = t["traceEvents"].as_array().unwrap();
+    assert_eq!(events.len(), 8);
+    for e in events {
+        assert_eq!(e["ph"], "X");
+        assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() > 0.0);
+        assert!(e["name"].as_str().unwrap().starts_with("tvmgen_default_"));
+    }
+    std::fs::remove_file(trace).unwrap();
+}
+
+#[test]
+fn inspect_lists_inputs_outputs_operators_and_storage() {
+    let r = json(&["inspect", &fixture("lstm_seq8")]);
+    let inputs = r["inputs"].as_array().unwrap();
+    assert_eq!(inputs.len(), 5);
+    assert_eq!(inputs.iter().filter(|i| i["weight"] == true).count(), 4);
+    assert_eq!(r["outputs"].as_array().unwrap().len(), 2);
+    assert!(r["operators"].as_array().unwrap().iter().any(|o| o["function"] == "__nop"));
+    let storage = r["storage"].as_array().unwrap();
+    assert!(storage.iter().any(|s| s["role"] == "input") && storage.iter().any(|s| s["role"] == "activation"));
+    let weights = r["memory"]["weights_owned"].as_u64().unwrap();
+    assert_eq!(weights, (64 * 8 + 64 + 64 * 16 + 64) * 4);
+}
+
+#[test]
+fn share_reports_one_copy_of_the_weights() {
+    let r = json(&["share", &fixture("mlp_unbound_b1"), &fixture("mlp_unbound_b8"), "-n", "4"]);
+    let execs = r["executors"].as_array().unwrap();
+    assert_eq!(execs.len(), 4);
+    assert!(execs.iter().all(|e| e["memory"]["weights_owned"] == 0), "{r}");
+    let (total, unshared) = (r["total_bytes"].as_u64().unwrap(), r["unshared_total_bytes"].as_u64().unwrap());
+    assert_eq!(unshared - total, 3 * execs[0]["memory"]["weights_shared"].as_u64().unwrap());
+}
+
+#[test]
+fn errors_are_clear() {
+    let (ok, _, err) = tvmrt(&["run", "/nonexistent"]);
+    assert!(!ok && err.contains("no operator library at /nonexistent"), "{err}");
+    let (code, _, err) = tvmrt_in(None, &["run", "--repeat", "x"]);
+    assert!(code == 2 && err.contains("invalid value 'x' for '--repeat <REPEAT>'"), "{err}");
+    let (code, _, err) = tvmrt_in(None, &["frobnicate"]);
+    assert!(code == 2 && err.contains("unrecognized subcommand 'frobnicate'"), "{err}");
+}
+
+#[test]
+fn help_and_version_go_to_stdout_and_succeed() {
+    for args in [&["--help"][..], &["run", "--help"], &["share", "--help"], &["help", "profile"]] {
+        let (code, out, err) = tvmrt_in(None, args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains("Usage: tvmrt") && err.is_empty(), "{args:?}: {out}");
+    }
+    let (code, out, _) = tvmrt_in(None, &["--version"]);
+    assert_eq!((code, out.trim()), (0, concat!("tvmrt ", env!("CARGO_PKG_VERSION"))));
+}
+
+#[test]
+fn counts_below_one_extra_arguments_and_foreign_options_are_usage_errors() {
+    let mlp = fixture("mlp_b1");
+    for args in [
+        &["run", "--repeat", "0"][..],
+        &["run", "--number", "0"],
+        &["share", &mlp, "-n", "0"],
+        &["inspect", &mlp, &mlp],
+        &["inspect", &mlp, "--repeat", "3"],
+        &["align-params", "a"],
+        &["run", "--fill", "purple"],
+    ] {
+        let (code, out, err) = tvmrt_in(None, args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains("error:"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn graph_or_params_without_a_model_is_refused_instead_of_running_the_bundled_one() {
+    let (code, out, err) = tvmrt_in(None, &["run", "--graph", &format!("{}/graph.json", fixture("mlp_unbound_b1"))]);
+    assert!(code == 2 && err.contains("<MODEL|--lib <FILE>>") && !out.contains("matches"), "{out}{err}");
+    let (code, _, err) = tvmrt_in(None, &["inspect", "--params", &format!("{}/params.bin", fixture("mlp_unbound_b1"))]);
+    assert!(code == 2 && err.contains("required arguments were not provided"), "{err}");
+}
+
+#[test]
+fn missing_weights_are_an_error_unless_made_up_on_request_and_every_fill_is_shown() {
+    let dir = temp_dir("noweights");
+    std::fs::copy(format!("{}/lib.so", fixture("mlp_unbound_b1")), dir.join("lib.so")).unwrap();
+    let (ok, _, err) = tvmrt(&["run", dir.to_str().unwrap(), "--repeat", "1"]);
+    assert!(!ok && err.contains("has no weights") && err.contains("fc1_weight float32[128, 784]"), "{err}");
+    assert!(err.contains("--fill-weights random|zeros"), "{err}");
+    let r = json(&["run", dir.to_str().unwrap(), "--repeat", "1", "--fill-weights", "zeros"]);
+    let inputs = r["inputs"].as_array().unwrap();
+    assert_eq!(inputs.len(), 7);
+    assert_eq!(inputs.iter().filter(|i| i["weight"] == true && i["source"] == "zeros").count(), 6, "{r}");
+    let (ok, out, _) = tvmrt(&["run", dir.to_str().unwrap(), "--repeat", "1", "--fill-weights", "random"]);
+    assert!(ok && out.matches("(made up: random)").count() == 6, "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn params_whose_names_do_not_match_the_graph_are_listed() {
+    let (ok, _, err) =
+        tvmrt(&["run", &fixture("mlp_unbound_b1"), "--params", &format!("{}/params.bin", fixture("lstm_seq8"))]);
+    assert!(!ok && err.contains("holds 4 weight(s) the graph has no input for"), "{err}");
+    for name in ["i2h_weight", "i2h_bias", "h2h_weight", "h2h_bias"] {
+        assert!(err.contains(name), "{name}: {err}");
+    }
+}
+
+#[test]
+fn map_params_on_an_unaligned_file_says_to_align_it() {
+    let (ok, _, err) = tvmrt(&["run", &fixture("mlp_unbound_b1"), "--map-params", "--repeat", "1"]);
+    assert!(!ok && err.contains("would be copied") && err.contains("tvmrt align-params"), "{err}");
+    let dir = temp_dir("aligned");
+    let aligned = dir.join("aligned.params");
+    let params = format!("{}/params.bin", fixture("mlp_unbound_b1"));
+    assert!(tvmrt(&["align-params", &params, aligned.to_str().unwrap()]).0);
+    let r = json(&[
+        "run",
+        &fixture("mlp_unbound_b1"),
+        "--map-params",
+        "--params",
+        aligned.to_str().unwrap(),
+        "--repeat",
+        "1",
+    ]);
+    assert!(r["memory"]["weights_mapped"].as_u64().unwrap() > 400_000, "{r}");
+    assert_eq!(r["outputs"][0]["matches_reference"], true);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bare_lib_so_in_the_working_directory_runs() {
+    let (code, out, err) =
+        tvmrt_in(Some(std::path::Path::new(&fixture("mlp_b1"))), &["run", "lib.so", "--repeat", "1"]);
+    assert!(code == 0 && out.contains("matches the reference"), "{out}{err}");
+}
+
+#[test]
+fn outputs_print_in_their_own_dtype() {
+    let r = json(&["run", &fixture("multi_io"), "--repeat", "1"]);
+    let outs = r["outputs"].as_array().unwrap();
+    assert!(outs[2]["preview"].as_array().unwrap().iter().all(Value::is_boolean), "bool: {}", outs[2]);
+    for k in [3, 4, 6] {
+        assert!(outs[k]["preview"].as_array().unwrap().iter().all(|v| v.is_i64() || v.is_u64()), "{}", outs[k]);
+    }
+    assert!(outs[0]["preview"][0].is_f64());
+    let (_, out, _) = tvmrt(&["run", &fixture("multi_io"), "--repeat", "1"]);
+    let line = out.lines().find(|l| l.contains("output_3")).unwrap();
+    assert!(!line.contains(".000000"), "int64 printed as floats: {line}");
+    let line = out.lines().find(|l| l.contains("output_2")).unwrap();
+    assert!(line.contains("true") || line.contains("false"), "{line}");
+}
+
+#[test]
+fn an_unwritable_output_fails_before_any_run() {
+    let (ok, out, err) =
+        tvmrt(&["run", &fixture("mlp_b1"), "--outputs", "/nonexistent/dir/o.npz", "--repeat", "100000"]);
+    assert!(!ok && err.contains("/nonexistent/dir/o.npz") && out.is_empty(), "{out}{err}");
+}
+
+#[test]
+fn with_json_errors_are_json_on_stdout() {
+    let (code, out, _) = tvmrt_in(None, &["run", "/nonexistent", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    assert_eq!(code, 1);
+    assert_eq!(v["error"]["kind"], "ValueError");
+    assert!(v["error"]["message"].as_str().unwrap().contains("no operator library at /nonexistent"));
+    let (code, out, _) = tvmrt_in(None, &["run", "--repeat", "0", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    assert_eq!((code, v["error"]["kind"].as_str()), (2, Some("UsageError")));
+}
+
+#[test]
+fn save_inputs_writes_what_inputs_reads_back() {
+    let dir = temp_dir("inputs");
+    let npz = dir.join("in.npz");
+    let first =
+        json(&["run", &fixture("multi_io"), "--fill", "ones", "--save-inputs", npz.to_str().unwrap(), "--repeat", "1"]);
+    let again = json(&["run", &fixture("multi_io"), "--inputs", npz.to_str().unwrap(), "--repeat", "1"]);
+    assert!(again["inputs"].as_array().unwrap().iter().all(|i| i["source"] == "file"), "{again}");
+    assert_eq!(first["outputs"], again["outputs"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
