@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};
-use crate::object::{type_index, ObjRef, ObjectType};
+use crate::object::ObjRef;
 use crate::packed::PackedFunc;
 use std::any::Any;
 use std::sync::RwLock;
@@ -35,11 +35,6 @@ pub struct Module {
     imports: RwLock<Vec<ObjRef<Module>>>,
 }
 
-impl crate::object::sealed::Sealed for Module {}
-
-impl ObjectType for Module {
-    const TYPE_INDEX: u32 = type_index::MODULE;
-}
 
 impl Module {
     pub fn new(node: impl ModuleNode) -> ObjRef<Module> {

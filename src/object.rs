@@ -75,7 +75,39 @@ pub struct ObjectHeader {
 /// belong to one type, which only this crate can promise.
 pub trait ObjectType: sealed::Sealed + Send + Sync + 'static {
     const TYPE_INDEX: u32;
+    /// The deleter of this type's cells: a function of its own (made by [`object_type!`]), not a
+    /// generic instance, so its address is one and the same in every crate that makes objects.
+    const DELETER: Deleter;
 }
+
+/// What an object header holds to free the object.
+pub type Deleter = unsafe extern "C" fn(*mut ObjectHeader);
+
+/// Declares `$t` an object payload of type index `$index`, with a deleter of its own.
+macro_rules! object_type {
+    ($t:ty, $index:expr) => {
+        impl $crate::object::sealed::Sealed for $t {}
+        impl $crate::object::ObjectType for $t {
+            const TYPE_INDEX: u32 = $index;
+            const DELETER: $crate::object::Deleter = {
+                unsafe extern "C" fn delete(obj: *mut $crate::object::ObjectHeader) {
+                    // SAFETY: installed only by `ObjRef::new` for cells of this type.
+                    unsafe { $crate::object::delete_cell::<$t>(obj) }
+                }
+                delete
+            };
+        }
+    };
+}
+
+// Every payload type of the runtime, in one place: type indices must stay unique.
+object_type!(crate::module::Module, type_index::MODULE);
+object_type!(crate::tensor::NDArray, type_index::NDARRAY);
+object_type!(crate::packed::StringObj, type_index::STRING);
+object_type!(crate::packed::ArrayObj, type_index::ARRAY);
+object_type!(crate::packed::MapObj, type_index::MAP);
+object_type!(crate::packed::ShapeTupleObj, type_index::SHAPE_TUPLE);
+object_type!(crate::packed::PackedFunc, type_index::PACKED_FUNC);
 
 pub(crate) mod sealed {
     /// Implemented by the crate's own object payload types only.
@@ -88,9 +120,12 @@ struct ObjectCell<T> {
     value: T,
 }
 
-unsafe extern "C" fn delete_cell<T>(obj: *mut ObjectHeader) {
-    // SAFETY: installed only by `ObjRef::<T>::new`, whose allocation is a `Box<ObjectCell<T>>`,
-    // and called once, when the count reaches zero.
+/// Frees a cell of `T`.
+///
+/// # Safety
+/// `obj` must be a cell made by `ObjRef::<T>::new` whose count has reached zero.
+pub(crate) unsafe fn delete_cell<T>(obj: *mut ObjectHeader) {
+    // SAFETY: per the contract: the allocation is a `Box<ObjectCell<T>>`, freed once.
     drop(unsafe { Box::from_raw(obj.cast::<ObjectCell<T>>()) });
 }
 
@@ -111,7 +146,7 @@ impl<T: ObjectType> ObjRef<T> {
             header: ObjectHeader {
                 type_index: T::TYPE_INDEX,
                 ref_counter: AtomicI32::new(1),
-                deleter: Some(delete_cell::<T>),
+                deleter: Some(T::DELETER),
             },
             value,
         });
@@ -195,9 +230,11 @@ pub unsafe fn release(obj: *mut ObjectHeader) {
 pub unsafe fn payload_of<'a, T: ObjectType>(ptr: *mut ObjectHeader) -> Option<&'a T> {
     // SAFETY: per the contract.
     let header = unsafe { ptr.as_ref() }?;
-    // Each type index belongs to one payload type, and every object is made by `ObjRef::new`
-    // (handles come only from this runtime), so the index identifies the cell type.
-    if header.type_index != T::TYPE_INDEX || header.deleter.is_none() {
+    // Each type index belongs to one payload type, and an object made by `ObjRef::<T>::new` carries
+    // `delete_cell::<T>` as its deleter: both must agree before the cell is read as an
+    // `ObjectCell<T>`. Objects a host made (a C++ `PackedFuncObj`, a `StringObj` with its own
+    // deleter) have the index but not our deleter, and are never mistaken for ours.
+    if header.type_index != T::TYPE_INDEX || header.deleter.map(|d| d as usize) != Some(T::DELETER as usize) {
         return None;
     }
     // SAFETY: see above.
@@ -322,10 +359,7 @@ mod tests {
     use std::sync::Arc;
 
     struct Probe(Arc<AtomicUsize>);
-    impl sealed::Sealed for Probe {}
-    impl ObjectType for Probe {
-        const TYPE_INDEX: u32 = 100;
-    }
+    object_type!(Probe, 100);
     impl Drop for Probe {
         fn drop(&mut self) {
             self.0.fetch_add(1, Ordering::SeqCst);

@@ -1,7 +1,7 @@
 //! The runtime objects Python and C++ callers meet besides arrays and modules: String, ShapeTuple,
 //! Array and Map. String and ShapeTuple keep upstream's layout (data pointer, size).
 
-use crate::object::{type_index, AnyObject, ObjRef, ObjectType};
+use crate::object::{AnyObject, ObjRef};
 use std::ffi::c_char;
 
 #[repr(C)]
@@ -16,11 +16,6 @@ unsafe impl Send for StringObj {}
 // SAFETY: as above.
 unsafe impl Sync for StringObj {}
 
-impl crate::object::sealed::Sealed for StringObj {}
-
-impl ObjectType for StringObj {
-    const TYPE_INDEX: u32 = type_index::STRING;
-}
 
 impl StringObj {
     pub fn new(s: &str) -> ObjRef<StringObj> {
@@ -45,11 +40,6 @@ unsafe impl Send for ShapeTupleObj {}
 // SAFETY: as above.
 unsafe impl Sync for ShapeTupleObj {}
 
-impl crate::object::sealed::Sealed for ShapeTupleObj {}
-
-impl ObjectType for ShapeTupleObj {
-    const TYPE_INDEX: u32 = type_index::SHAPE_TUPLE;
-}
 
 impl ShapeTupleObj {
     pub fn new(dims: &[i64]) -> ObjRef<ShapeTupleObj> {
@@ -66,11 +56,6 @@ pub struct ArrayObj {
     items: Vec<AnyObject>,
 }
 
-impl crate::object::sealed::Sealed for ArrayObj {}
-
-impl ObjectType for ArrayObj {
-    const TYPE_INDEX: u32 = type_index::ARRAY;
-}
 
 impl ArrayObj {
     pub fn new(items: Vec<AnyObject>) -> ObjRef<ArrayObj> {
@@ -88,11 +73,6 @@ pub struct MapObj {
     entries: Vec<(AnyObject, AnyObject)>,
 }
 
-impl crate::object::sealed::Sealed for MapObj {}
-
-impl ObjectType for MapObj {
-    const TYPE_INDEX: u32 = type_index::MAP;
-}
 
 fn key_str(k: &AnyObject) -> Option<ObjRef<StringObj>> {
     k.downcast_ref::<StringObj>()

@@ -6,7 +6,7 @@ use super::value::RetValue;
 use crate::dlpack::{kTVMNullptr, PackedCFn, TVMBackendPackedCFunc, TVMPackedCFuncFinalizer, TVMValue};
 use crate::error::{Error, Result};
 use crate::last_error;
-use crate::object::{type_index, AnyObject, ObjRef, ObjectType};
+use crate::object::{AnyObject, ObjRef};
 use std::ffi::c_void;
 
 pub type NativeFn = dyn Fn(&Args<'_>) -> Result<RetValue> + Send + Sync;
@@ -36,11 +36,6 @@ unsafe impl Send for PackedFunc {}
 // SAFETY: as above.
 unsafe impl Sync for PackedFunc {}
 
-impl crate::object::sealed::Sealed for PackedFunc {}
-
-impl ObjectType for PackedFunc {
-    const TYPE_INDEX: u32 = type_index::PACKED_FUNC;
-}
 
 impl Drop for PackedFunc {
     fn drop(&mut self) {

@@ -6,7 +6,7 @@ use super::raw::{self, RawTensor};
 use crate::dlpack::{kDLCPU, DLDataType, DLDevice, DLManagedTensor, DLTensor};
 use crate::dtype::tensor_bytes;
 use crate::error::{Error, Result};
-use crate::object::{type_index, ObjRef, ObjectType};
+use crate::object::ObjRef;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -35,11 +35,6 @@ unsafe impl Send for NDArray {}
 // SAFETY: as above.
 unsafe impl Sync for NDArray {}
 
-impl crate::object::sealed::Sealed for NDArray {}
-
-impl ObjectType for NDArray {
-    const TYPE_INDEX: u32 = type_index::NDARRAY;
-}
 
 const _: () = assert!(std::mem::offset_of!(NDArray, manager_ctx) == 48);
 
