@@ -1,4 +1,8 @@
-//! Generates the C header from the sources and gives the cdylib upstream's soname.
+//! Generates the C header from the sources, gives the cdylib upstream's soname, and builds the C++
+//! layer (`cxx/`) that C++ hosts link to: compiled with the `cc` crate, linked whole (rustc would
+//! drop symbols nothing in Rust references) and made global by a second version script.
+//! `TVM_RT_CXX_OLD_ABI=1` builds it for the old std::string ABI (hosts built against manylinux
+//! wheels); the default is the new one.
 //! The header is written to OUT_DIR; the committed copy in include/ is checked against it by
 //! tests/header.rs, and refreshed with `TVM_RT_WRITE_HEADER=1 cargo build`.
 
@@ -9,6 +13,7 @@ fn main() {
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-env-changed=TVM_RT_WRITE_HEADER");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libtvm_runtime.so");
+    build_cxx();
 
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("tvm_runtime.h");
@@ -23,4 +28,29 @@ fn main() {
         Err(e) => panic!("cbindgen failed: {e}"),
     }
     println!("cargo:rustc-env=TVM_RT_GENERATED_HEADER={}", out.display());
+}
+
+fn build_cxx() {
+    println!("cargo:rerun-if-changed=cxx");
+    println!("cargo:rerun-if-changed=include/tvm_runtime.h");
+    println!("cargo:rerun-if-env-changed=TVM_RT_CXX_OLD_ABI");
+    let old_abi = std::env::var("TVM_RT_CXX_OLD_ABI").is_ok_and(|v| v == "1");
+    let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    cc::Build::new()
+        .cpp(true)
+        .file(crate_dir.join("cxx/runtime.cc"))
+        .include(crate_dir.join("include"))
+        .flag("-std=c++17")
+        .flag("-fvisibility=hidden")
+        .define("_GLIBCXX_USE_CXX11_ABI", if old_abi { "0" } else { "1" })
+        .warnings(true)
+        .extra_warnings(true)
+        .cargo_metadata(false)
+        .compile("tvmrt_cxx");
+    println!("cargo:rustc-link-search=native={}", out_dir.display());
+    println!("cargo:rustc-link-lib=static:+whole-archive=tvmrt_cxx");
+    println!("cargo:rustc-link-lib=dylib=stdc++");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", crate_dir.join("cxx/exports.map").display());
+    println!("cargo:rustc-env=TVM_RT_CXX_ABI={}", if old_abi { "old" } else { "new" });
 }

@@ -33,7 +33,9 @@
  *   in the file are used in place (no copy; one copy in the page cache for all processes), the rest
  *   are copied; returns how many were mapped. Writes to a mapped weight copy it first and never reach
  *   the file. The global runtime.AlignParams(bytes) (and `tvmrt align-params`) rewrites a params file
- *   so every tensor is aligned; upstream TVM still loads the result.
+ *   so every tensor is aligned; upstream TVM still loads the result. The file must not be truncated
+ *   or rewritten while executors use weights mapped from it (as with any file mapping: reads of a
+ *   truncated mapping fault).
  * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "weights_mapped",
  *   "activations", "activations_shared", "workspace"} in bytes (activations_shared: the arena of
  *   share_activations; workspace: all threads' kernel scratch pools).

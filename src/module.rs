@@ -35,7 +35,6 @@ pub struct Module {
     imports: RwLock<Vec<ObjRef<Module>>>,
 }
 
-
 impl Module {
     pub fn new(node: impl ModuleNode) -> ObjRef<Module> {
         ObjRef::new(Module { node: Box::new(node), imports: RwLock::new(Vec::new()) })

@@ -16,7 +16,6 @@ unsafe impl Send for StringObj {}
 // SAFETY: as above.
 unsafe impl Sync for StringObj {}
 
-
 impl StringObj {
     pub fn new(s: &str) -> ObjRef<StringObj> {
         let value: Box<str> = s.into();
@@ -40,7 +39,6 @@ unsafe impl Send for ShapeTupleObj {}
 // SAFETY: as above.
 unsafe impl Sync for ShapeTupleObj {}
 
-
 impl ShapeTupleObj {
     pub fn new(dims: &[i64]) -> ObjRef<ShapeTupleObj> {
         let dims: Box<[i64]> = dims.into();
@@ -55,7 +53,6 @@ impl ShapeTupleObj {
 pub struct ArrayObj {
     items: Vec<AnyObject>,
 }
-
 
 impl ArrayObj {
     pub fn new(items: Vec<AnyObject>) -> ObjRef<ArrayObj> {
@@ -72,7 +69,6 @@ impl ArrayObj {
 pub struct MapObj {
     entries: Vec<(AnyObject, AnyObject)>,
 }
-
 
 fn key_str(k: &AnyObject) -> Option<ObjRef<StringObj>> {
     k.downcast_ref::<StringObj>()

@@ -26,8 +26,28 @@ pub enum FuncImpl {
     },
 }
 
+/// Upstream's `PackedFuncObj` layout: the call pointer comes first after the object header, where
+/// C++ hosts' inline `PackedFunc::operator()` jumps through it (`cxx/runtime.cc` implements it on
+/// top of `TVMFuncCall`).
+#[repr(C)]
 pub struct PackedFunc {
+    call: CxxCall,
     imp: FuncImpl,
+}
+
+/// `TVMArgs` as C++ passes it: by value, in memory.
+#[repr(C)]
+pub struct CxxArgs {
+    pub values: *const TVMValue,
+    pub codes: *const i32,
+    pub num_args: i32,
+}
+
+type CxxCall = unsafe extern "C" fn(*const c_void, CxxArgs, *mut c_void);
+
+extern "C" {
+    /// The C++ call shim (`cxx/runtime.cc`); only its address is taken here.
+    fn tvmrt_cxx_call_packed(obj: *const c_void, args: CxxArgs, rv: *mut c_void);
 }
 
 // SAFETY: callbacks and kernels are called from any thread by TVM's contract; the resource handle
@@ -35,7 +55,6 @@ pub struct PackedFunc {
 unsafe impl Send for PackedFunc {}
 // SAFETY: as above.
 unsafe impl Sync for PackedFunc {}
-
 
 impl Drop for PackedFunc {
     fn drop(&mut self) {
@@ -51,7 +70,7 @@ impl PackedFunc {
     where
         F: Fn(&Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
     {
-        ObjRef::new(PackedFunc { imp: FuncImpl::Native(Box::new(f)) })
+        ObjRef::new(PackedFunc { call: tvmrt_cxx_call_packed, imp: FuncImpl::Native(Box::new(f)) })
     }
 
     pub fn from_callback(
@@ -59,11 +78,11 @@ impl PackedFunc {
         resource: *mut c_void,
         finalizer: TVMPackedCFuncFinalizer,
     ) -> ObjRef<PackedFunc> {
-        ObjRef::new(PackedFunc { imp: FuncImpl::Callback { func, resource, finalizer } })
+        ObjRef::new(PackedFunc { call: tvmrt_cxx_call_packed, imp: FuncImpl::Callback { func, resource, finalizer } })
     }
 
     pub fn from_kernel(func: TVMBackendPackedCFunc, owner: AnyObject) -> ObjRef<PackedFunc> {
-        ObjRef::new(PackedFunc { imp: FuncImpl::Kernel { func, owner } })
+        ObjRef::new(PackedFunc { call: tvmrt_cxx_call_packed, imp: FuncImpl::Kernel { func, owner } })
     }
 
     /// The raw operator, for callers that prepare argument arrays once and call it directly.

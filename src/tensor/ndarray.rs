@@ -35,7 +35,6 @@ unsafe impl Send for NDArray {}
 // SAFETY: as above.
 unsafe impl Sync for NDArray {}
 
-
 const _: () = assert!(std::mem::offset_of!(NDArray, manager_ctx) == 48);
 
 impl Drop for NDArray {

@@ -1,0 +1,703 @@
+// The C++ face of libtvm_runtime.so: the out-of-line entry points that programs written against
+// TVM 0.16's C++ headers (tvm/runtime/module.h, packed_func.h, registry.h, ndarray.h, logging.h)
+// link to, and the call shim that makes this runtime's functions callable by those headers' inline
+// code. Everything here goes through the C API of the Rust core; nothing here knows its internals.
+//
+// The classes below are this file's own minimal declarations of upstream's, written from the ABI
+// facts (names for the mangling, sizes and field offsets where inline host code reads them): an
+// ObjectRef is one pointer with non-trivial copy and destruction (so it is passed by invisible
+// reference and returned through a hidden pointer), an object starts with upstream's 16-byte header,
+// a ModuleNode handed to a host is the object address minus 8 (upstream's vtable pointer comes
+// first), a TVMArgs travels by value in memory.
+//
+// C++ exceptions never reach Rust: every Rust -> C++ call (a host's PackedFunc) is wrapped in
+// try/catch and becomes a C status, and every C error becomes a thrown tvm::runtime::InternalError.
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <iomanip>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tvm_runtime.h"
+
+#define TVMRT_EXPORT __attribute__((visibility("default")))
+
+namespace dmlc {
+struct Error : public std::runtime_error {
+  explicit Error(const std::string& s) : std::runtime_error(s) {}
+};
+}  // namespace dmlc
+
+namespace tvm {
+namespace runtime {
+
+TVMRT_EXPORT std::string Backtrace();
+
+class Error : public ::dmlc::Error {
+ public:
+  explicit Error(const std::string& s) : ::dmlc::Error(s) {}
+};
+
+// Upstream's InternalError, member for member: hosts read these fields through inline accessors.
+class InternalError : public Error {
+ public:
+  InternalError(std::string file, int lineno, std::string message, std::time_t time = std::time(nullptr),
+                std::string backtrace = Backtrace())
+      : Error(""), file_(file), lineno_(lineno), message_(message), time_(time), backtrace_(backtrace) {
+    std::ostringstream s;
+    std::tm local{};
+    localtime_r(&time, &local);
+    s << "[" << std::put_time(&local, "%H:%M:%S") << "] " << file << ":" << lineno << ": " << message << std::endl;
+    if (!backtrace.empty()) s << backtrace << std::endl;
+    full_message_ = s.str();
+  }
+  const char* what() const noexcept override { return full_message_.c_str(); }
+
+ private:
+  std::string file_;
+  int lineno_;
+  std::string message_;
+  std::time_t time_;
+  std::string backtrace_;
+  std::string full_message_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Objects and references (upstream's layout).
+
+struct Object {
+  uint32_t type_index_;
+  std::atomic<int32_t> ref_counter_;
+  void (*deleter_)(Object*);
+
+  TVMRT_EXPORT static uint32_t TypeKey2Index(const std::string& key);
+  TVMRT_EXPORT static std::string TypeIndex2Key(uint32_t tindex);
+  TVMRT_EXPORT static size_t TypeIndex2KeyHash(uint32_t tindex);
+  TVMRT_EXPORT static uint32_t GetOrAllocRuntimeTypeIndex(const std::string& key, uint32_t static_tindex,
+                                                          uint32_t parent_tindex, uint32_t num_child_slots,
+                                                          bool child_slots_can_overflow);
+  TVMRT_EXPORT bool DerivedFrom(uint32_t parent_tindex) const;
+};
+static_assert(sizeof(Object) == 16, "upstream's object header is 16 bytes");
+
+static void IncRef(Object* o) {
+  if (o) o->ref_counter_.fetch_add(1, std::memory_order_relaxed);
+}
+
+static void DecRef(Object* o) {
+  if (o && o->ref_counter_.fetch_sub(1, std::memory_order_release) == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (o->deleter_) o->deleter_(o);
+  }
+}
+
+class ObjectRef {
+ public:
+  ObjectRef() = default;
+  // Takes over one count of `adopt`.
+  explicit ObjectRef(Object* adopt) : data_(adopt) {}
+  ObjectRef(const ObjectRef& other) : data_(other.data_) { IncRef(data_); }
+  ObjectRef(ObjectRef&& other) noexcept : data_(other.data_) { other.data_ = nullptr; }
+  ObjectRef& operator=(ObjectRef other) noexcept {
+    std::swap(data_, other.data_);
+    return *this;
+  }
+  ~ObjectRef() { DecRef(data_); }
+  Object* get() const { return data_; }
+
+ protected:
+  Object* data_ = nullptr;
+};
+static_assert(sizeof(ObjectRef) == 8, "an ObjectRef is one pointer");
+
+// The characters of a StringObj: the header, then `const char* data` and `uint64_t size`.
+static std::string StringOf(const Object* obj) {
+  if (!obj) return std::string();
+  auto base = reinterpret_cast<const char*>(obj);
+  const char* chars = *reinterpret_cast<const char* const*>(base + 16);
+  uint64_t size = *reinterpret_cast<const uint64_t*>(base + 24);
+  return std::string(chars, size);
+}
+
+class String : public ObjectRef {
+ public:
+  using ObjectRef::ObjectRef;
+  std::string str() const { return StringOf(data_); }
+};
+
+class ShapeTuple : public ObjectRef {
+ public:
+  using ObjectRef::ObjectRef;
+  // A ShapeTupleObj: the header, then `const int64_t* data` and `uint64_t size`.
+  const int64_t* data() const { return *reinterpret_cast<const int64_t* const*>(reinterpret_cast<const char*>(data_) + 16); }
+  uint64_t size() const { return *reinterpret_cast<const uint64_t*>(reinterpret_cast<const char*>(data_) + 24); }
+};
+
+template <typename T>
+class Optional : public ObjectRef {
+ public:
+  using ObjectRef::ObjectRef;
+};
+
+class PackedFunc : public ObjectRef {
+ public:
+  using ObjectRef::ObjectRef;
+};
+
+class TVMArgs {
+ public:
+  const TVMValue* values;
+  const int* type_codes;
+  int num_args;
+};
+
+// Upstream's TVMRetValue: a value and its type code. Its inline Clear() deletes a std::string for
+// strings and bytes, and drops a count for objects (an NDArray handle is the object + 16).
+struct TVMRetValueLayout {
+  TVMValue value_;
+  int type_code_;
+};
+
+class NDArray : public ObjectRef {
+ public:
+  using ObjectRef::ObjectRef;
+  TVMRT_EXPORT static NDArray Empty(ShapeTuple shape, DLDataType dtype, DLDevice dev, Optional<String> mem_scope);
+  TVMRT_EXPORT static void CopyFromTo(const DLTensor* from, DLTensor* to, void* stream);
+  TVMRT_EXPORT static NDArray FromDLPack(DLManagedTensor* tensor);
+  TVMRT_EXPORT void CopyFromBytes(const void* data, size_t nbytes);
+  TVMRT_EXPORT void CopyToBytes(void* data, size_t nbytes) const;
+  TVMRT_EXPORT ShapeTuple Shape() const;
+  TVMRT_EXPORT NDArray CreateView(ShapeTuple shape, DLDataType dtype);
+  TVMRT_EXPORT DLManagedTensor* ToDLPack() const;
+  DLTensor* tensor() const { return reinterpret_cast<DLTensor*>(reinterpret_cast<char*>(data_) + 16); }
+};
+
+class Module : public ObjectRef {
+ public:
+  using ObjectRef::ObjectRef;
+  TVMRT_EXPORT static Module LoadFromFile(const String& file_name, const String& format);
+};
+
+// Only for the names of its members: `this` is what a host computes from a module handle
+// (upstream's vtable pointer comes first, so the object header is 8 bytes further).
+class ModuleNode {
+ public:
+  TVMRT_EXPORT PackedFunc GetFunction(const String& name, bool query_imports);
+  TVMRT_EXPORT void Import(Module other);
+  Object* object() { return reinterpret_cast<Object*>(reinterpret_cast<char*>(this) + 8); }
+};
+
+// Upstream's layout: hosts' inline set_body_typed reads name_.
+class Registry {
+ public:
+  TVMRT_EXPORT static const PackedFunc* Get(const String& name);
+  TVMRT_EXPORT static Registry& Register(const String& name, bool can_override);
+  TVMRT_EXPORT static bool Remove(const String& name);
+  TVMRT_EXPORT static std::vector<String> ListNames();
+  TVMRT_EXPORT Registry& set_body(PackedFunc f);
+
+  String name_;
+  PackedFunc func_;
+};
+static_assert(sizeof(Registry) == 16, "upstream's Registry is a name and a function");
+
+TVMRT_EXPORT bool RuntimeEnabled(const String& target);
+TVMRT_EXPORT void EnvCheckSignals();
+TVMRT_EXPORT std::string GetCustomTypeName(uint8_t type_code);
+TVMRT_EXPORT bool GetCustomTypeRegistered(uint8_t type_code);
+TVMRT_EXPORT uint8_t ParseCustomDatatype(const std::string& s, const char** scan);
+
+namespace detail {
+class LogFatal {
+ public:
+  // Upstream's Entry, member for member: LOG(FATAL) fills it through inline code.
+  struct Entry {
+    std::ostringstream stream_;
+    std::string file_;
+    int lineno_;
+  };
+  TVMRT_EXPORT static Entry& GetEntry();
+};
+
+class LogMessage {
+ public:
+  TVMRT_EXPORT static const char* level_strings_[];
+};
+}  // namespace detail
+
+}  // namespace runtime
+}  // namespace tvm
+
+using namespace tvm::runtime;
+
+namespace {
+
+// Throws the thread's last C error as upstream would: an InternalError.
+[[noreturn]] void ThrowLastError() { throw InternalError("libtvm_runtime.so", 0, TVMGetLastError()); }
+
+void Check(int rc) {
+  if (rc != 0) ThrowLastError();
+}
+
+// An NDArray handle (DLTensor*) is its object + 16.
+Object* ArrayObject(TVMArrayHandle h) { return reinterpret_cast<Object*>(reinterpret_cast<char*>(h) - 16); }
+
+// Drops what a host's return value holds, as upstream's inline TVMRetValue::Clear() does.
+void ClearRet(TVMRetValueLayout* rv) {
+  switch (rv->type_code_) {
+    case kTVMStr:
+    case kTVMBytes:
+      delete static_cast<std::string*>(rv->value_.v_handle);
+      break;
+    case kTVMNDArrayHandle:
+      DecRef(ArrayObject(static_cast<TVMArrayHandle>(rv->value_.v_handle)));
+      break;
+    case kTVMPackedFuncHandle:
+    case kTVMModuleHandle:
+    case kTVMObjectHandle:
+      DecRef(static_cast<Object*>(rv->value_.v_handle));
+      break;
+    default:
+      break;
+  }
+  rv->type_code_ = kTVMNullptr;
+  rv->value_.v_handle = nullptr;
+}
+
+extern "C" void tvmrt_cxx_call_packed(const Object* obj, TVMArgs args, TVMRetValueLayout* rv);
+
+// A host's own PackedFuncObj (a C++ lambda behind upstream's PackedFuncSubObj) called from C: the
+// C callback of a function made with TVMFuncCreateFromCFunc. Its exceptions stop here.
+int CallHostFunction(TVMValue* values, int* codes, int num_args, TVMRetValueHandle ret, void* resource) {
+  auto* obj = static_cast<Object*>(resource);
+  auto call = *reinterpret_cast<void (**)(const Object*, TVMArgs, TVMRetValueLayout*)>(
+      reinterpret_cast<char*>(obj) + 16);
+  TVMRetValueLayout rv{};
+  rv.type_code_ = kTVMNullptr;
+  try {
+    call(obj, TVMArgs{values, codes, num_args}, &rv);
+  } catch (const std::exception& e) {
+    ClearRet(&rv);
+    TVMAPISetLastError(e.what());
+    return -1;
+  } catch (...) {
+    ClearRet(&rv);
+    TVMAPISetLastError("a C++ callback threw an exception that is not a std::exception");
+    return -1;
+  }
+  int rc = 0;
+  switch (rv.type_code_) {
+    case kTVMStr:
+    case kTVMBytes: {
+      auto* s = static_cast<std::string*>(rv.value_.v_handle);
+      if (rv.type_code_ == kTVMStr) {
+        TVMValue v;
+        v.v_str = s->c_str();
+        int code = kTVMStr;
+        rc = TVMCFuncSetReturn(ret, &v, &code, 1);
+      } else {
+        TVMByteArray bytes{s->data(), s->size()};
+        TVMValue v;
+        v.v_handle = &bytes;
+        int code = kTVMBytes;
+        rc = TVMCFuncSetReturn(ret, &v, &code, 1);
+      }
+      break;
+    }
+    case kTVMNullptr:
+      break;
+    default:
+      // TVMCFuncSetReturn takes its own count of objects; the host's rv keeps its own.
+      rc = TVMCFuncSetReturn(ret, &rv.value_, &rv.type_code_, 1);
+      break;
+  }
+  ClearRet(&rv);
+  return rc;
+}
+
+void ReleaseHostFunction(void* resource) { DecRef(static_cast<Object*>(resource)); }
+
+// Whether `obj` is one of this runtime's functions (its call pointer is ours).
+bool IsOurs(const Object* obj) {
+  auto call = *reinterpret_cast<void* const*>(reinterpret_cast<const char*>(obj) + 16);
+  return call == reinterpret_cast<void*>(&tvmrt_cxx_call_packed);
+}
+
+// A function handle this runtime can call: its own functions as they are, a host's wrapped as a C
+// callback (the wrapper holds a count of the host's object). Returns a new count.
+TVMFunctionHandle Adopt(Object* func) {
+  if (IsOurs(func)) {
+    IncRef(func);
+    return func;
+  }
+  IncRef(func);
+  TVMFunctionHandle out = nullptr;
+  if (TVMFuncCreateFromCFunc(CallHostFunction, func, ReleaseHostFunction, &out) != 0) {
+    DecRef(func);
+    ThrowLastError();
+  }
+  return out;
+}
+
+TVMFunctionHandle GlobalFunction(const char* name) {
+  TVMFunctionHandle f = nullptr;
+  Check(TVMFuncGetGlobal(name, &f));
+  if (!f) throw InternalError("libtvm_runtime.so", 0, std::string("no global function ") + name);
+  return f;
+}
+
+// A ShapeTuple of this runtime's with the dims of `shape` (perhaps a host's own, whose cells this
+// runtime does not read as its own): a new count.
+Object* OwnShapeTuple(const Object* shape) {
+  auto base = reinterpret_cast<const char*>(shape);
+  const int64_t* dims = *reinterpret_cast<const int64_t* const*>(base + 16);
+  uint64_t n = *reinterpret_cast<const uint64_t*>(base + 24);
+  TVMFunctionHandle make = GlobalFunction("runtime.ShapeTuple");
+  std::vector<TVMValue> values(n);
+  std::vector<int> codes(n, kDLInt);
+  for (uint64_t i = 0; i < n; ++i) values[i].v_int64 = dims[i];
+  TVMValue r;
+  int rc = 0;
+  int status = TVMFuncCall(make, values.data(), codes.data(), static_cast<int>(n), &r, &rc);
+  TVMFuncFree(make);
+  Check(status);
+  return static_cast<Object*>(r.v_handle);
+}
+
+}  // namespace
+
+// The call pointer of every function this runtime makes (PackedFuncObj::f_call_packed_, at the
+// object's offset 16), as hosts' inline `PackedFunc::operator()` invokes it.
+extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs args, TVMRetValueLayout* rv) {
+  std::vector<TVMValue> values(args.values, args.values + args.num_args);
+  std::vector<int> codes(args.type_codes, args.type_codes + args.num_args);
+  std::vector<std::string> strings;
+  strings.reserve(args.num_args);
+  std::vector<TVMFunctionHandle> wrapped;
+  std::vector<Object*> shapes;
+  struct Release {
+    std::vector<TVMFunctionHandle>& w;
+    std::vector<Object*>& s;
+    ~Release() {
+      for (auto f : w) TVMFuncFree(f);
+      for (auto o : s) DecRef(o);
+    }
+  } release{wrapped, shapes};
+  for (int i = 0; i < args.num_args; ++i) {
+    if (codes[i] == kTVMObjectHandle && values[i].v_handle &&
+        static_cast<Object*>(values[i].v_handle)->type_index_ == 3) {
+      // A String object (perhaps the host's own): passed on as its characters.
+      strings.push_back(StringOf(static_cast<Object*>(values[i].v_handle)));
+      values[i].v_str = strings.back().c_str();
+      codes[i] = kTVMStr;
+    } else if (codes[i] == kTVMObjectHandle && values[i].v_handle &&
+               static_cast<Object*>(values[i].v_handle)->type_index_ == 6) {
+      // A ShapeTuple (perhaps the host's own): passed on as one of this runtime's.
+      shapes.push_back(OwnShapeTuple(static_cast<Object*>(values[i].v_handle)));
+      values[i].v_handle = shapes.back();
+    } else if (codes[i] == kTVMPackedFuncHandle && values[i].v_handle) {
+      TVMFunctionHandle f = Adopt(static_cast<Object*>(values[i].v_handle));
+      wrapped.push_back(f);
+      values[i].v_handle = f;
+    }
+  }
+  TVMValue ret;
+  int code = kTVMNullptr;
+  Check(TVMFuncCall(const_cast<Object*>(obj), values.data(), codes.data(), args.num_args, &ret, &code));
+  ClearRet(rv);
+  switch (code) {
+    case kTVMStr:
+      rv->value_.v_handle = new std::string(ret.v_str);
+      break;
+    case kTVMBytes: {
+      auto* bytes = static_cast<TVMByteArray*>(ret.v_handle);
+      rv->value_.v_handle = new std::string(bytes->data, bytes->size);
+      break;
+    }
+    default:
+      rv->value_ = ret;
+      break;
+  }
+  rv->type_code_ = code;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modules.
+
+Module Module::LoadFromFile(const String& file_name, const String& format) {
+  TVMModuleHandle h = nullptr;
+  Check(TVMModLoadFromFile(file_name.str().c_str(), format.str().c_str(), &h));
+  return Module(static_cast<Object*>(h));
+}
+
+PackedFunc ModuleNode::GetFunction(const String& name, bool query_imports) {
+  TVMFunctionHandle f = nullptr;
+  Check(TVMModGetFunction(object(), name.str().c_str(), query_imports ? 1 : 0, &f));
+  return PackedFunc(static_cast<Object*>(f));
+}
+
+void ModuleNode::Import(Module other) { Check(TVMModImport(object(), other.get())); }
+
+// ---------------------------------------------------------------------------------------------
+// The registry. Get hands out pointers that stay valid for the life of the process.
+
+namespace {
+std::mutex registry_mutex;
+std::unordered_map<std::string, PackedFunc*>& GetCache() {
+  static auto* cache = new std::unordered_map<std::string, PackedFunc*>();
+  return *cache;
+}
+}  // namespace
+
+const PackedFunc* Registry::Get(const String& name) {
+  std::string key = name.str();
+  TVMFunctionHandle f = nullptr;
+  Check(TVMFuncGetGlobal(key.c_str(), &f));
+  if (!f) return nullptr;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto& slot = GetCache()[key];
+  if (slot && slot->get() == f) {
+    DecRef(static_cast<Object*>(f));
+    return slot;
+  }
+  // A new or re-registered function: the old pointer stays valid (leaked), as upstream's do.
+  slot = new PackedFunc(static_cast<Object*>(f));
+  return slot;
+}
+
+Registry& Registry::Register(const String& name, bool can_override) {
+  std::string key = name.str();
+  if (!can_override) {
+    TVMFunctionHandle existing = nullptr;
+    Check(TVMFuncGetGlobal(key.c_str(), &existing));
+    if (existing) {
+      TVMFuncFree(existing);
+      throw InternalError("libtvm_runtime.so", 0, "ValueError: Global PackedFunc " + key + " is already registered");
+    }
+  }
+  // Entries live for the process, as upstream's do.
+  auto* r = new Registry();
+  IncRef(name.get());
+  r->name_ = String(name.get());
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  static auto* entries = new std::vector<Registry*>();
+  entries->push_back(r);
+  return *r;
+}
+
+Registry& Registry::set_body(PackedFunc f) {
+  TVMFunctionHandle h = Adopt(f.get());
+  int rc = TVMFuncRegisterGlobal(name_.str().c_str(), h, 1);
+  TVMFuncFree(h);
+  Check(rc);
+  func_ = f;
+  return *this;
+}
+
+bool Registry::Remove(const String& name) {
+  std::string key = name.str();
+  TVMFunctionHandle f = nullptr;
+  Check(TVMFuncGetGlobal(key.c_str(), &f));
+  if (!f) return false;
+  TVMFuncFree(f);
+  Check(TVMFuncRemoveGlobal(key.c_str()));
+  return true;
+}
+
+std::vector<String> Registry::ListNames() {
+  int n = 0;
+  const char** names = nullptr;
+  Check(TVMFuncListGlobalNames(&n, &names));
+  std::vector<std::string> copies(names, names + n);
+  TVMFunctionHandle make = GlobalFunction("runtime.String");
+  std::vector<String> out;
+  for (const auto& s : copies) {
+    TVMValue v, r;
+    v.v_str = s.c_str();
+    int code = kTVMStr, rc = 0;
+    int status = TVMFuncCall(make, &v, &code, 1, &r, &rc);
+    if (status != 0) {
+      TVMFuncFree(make);
+      ThrowLastError();
+    }
+    out.emplace_back(static_cast<Object*>(r.v_handle));
+  }
+  TVMFuncFree(make);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arrays.
+
+NDArray NDArray::Empty(ShapeTuple shape, DLDataType dtype, DLDevice dev, Optional<String> mem_scope) {
+  if (mem_scope.get()) {
+    std::string scope = StringOf(mem_scope.get());
+    if (!scope.empty() && scope != "global")
+      throw InternalError("libtvm_runtime.so", 0, "ValueError: memory scope '" + scope + "' is not supported on the CPU");
+  }
+  TVMArrayHandle h = nullptr;
+  Check(TVMArrayAlloc(shape.data(), static_cast<int>(shape.size()), dtype.code, dtype.bits, dtype.lanes,
+                      dev.device_type, dev.device_id, &h));
+  return NDArray(ArrayObject(h));
+}
+
+void NDArray::CopyFromTo(const DLTensor* from, DLTensor* to, void* stream) {
+  Check(TVMArrayCopyFromTo(const_cast<DLTensor*>(from), to, stream));
+}
+
+void NDArray::CopyFromBytes(const void* data, size_t nbytes) {
+  Check(TVMArrayCopyFromBytes(tensor(), const_cast<void*>(data), nbytes));
+}
+
+void NDArray::CopyToBytes(void* data, size_t nbytes) const { Check(TVMArrayCopyToBytes(tensor(), data, nbytes)); }
+
+ShapeTuple NDArray::Shape() const {
+  const DLTensor* t = tensor();
+  TVMFunctionHandle make = GlobalFunction("runtime.ShapeTuple");
+  std::vector<TVMValue> dims(t->ndim);
+  std::vector<int> codes(t->ndim, kDLInt);
+  for (int i = 0; i < t->ndim; ++i) dims[i].v_int64 = t->shape[i];
+  TVMValue r;
+  int rc = 0;
+  int status = TVMFuncCall(make, dims.data(), codes.data(), t->ndim, &r, &rc);
+  TVMFuncFree(make);
+  Check(status);
+  return ShapeTuple(static_cast<Object*>(r.v_handle));
+}
+
+NDArray NDArray::CreateView(ShapeTuple shape, DLDataType dtype) {
+  ObjectRef own(OwnShapeTuple(shape.get()));
+  TVMFunctionHandle view = GlobalFunction("runtime.TVMArrayCreateView");
+  TVMValue v[3], r;
+  int codes[3] = {kTVMNDArrayHandle, kTVMObjectHandle, kTVMStr}, rc = 0;
+  v[0].v_handle = tensor();
+  v[1].v_handle = own.get();
+  std::ostringstream name;
+  const char* kinds[] = {"int", "uint", "float", "handle", "bfloat"};
+  name << (dtype.code < 5 ? kinds[dtype.code] : "custom") << static_cast<int>(dtype.bits);
+  if (dtype.lanes != 1) name << "x" << dtype.lanes;
+  std::string dtype_name = name.str();
+  v[2].v_str = dtype_name.c_str();
+  int status = TVMFuncCall(view, v, codes, 3, &r, &rc);
+  TVMFuncFree(view);
+  Check(status);
+  return NDArray(ArrayObject(static_cast<TVMArrayHandle>(r.v_handle)));
+}
+
+DLManagedTensor* NDArray::ToDLPack() const {
+  DLManagedTensor* out = nullptr;
+  Check(TVMArrayToDLPack(tensor(), &out));
+  return out;
+}
+
+NDArray NDArray::FromDLPack(DLManagedTensor* tensor) {
+  TVMArrayHandle h = nullptr;
+  Check(TVMArrayFromDLPack(tensor, &h));
+  return NDArray(ArrayObject(h));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The object protocol: static types from the core, types hosts define allocated here.
+
+namespace {
+constexpr uint32_t kStaticIndexEnd = 12;
+struct DynamicType {
+  std::string key;
+  uint32_t parent;
+};
+std::mutex type_mutex;
+std::vector<DynamicType>& DynamicTypes() {
+  static auto* types = new std::vector<DynamicType>();
+  return *types;
+}
+}  // namespace
+
+uint32_t Object::TypeKey2Index(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(type_mutex);
+    auto& types = DynamicTypes();
+    for (size_t i = 0; i < types.size(); ++i)
+      if (types[i].key == key) return kStaticIndexEnd + static_cast<uint32_t>(i);
+  }
+  unsigned index = 0;
+  Check(TVMObjectTypeKey2Index(key.c_str(), &index));
+  return index;
+}
+
+std::string Object::TypeIndex2Key(uint32_t tindex) {
+  if (tindex >= kStaticIndexEnd) {
+    std::lock_guard<std::mutex> lock(type_mutex);
+    auto& types = DynamicTypes();
+    if (tindex - kStaticIndexEnd < types.size()) return types[tindex - kStaticIndexEnd].key;
+    throw InternalError("libtvm_runtime.so", 0, "IndexError: unknown type index " + std::to_string(tindex));
+  }
+  char* key = nullptr;
+  Check(TVMObjectTypeIndex2Key(tindex, &key));
+  std::string out(key);
+  std::free(key);
+  return out;
+}
+
+size_t Object::TypeIndex2KeyHash(uint32_t tindex) { return std::hash<std::string>()(TypeIndex2Key(tindex)); }
+
+uint32_t Object::GetOrAllocRuntimeTypeIndex(const std::string& key, uint32_t static_tindex, uint32_t parent_tindex,
+                                            uint32_t, bool) {
+  std::lock_guard<std::mutex> lock(type_mutex);
+  auto& types = DynamicTypes();
+  for (size_t i = 0; i < types.size(); ++i)
+    if (types[i].key == key) return kStaticIndexEnd + static_cast<uint32_t>(i);
+  // A static index asked for by a host type names one of the core's: nothing to allocate.
+  if (static_tindex < kStaticIndexEnd) return static_tindex;
+  types.push_back(DynamicType{key, parent_tindex});
+  return kStaticIndexEnd + static_cast<uint32_t>(types.size() - 1);
+}
+
+bool Object::DerivedFrom(uint32_t parent_tindex) const {
+  uint32_t t = type_index_;
+  if (t == parent_tindex || parent_tindex == 0) return true;
+  std::lock_guard<std::mutex> lock(type_mutex);
+  auto& types = DynamicTypes();
+  while (t >= kStaticIndexEnd && t - kStaticIndexEnd < types.size()) {
+    t = types[t - kStaticIndexEnd].parent;
+    if (t == parent_tindex) return true;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Odds and ends the headers' inline code reaches.
+
+bool tvm::runtime::RuntimeEnabled(const String& target) {
+  std::string t = target.str();
+  return t == "cpu" || t == "llvm" || t == "c" || t.rfind("llvm ", 0) == 0;
+}
+
+void tvm::runtime::EnvCheckSignals() {}
+
+std::string tvm::runtime::Backtrace() { return std::string(); }
+
+std::string tvm::runtime::GetCustomTypeName(uint8_t type_code) {
+  throw InternalError("libtvm_runtime.so", 0,
+                      "ValueError: custom data type " + std::to_string(type_code) + " is not registered");
+}
+
+bool tvm::runtime::GetCustomTypeRegistered(uint8_t) { return false; }
+
+uint8_t tvm::runtime::ParseCustomDatatype(const std::string& s, const char**) {
+  throw InternalError("libtvm_runtime.so", 0, "ValueError: custom data types are not supported: " + s);
+}
+
+detail::LogFatal::Entry& detail::LogFatal::GetEntry() {
+  static thread_local Entry entry;
+  return entry;
+}
+
+const char* detail::LogMessage::level_strings_[] = {": Debug: ", ": ", ": Warning: ", ": Error: "};
