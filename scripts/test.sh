@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test on a fresh machine: formatting and lints, the Rust tests, the C suite under CTest
-# (also under valgrind, and one test built against upstream TVM 0.16's headers), and TVM's own
+# Runs every test on a fresh machine: formatting and lints, the Rust tests, the C and C++ suite under
+# CTest (also under valgrind; hosts built against upstream TVM 0.16's C and C++ headers, the C++ one
+# also run on upstream's own library), the old-ABI build with its C++ host, and TVM's own
 # Python package driving this runtime under pytest. Installs what is missing (cmake, valgrind via
 # apt; TVM's wheel and a Python venv via pip).
 set -euo pipefail
@@ -34,5 +35,13 @@ cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_UPST
   -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
 cmake --build build -j2
 ctest --test-dir build --output-on-failure
+echo "== C++ hosts with the old std::string ABI (TVM_RT_CXX_OLD_ABI=1), on ours and on the wheel's runtime"
+TVM_RT_CXX_OLD_ABI=1 CARGO_TARGET_DIR=target/old-abi cargo build --release --lib --quiet
+wheel=$TVM_WHEEL_DIR/tvm
+c++ -std=c++17 -O1 -D_GLIBCXX_USE_CXX11_ABI=0 -DDMLC_USE_LOGGING_LIBRARY='<tvm/runtime/logging.h>' \
+  -I"$wheel/include" -I"$wheel/dlpack/include" -I"$wheel/dmlc-core/include" \
+  c_tests/cxx/test_cxx_host.cc -o target/old-abi/test_cxx_host -Ltarget/old-abi/release -ltvm_runtime
+LD_LIBRARY_PATH=target/old-abi/release target/old-abi/test_cxx_host tests/fixtures
+LD_LIBRARY_PATH="$(dirname "$TVM_UPSTREAM_RUNTIME")" target/old-abi/test_cxx_host tests/fixtures
 echo "== TVM's Python package on this runtime (pytest)"
 scripts/test_python.sh
