@@ -19,6 +19,7 @@
 #include <cstring>
 #include <ctime>
 #include <iomanip>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -186,14 +187,54 @@ class Module : public ObjectRef {
   TVMRT_EXPORT static Module LoadFromFile(const String& file_name, const String& format);
 };
 
-// Only for the names of its members: `this` is what a host computes from a module handle
-// (upstream's vtable pointer comes first, so the object header is 8 bytes further).
-class ModuleNode {
+template <typename T>
+class ObjectPtr {
  public:
-  TVMRT_EXPORT PackedFunc GetFunction(const String& name, bool query_imports);
-  TVMRT_EXPORT void Import(Module other);
-  Object* object() { return reinterpret_cast<Object*>(reinterpret_cast<char*>(this) + 8); }
+  explicit ObjectPtr(T* adopt) : data_(adopt) {}
+  ObjectPtr(const ObjectPtr& other) : data_(other.data_) { IncRef(data_); }
+  ~ObjectPtr() { DecRef(data_); }
+  T* get() const { return data_; }
+
+ private:
+  T* data_;
 };
+
+}  // namespace runtime
+}  // namespace tvm
+
+namespace dmlc {
+class Stream;
+}
+
+namespace tvm {
+namespace runtime {
+
+// Upstream's ModuleNode, virtual for virtual and member for member: a vtable pointer, the object
+// header at +8, then imports_, an import cache and a mutex. Host subclasses derive from it (and
+// take its vtable and typeinfo from this library); the modules of this library are RustModules.
+class __attribute__((visibility("default"))) ModuleNode : public Object {
+ public:
+  virtual ~ModuleNode() = default;
+  virtual const char* type_key() const = 0;
+  virtual PackedFunc GetFunction(const String& name, const ObjectPtr<Object>& sptr_to_self) = 0;
+  virtual void SaveToFile(const String& file_name, const String& format);
+  virtual void SaveToBinary(dmlc::Stream* stream);
+  virtual String GetSource(const String& format);
+  virtual String GetFormat();
+  virtual int GetPropertyMask() const { return 0; }
+  virtual bool ImplementsFunction(const String& name, bool query_imports);
+
+  PackedFunc GetFunction(const String& name, bool query_imports);
+  void Import(Module other);
+
+ protected:
+  std::vector<Module> imports_;
+
+ private:
+  std::unordered_map<std::string, std::shared_ptr<PackedFunc>> import_cache_;
+  std::mutex mutex_;
+};
+static_assert(sizeof(ModuleNode) == 144, "upstream's ModuleNode is 144 bytes");
 
 // Upstream's layout: hosts' inline set_body_typed reads name_.
 class Registry {
@@ -438,13 +479,122 @@ Module Module::LoadFromFile(const String& file_name, const String& format) {
   return Module(static_cast<Object*>(h));
 }
 
-PackedFunc ModuleNode::GetFunction(const String& name, bool query_imports) {
-  TVMFunctionHandle f = nullptr;
-  Check(TVMModGetFunction(object(), name.str().c_str(), query_imports ? 1 : 0, &f));
-  return PackedFunc(static_cast<Object*>(f));
+namespace {
+
+// Calls global `name` with one module argument (and maybe a string and an int); returns the value.
+TVMValue CallOnModule(const char* name, Object* module, int* ret_code, const char* str = nullptr, int flag = -1) {
+  TVMFunctionHandle f = GlobalFunction(name);
+  TVMValue v[3], r;
+  int codes[3] = {kTVMModuleHandle, kTVMStr, kDLInt};
+  v[0].v_handle = module;
+  v[1].v_str = str;
+  v[2].v_int64 = flag;
+  int n = str ? (flag >= 0 ? 3 : 2) : 1;
+  int status = TVMFuncCall(f, v, codes, n, &r, ret_code);
+  TVMFuncFree(f);
+  Check(status);
+  return r;
 }
 
-void ModuleNode::Import(Module other) { Check(TVMModImport(object(), other.get())); }
+// The modules of this library, as C++ hosts see them: every virtual goes back through the C API.
+class RustModule final : public ModuleNode {
+ public:
+  const char* type_key() const override {
+    // Upstream returns a string that lives for the process; intern ours.
+    static std::mutex m;
+    static auto* keys = new std::unordered_map<std::string, std::unique_ptr<std::string>>();
+    int code = 0;
+    TVMValue r = CallOnModule("runtime.ModuleGetTypeKey", const_cast<RustModule*>(this), &code);
+    std::string key = r.v_str;
+    std::lock_guard<std::mutex> lock(m);
+    auto& slot = (*keys)[key];
+    if (!slot) slot = std::make_unique<std::string>(key);
+    return slot->c_str();
+  }
+  PackedFunc GetFunction(const String& name, const ObjectPtr<Object>&) override {
+    TVMFunctionHandle f = nullptr;
+    Check(TVMModGetFunction(static_cast<Object*>(this), name.str().c_str(), 0, &f));
+    return PackedFunc(static_cast<Object*>(f));
+  }
+  int GetPropertyMask() const override {
+    int code = 0;
+    return static_cast<int>(CallOnModule("runtime.ModuleGetPropertyMask", const_cast<RustModule*>(this), &code).v_int64);
+  }
+  bool ImplementsFunction(const String& name, bool query_imports) override {
+    int code = 0;
+    std::string n = name.str();
+    return CallOnModule("runtime.ModuleImplementsFunction", this, &code, n.c_str(), query_imports ? 1 : 0).v_int64 != 0;
+  }
+};
+
+const void* RustModuleVptr() {
+  // The vtable pointer a RustModule carries; only read, the object is never used.
+  static const void* vptr = [] {
+    alignas(RustModule) static unsigned char storage[sizeof(RustModule)];
+    auto* m = new (storage) RustModule();
+    const void* p = *reinterpret_cast<const void* const*>(m);
+    m->~RustModule();
+    return p;
+  }();
+  return vptr;
+}
+
+bool IsRustModule(const ModuleNode* node) { return *reinterpret_cast<const void* const*>(node) == RustModuleVptr(); }
+
+}  // namespace
+
+extern "C" TVMRT_EXPORT const void* tvmrt_cxx_module_vptr() { return RustModuleVptr(); }
+
+void ModuleNode::SaveToFile(const String&, const String&) {
+  throw InternalError("libtvm_runtime.so", 0, std::string("Module[") + type_key() + "] does not support SaveToFile");
+}
+
+void ModuleNode::SaveToBinary(dmlc::Stream*) {
+  throw InternalError("libtvm_runtime.so", 0, std::string("Module[") + type_key() + "] does not support SaveToBinary");
+}
+
+String ModuleNode::GetSource(const String&) {
+  throw InternalError("libtvm_runtime.so", 0, std::string("Module[") + type_key() + "] does not support GetSource");
+}
+
+String ModuleNode::GetFormat() {
+  throw InternalError("libtvm_runtime.so", 0, std::string("Module[") + type_key() + "] does not support GetFormat");
+}
+
+bool ModuleNode::ImplementsFunction(const String& name, bool query_imports) {
+  return GetFunction(name, query_imports).get() != nullptr;
+}
+
+PackedFunc ModuleNode::GetFunction(const String& name, bool query_imports) {
+  if (IsRustModule(this)) {
+    TVMFunctionHandle f = nullptr;
+    Check(TVMModGetFunction(static_cast<Object*>(this), name.str().c_str(), query_imports ? 1 : 0, &f));
+    return PackedFunc(static_cast<Object*>(f));
+  }
+  // A host's module: its own GetFunction, then (when asked) its imports, depth first.
+  Object* self = static_cast<Object*>(this);
+  IncRef(self);
+  PackedFunc pf = GetFunction(name, ObjectPtr<Object>(self));
+  if (pf.get() || !query_imports) return pf;
+  for (const Module& m : imports_) {
+    auto* node = static_cast<ModuleNode*>(m.get());
+    PackedFunc f = node->GetFunction(name, true);
+    if (f.get()) return f;
+  }
+  return PackedFunc();
+}
+
+void ModuleNode::Import(Module other) {
+  if (IsRustModule(this) && IsRustModule(static_cast<ModuleNode*>(other.get()))) {
+    Check(TVMModImport(static_cast<Object*>(this), other.get()));
+    return;
+  }
+  if (IsRustModule(this)) {
+    throw InternalError("libtvm_runtime.so", 0,
+                        "TypeError: importing a module defined by the host into one of this runtime's is not supported");
+  }
+  imports_.push_back(other);
+}
 
 // ---------------------------------------------------------------------------------------------
 // The registry. Get hands out pointers that stay valid for the life of the process.

@@ -30,14 +30,19 @@ pub trait ModuleNode: Send + Sync + 'static {
     fn as_any(&self) -> &dyn Any;
 }
 
+/// Laid out for C++ hosts first: upstream's `ModuleNode::imports_` (a `std::vector<Module>`) sits
+/// right after the object header, and the headers' inline `imports()` reads it. It is kept an empty
+/// vector (three null pointers); the imports themselves are `imports`.
+#[repr(C)]
 pub struct Module {
+    cxx_imports: [usize; 3],
     node: Box<dyn ModuleNode>,
     imports: RwLock<Vec<ObjRef<Module>>>,
 }
 
 impl Module {
     pub fn new(node: impl ModuleNode) -> ObjRef<Module> {
-        ObjRef::new(Module { node: Box::new(node), imports: RwLock::new(Vec::new()) })
+        ObjRef::new(Module { cxx_imports: [0; 3], node: Box::new(node), imports: RwLock::new(Vec::new()) })
     }
 
     pub fn type_key(&self) -> &str {

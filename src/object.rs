@@ -78,6 +78,9 @@ pub trait ObjectType: sealed::Sealed + Send + Sync + 'static {
     /// The deleter of this type's cells: a function of its own (made by [`object_type!`]), not a
     /// generic instance, so its address is one and the same in every crate that makes objects.
     const DELETER: Deleter;
+    /// What a cell holds in front of the header (C++ hosts read a module's vtable pointer there).
+    type Prefix: Send + Sync;
+    fn prefix() -> Self::Prefix;
 }
 
 /// What an object header holds to free the object.
@@ -86,9 +89,16 @@ pub type Deleter = unsafe extern "C" fn(*mut ObjectHeader);
 /// Declares `$t` an object payload of type index `$index`, with a deleter of its own.
 macro_rules! object_type {
     ($t:ty, $index:expr) => {
+        object_type!($t, $index, (), ());
+    };
+    ($t:ty, $index:expr, $prefix:ty, $make_prefix:expr) => {
         impl $crate::object::sealed::Sealed for $t {}
         impl $crate::object::ObjectType for $t {
             const TYPE_INDEX: u32 = $index;
+            type Prefix = $prefix;
+            fn prefix() -> $prefix {
+                $make_prefix
+            }
             const DELETER: $crate::object::Deleter = {
                 unsafe extern "C" fn delete(obj: *mut $crate::object::ObjectHeader) {
                     // SAFETY: installed only by `ObjRef::new` for cells of this type.
@@ -101,7 +111,7 @@ macro_rules! object_type {
 }
 
 // Every payload type of the runtime, in one place: type indices must stay unique.
-object_type!(crate::module::Module, type_index::MODULE);
+object_type!(crate::module::Module, type_index::MODULE, ModulePrefix, ModulePrefix::new());
 object_type!(crate::tensor::NDArray, type_index::NDARRAY);
 object_type!(crate::packed::StringObj, type_index::STRING);
 object_type!(crate::packed::ArrayObj, type_index::ARRAY);
@@ -114,19 +124,50 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
+/// Upstream's ModuleNode starts with a vtable pointer, 8 bytes before the object header that
+/// handles point at: C++ hosts make virtual calls (`mod->type_key()`) through it. Module cells carry
+/// the vtable of `cxx/runtime.cc`'s module class, whose methods call back through the C API.
 #[repr(C)]
-struct ObjectCell<T> {
+pub struct ModulePrefix {
+    vptr: *const c_void,
+}
+
+// SAFETY: the address of static, immutable data.
+unsafe impl Send for ModulePrefix {}
+// SAFETY: as above.
+unsafe impl Sync for ModulePrefix {}
+
+extern "C" {
+    /// The vtable pointer of the C++ module class (`cxx/runtime.cc`).
+    fn tvmrt_cxx_module_vptr() -> *const c_void;
+}
+
+impl ModulePrefix {
+    fn new() -> ModulePrefix {
+        // SAFETY: returns the address of a static vtable; no arguments, no state.
+        ModulePrefix { vptr: unsafe { tvmrt_cxx_module_vptr() } }
+    }
+}
+
+#[repr(C)]
+struct ObjectCell<T: ObjectType> {
+    prefix: T::Prefix,
     header: ObjectHeader,
     value: T,
+}
+
+/// The cell whose header is at `obj`.
+fn cell_of<T: ObjectType>(obj: *mut ObjectHeader) -> *mut ObjectCell<T> {
+    obj.cast::<u8>().wrapping_sub(std::mem::offset_of!(ObjectCell<T>, header)).cast()
 }
 
 /// Frees a cell of `T`.
 ///
 /// # Safety
 /// `obj` must be a cell made by `ObjRef::<T>::new` whose count has reached zero.
-pub(crate) unsafe fn delete_cell<T>(obj: *mut ObjectHeader) {
+pub(crate) unsafe fn delete_cell<T: ObjectType>(obj: *mut ObjectHeader) {
     // SAFETY: per the contract: the allocation is a `Box<ObjectCell<T>>`, freed once.
-    drop(unsafe { Box::from_raw(obj.cast::<ObjectCell<T>>()) });
+    drop(unsafe { Box::from_raw(cell_of::<T>(obj)) });
 }
 
 /// An owning reference to an object whose payload is `T`.
@@ -143,6 +184,7 @@ unsafe impl<T: ObjectType> Sync for ObjRef<T> {}
 impl<T: ObjectType> ObjRef<T> {
     pub fn new(value: T) -> ObjRef<T> {
         let cell = Box::new(ObjectCell {
+            prefix: T::prefix(),
             header: ObjectHeader {
                 type_index: T::TYPE_INDEX,
                 ref_counter: AtomicI32::new(1),
@@ -150,8 +192,11 @@ impl<T: ObjectType> ObjRef<T> {
             },
             value,
         });
-        let ptr = NonNull::from(Box::leak(cell)).cast::<ObjectHeader>();
-        ObjRef { ptr, _marker: PhantomData }
+        let cell = Box::into_raw(cell);
+        // SAFETY: a field of the allocation just made; the pointer keeps the whole cell's
+        // provenance, which the deleter and `Deref` need.
+        let header = unsafe { std::ptr::addr_of_mut!((*cell).header) };
+        ObjRef { ptr: NonNull::new(header).expect("boxes are never null"), _marker: PhantomData }
     }
 
     /// The header address: the handle C callers hold.
@@ -189,7 +234,7 @@ impl<T: ObjectType> Deref for ObjRef<T> {
     fn deref(&self) -> &T {
         // SAFETY: the type index was checked when this reference was made, so the cell is an
         // `ObjectCell<T>`, alive while we hold a count.
-        unsafe { &(*self.ptr.as_ptr().cast::<ObjectCell<T>>()).value }
+        unsafe { &(*cell_of::<T>(self.ptr.as_ptr())).value }
     }
 }
 
@@ -238,7 +283,7 @@ pub unsafe fn payload_of<'a, T: ObjectType>(ptr: *mut ObjectHeader) -> Option<&'
         return None;
     }
     // SAFETY: see above.
-    Some(unsafe { &(*ptr.cast::<ObjectCell<T>>()).value })
+    Some(unsafe { &(*cell_of::<T>(ptr)).value })
 }
 
 /// A type-erased owning reference.

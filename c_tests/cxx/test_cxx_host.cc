@@ -193,6 +193,40 @@ static void Callbacks() {
   EXPECT(listed, "ListNames lists the executor constructor");
 }
 
+// A module defined by the host: it derives from the library's ModuleNode (its vtable and typeinfo
+// come from the library) and answers GetFunction itself.
+class GreeterNode : public tvm::runtime::ModuleNode {
+ public:
+  const char* type_key() const final { return "greeter"; }
+  PackedFunc GetFunction(const tvm::runtime::String& name,
+                         const tvm::runtime::ObjectPtr<tvm::runtime::Object>& sptr_to_self) final {
+    if (name == "greet") {
+      return PackedFunc([](tvm::runtime::TVMArgs args, tvm::runtime::TVMRetValue* rv) {
+        *rv = std::string("hi ") + args[0].operator std::string();
+      });
+    }
+    return PackedFunc();
+  }
+};
+
+static void Modules(const std::string& dir) {
+  Module host(tvm::runtime::make_object<GreeterNode>());
+  EXPECT(std::string(host->type_key()) == "greeter", "a host module's own type key");
+  PackedFunc greet = host.GetFunction("greet");
+  EXPECT(greet != nullptr && greet("you").operator std::string() == "hi you", "a host module's function");
+  EXPECT(host->ImplementsFunction("greet") && !host->ImplementsFunction("nope"), "ImplementsFunction");
+  DLDevice cpu{kDLCPU, 0};
+  Module lib = Module::LoadFromFile(dir + "/lib.so");
+  Module gmod = lib.GetFunction("default")(cpu);
+  // Virtual calls on the library's own modules go through the vtable they carry.
+  EXPECT(std::string(gmod->type_key()) == "GraphExecutor", gmod->type_key());
+  EXPECT(gmod->ImplementsFunction("run") && !gmod->ImplementsFunction("nope"), "ImplementsFunction on ours");
+  EXPECT(gmod->imports().size() <= 1, "imports() is readable");
+  std::ostringstream shown;
+  shown << gmod;
+  EXPECT(shown.str().find("GraphExecutor") != std::string::npos, shown.str().c_str());
+}
+
 static void Arrays() {
   DLDevice cpu{kDLCPU, 0};
   NDArray a = NDArray::Empty({2, 3}, DLDataType{kDLFloat, 32, 1}, cpu);
@@ -250,6 +284,7 @@ int main(int argc, char** argv) {
   for (const char* m : {"mlp_unbound_b1", "mlp_unbound_b8"}) CreatePath(fixtures + "/" + m);
   Errors(fixtures + "/mlp_b1");
   Callbacks();
+  Modules(fixtures + "/mlp_b1");
   Arrays();
   ObjectProtocol();
   Logging();
