@@ -57,6 +57,29 @@ pub fn type_index_to_key(index: u32) -> Result<&'static str> {
     TYPE_KEYS.get(index as usize).copied().ok_or_else(|| Error::index(format!("unknown type index {index}")))
 }
 
+/// Whether the object at `obj` is a cell of this runtime (its deleter is one of ours), as opposed
+/// to one a host made with upstream's layouts.
+///
+/// # Safety
+/// `obj` must be null or a live object header.
+pub unsafe fn is_native(obj: *const ObjectHeader) -> bool {
+    use crate::packed::{ArrayObj, MapObj, PackedFunc, ShapeTupleObj, StringObj};
+    // SAFETY: per the contract.
+    let Some(header) = (unsafe { obj.as_ref() }) else { return false };
+    let Some(deleter) = header.deleter else { return false };
+    [
+        crate::module::Module::DELETER,
+        crate::tensor::NDArray::DELETER,
+        StringObj::DELETER,
+        ArrayObj::DELETER,
+        MapObj::DELETER,
+        ShapeTupleObj::DELETER,
+        PackedFunc::DELETER,
+    ]
+    .iter()
+    .any(|&d| d as usize == deleter as usize)
+}
+
 /// Every type derives from the root; the static types have no other parents.
 pub fn derived_from(child: u32, parent: u32) -> bool {
     child == parent || parent == type_index::OBJECT

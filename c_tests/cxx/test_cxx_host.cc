@@ -3,6 +3,8 @@
 // library and against upstream's (LD_LIBRARY_PATH), so any difference shows as a failure of one.
 // usage: test_cxx_host FIXTURES_DIR
 #include <dlpack/dlpack.h>
+#include <tvm/runtime/container/array.h>
+#include <tvm/runtime/container/map.h>
 #include <tvm/runtime/logging.h>
 #include <tvm/runtime/module.h>
 #include <tvm/runtime/ndarray.h>
@@ -227,6 +229,78 @@ static void Modules(const std::string& dir) {
   EXPECT(shown.str().find("GraphExecutor") != std::string::npos, shown.str().c_str());
 }
 
+// Calls `f` on the given objects.
+static tvm::runtime::TVMRetValue CallOn(const PackedFunc& f, const std::vector<tvm::runtime::ObjectRef>& items) {
+  std::vector<TVMValue> values(items.size() + 1);
+  std::vector<int> codes(items.size() + 1);
+  tvm::runtime::TVMArgsSetter setter(values.data(), codes.data());
+  for (size_t i = 0; i < items.size(); ++i) setter(i, items[i]);
+  tvm::runtime::TVMRetValue rv;
+  f.CallPacked(tvm::runtime::TVMArgs(values.data(), codes.data(), static_cast<int>(items.size())), &rv);
+  return rv;
+}
+
+// Maps and arrays the library makes, read by the headers' inline code (lookup and iteration), and
+// ones the host makes, read by the library, from empty to 1000 entries.
+static void Containers(const std::string& dir) {
+  using tvm::runtime::Array;
+  using tvm::runtime::Map;
+  using tvm::runtime::String;
+  const PackedFunc* make_map = Registry::Get("runtime.Map");
+  const PackedFunc* make_array = Registry::Get("runtime.Array");
+  const PackedFunc* map_size = Registry::Get("runtime.MapSize");
+  const PackedFunc* map_get = Registry::Get("runtime.MapGetItem");
+  const PackedFunc* array_size = Registry::Get("runtime.ArraySize");
+  EXPECT(make_map && make_array && map_size && map_get && array_size, "container functions registered");
+  if (!make_map || !make_array || !map_size || !map_get || !array_size) return;
+  for (int n : {0, 1, 2, 4, 5, 16, 17, 100, 1000}) {
+    std::vector<tvm::runtime::ObjectRef> kv;
+    for (int i = 0; i < n; ++i) {
+      kv.push_back(String("key" + std::to_string(i)));
+      kv.push_back(String("value" + std::to_string(i)));
+    }
+    Map<String, String> m = CallOn(*make_map, kv);
+    EXPECT(static_cast<int>(m.size()) == n, ("map size " + std::to_string(n)).c_str());
+    int found = 0, seen = 0;
+    for (int i = 0; i < n; ++i) {
+      auto it = m.find(String("key" + std::to_string(i)));
+      found += it != m.end() && (*it).second == "value" + std::to_string(i);
+    }
+    for (const auto& pair : m) seen += pair.first.size() > 3 && pair.second.size() > 5;
+    EXPECT(found == n && seen == n, ("map lookups and iteration at size " + std::to_string(n)).c_str());
+    EXPECT(m.count(String("missing")) == 0, "a missing key");
+    // A map the host made, read by the library.
+    Map<String, String> mine;
+    for (int i = 0; i < n; ++i) mine.Set(String("k" + std::to_string(i)), String("v" + std::to_string(i)));
+    int64_t size = CallOn(*map_size, {mine});
+    EXPECT(size == n, ("the library reads a host map of size " + std::to_string(n)).c_str());
+    if (n > 0) {
+      String last = CallOn(*map_get, {mine, String("k" + std::to_string(n - 1))}).operator String();
+      EXPECT(last == "v" + std::to_string(n - 1), "the library looks up a host map");
+    }
+    std::vector<tvm::runtime::ObjectRef> items(kv.begin(), kv.begin() + n);
+    Array<String> a = CallOn(*make_array, items);
+    bool same = static_cast<int>(a.size()) == n;
+    for (int i = 0; same && i < n; ++i) same = a[i] == (i % 2 ? "value" : "key") + std::to_string(i / 2);
+    EXPECT(same, ("array of size " + std::to_string(n)).c_str());
+    Array<String> host_array(items.size(), String("x"));
+    int64_t asize = CallOn(*array_size, {host_array});
+    EXPECT(asize == n, "the library reads a host array");
+  }
+  // get_input_info: a map of maps, as an executor gives it.
+  Fixture fx(dir);
+  Module lib = Module::LoadFromFile(dir + "/lib.so");
+  Module gmod = (*Registry::Get("tvm.graph_executor.create"))(ReadFile(dir + "/graph.json"), lib,
+                                                                 static_cast<int>(kDLCPU), 0);
+  Map<String, tvm::runtime::ObjectRef> info = gmod.GetFunction("get_input_info")();
+  auto shapes = tvm::runtime::Downcast<Map<String, tvm::runtime::ShapeTuple>>(info["shape"]);
+  auto dtypes = tvm::runtime::Downcast<Map<String, String>>(info["dtype"]);
+  EXPECT(shapes.size() == dtypes.size() && shapes.size() >= 1, "input info has shapes and dtypes");
+  auto data = shapes.find(String("data"));
+  EXPECT(data != shapes.end() && (*data).second.size() == 4 && (*data).second[1] == 1, "the data input's shape");
+  EXPECT(dtypes.at(String("data")) == "float32", "the data input's dtype");
+}
+
 static void Arrays() {
   DLDevice cpu{kDLCPU, 0};
   NDArray a = NDArray::Empty({2, 3}, DLDataType{kDLFloat, 32, 1}, cpu);
@@ -285,6 +359,7 @@ int main(int argc, char** argv) {
   Errors(fixtures + "/mlp_b1");
   Callbacks();
   Modules(fixtures + "/mlp_b1");
+  Containers(fixtures + "/mlp_unbound_b1");
   Arrays();
   ObjectProtocol();
   Logging();

@@ -4,7 +4,7 @@ use super::{c_str, function::is_ret_bytes, guard, out, TVMObjectHandle};
 use crate::dlpack::TVMByteArray;
 use crate::error::Error;
 use crate::object::{self, release, ObjectHeader};
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::Ordering;
 
 unsafe fn header<'a>(h: TVMObjectHandle) -> crate::error::Result<&'a ObjectHeader> {
@@ -92,4 +92,12 @@ pub unsafe extern "C" fn TVMByteArrayFree(arr: *mut TVMByteArray) -> c_int {
         }
         Ok(())
     })
+}
+
+/// Whether `obj` is an object of this runtime rather than one a C++ host made with upstream's
+/// layouts (used by the C++ layer, `cxx/runtime.cc`, to convert containers at the boundary).
+#[no_mangle]
+pub unsafe extern "C" fn tvmrt_object_is_native(obj: *const c_void) -> c_int {
+    // SAFETY: the C++ layer passes live object handles.
+    std::panic::catch_unwind(|| unsafe { crate::object::is_native(obj.cast()) } as c_int).unwrap_or(0)
 }
