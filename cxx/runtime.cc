@@ -167,9 +167,21 @@ struct TVMRetValueLayout {
   int type_code_;
 };
 
+// Upstream's DataType: a DLDataType, trivially copied (returned in a register).
+class DataType {
+ public:
+  DLDataType data_;
+};
+
 class NDArray : public ObjectRef {
  public:
   using ObjectRef::ObjectRef;
+  TVMRT_EXPORT NDArray CopyTo(const DLDevice& dev, Optional<String> mem_scope) const;
+  TVMRT_EXPORT tvm::runtime::DataType DataType() const;
+  TVMRT_EXPORT static NDArray FromExternalDLTensor(const DLTensor& dl_tensor);
+  TVMRT_EXPORT static NDArray NewFromDLTensor(DLTensor* dl_tensor, const DLDevice& dev);
+  TVMRT_EXPORT static bool IsAligned(const DLTensor& tensor);
+  TVMRT_EXPORT static bool AbilityOfZeroCopyForDLTensor(DLTensor* tensor, const DLDevice& dev);
   TVMRT_EXPORT static NDArray Empty(ShapeTuple shape, DLDataType dtype, DLDevice dev, Optional<String> mem_scope);
   TVMRT_EXPORT static void CopyFromTo(const DLTensor* from, DLTensor* to, void* stream);
   TVMRT_EXPORT static NDArray FromDLPack(DLManagedTensor* tensor);
@@ -226,6 +238,7 @@ class __attribute__((visibility("default"))) ModuleNode : public Object {
 
   PackedFunc GetFunction(const String& name, bool query_imports);
   void Import(Module other);
+  const PackedFunc* GetFuncFromEnv(const String& name);
 
  protected:
   std::vector<Module> imports_;
@@ -271,6 +284,16 @@ class LogFatal {
 class LogMessage {
  public:
   TVMRT_EXPORT static const char* level_strings_[];
+};
+
+// Upstream's settings of TVM_LOG_DEBUG, member for member (hosts' inline FromFlag copies it).
+class TvmLogDebugSettings {
+ public:
+  TVMRT_EXPORT static TvmLogDebugSettings ParseSpec(const char* opt_spec);
+  TVMRT_EXPORT bool VerboseEnabledImpl(const std::string& filename, int level) const;
+
+  bool dlog_enabled_ = false;
+  std::unordered_map<std::string, int> vlog_level_map_;
 };
 }  // namespace detail
 
@@ -922,6 +945,44 @@ PackedFunc ModuleNode::GetFunction(const String& name, bool query_imports) {
   return PackedFunc();
 }
 
+const PackedFunc* ModuleNode::GetFuncFromEnv(const String& name) {
+  // The function found, kept for the life of the process (upstream keeps it for the module's);
+  // looked up again only when the name resolves to another function.
+  PackedFunc found;
+  if (IsRustModule(this)) {
+    // The imports, depth first, then the registry.
+    int code = 0;
+    int64_t n = CallOnModule("runtime.ModuleImportsSize", static_cast<Object*>(this), &code).v_int64;
+    for (int64_t i = 0; i < n && !found.get(); ++i) {
+      TVMValue a[2];
+      a[0].v_handle = static_cast<Object*>(this);
+      a[1].v_int64 = i;
+      Module import(static_cast<Object*>(CallGlobal("runtime.ModuleGetImport", {a[0], a[1]}, {kTVMModuleHandle, kDLInt}, &code).v_handle));
+      TVMFunctionHandle f = nullptr;
+      Check(TVMModGetFunction(import.get(), name.str().c_str(), 1, &f));
+      found = PackedFunc(static_cast<Object*>(f));
+    }
+    if (!found.get()) {
+      const PackedFunc* global = Registry::Get(name);
+      if (!global) throw InternalError("libtvm_runtime.so", 0, "Cannot find function " + name.str() + " in the imported modules or global registry");
+      return global;
+    }
+  } else {
+    found = GetFunction(name, true);
+    if (!found.get()) {
+      const PackedFunc* global = Registry::Get(name);
+      if (!global) throw InternalError("libtvm_runtime.so", 0, "Cannot find function " + name.str() + " in the imported modules or global registry");
+      return global;
+    }
+  }
+  static std::mutex m;
+  static auto* kept = new std::unordered_map<Object*, PackedFunc*>();
+  std::lock_guard<std::mutex> lock(m);
+  auto& slot = (*kept)[found.get()];
+  if (!slot) slot = new PackedFunc(found);
+  return slot;
+}
+
 void ModuleNode::Import(Module other) {
   if (IsRustModule(this) && IsRustModule(static_cast<ModuleNode*>(other.get()))) {
     Check(TVMModImport(static_cast<Object*>(this), other.get()));
@@ -1189,3 +1250,126 @@ detail::LogFatal::Entry& detail::LogFatal::GetEntry() {
 }
 
 const char* detail::LogMessage::level_strings_[] = {": Debug: ", ": ", ": Warning: ", ": Error: "};
+
+// ---------------------------------------------------------------------------------------------
+// TVM_LOG_DEBUG: "1" enables DLOG; "FILE=LEVEL,..." (FILE relative to a src/ folder, or DEFAULT)
+// enables DLOG and VLOG up to LEVEL in FILE.
+
+namespace {
+// A file name as VLOG settings name it: the part after the last "/src/", if any.
+std::string CanonicalFile(const std::string& file) {
+  size_t at = file.rfind("/src/");
+  if (at != std::string::npos) return file.substr(at + 5);
+  if (file.rfind("src/", 0) == 0) return file.substr(4);
+  return file;
+}
+}  // namespace
+
+detail::TvmLogDebugSettings detail::TvmLogDebugSettings::ParseSpec(const char* opt_spec) {
+  TvmLogDebugSettings settings;
+  if (opt_spec == nullptr) return settings;
+  std::string spec(opt_spec);
+  if (spec.empty() || spec == "0") return settings;
+  settings.dlog_enabled_ = true;
+  if (spec == "1") return settings;
+  std::istringstream entries(spec);
+  std::string entry;
+  while (std::getline(entries, entry, ',')) {
+    if (entry.empty()) continue;
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size()) {
+      throw InternalError("libtvm_runtime.so", 0,
+                          "TVM_LOG_DEBUG: '" + entry + "' is not FILE=LEVEL (in '" + spec + "')");
+    }
+    std::string level = entry.substr(eq + 1);
+    char* end = nullptr;
+    long value = std::strtol(level.c_str(), &end, 10);
+    if (end == level.c_str() || *end != '\0') {
+      throw InternalError("libtvm_runtime.so", 0, "TVM_LOG_DEBUG: level '" + level + "' is not a number");
+    }
+    std::string file = entry.substr(0, eq);
+    settings.vlog_level_map_[file == "DEFAULT" ? file : CanonicalFile(file)] = static_cast<int>(value);
+  }
+  return settings;
+}
+
+bool detail::TvmLogDebugSettings::VerboseEnabledImpl(const std::string& filename, int level) const {
+  auto it = vlog_level_map_.find(CanonicalFile(filename));
+  if (it == vlog_level_map_.end()) it = vlog_level_map_.find("DEFAULT");
+  return it != vlog_level_map_.end() && level <= it->second;
+}
+
+// ---------------------------------------------------------------------------------------------
+// More of NDArray.
+
+NDArray NDArray::CopyTo(const DLDevice& dev, Optional<String> mem_scope) const {
+  const DLTensor* t = tensor();
+  TVMArrayHandle h = nullptr;
+  if (mem_scope.get()) {
+    std::string scope = StringOf(mem_scope.get());
+    if (!scope.empty() && scope != "global")
+      throw InternalError("libtvm_runtime.so", 0, "ValueError: memory scope '" + scope + "' is not supported on the CPU");
+  }
+  Check(TVMArrayAlloc(t->shape, t->ndim, t->dtype.code, t->dtype.bits, t->dtype.lanes, dev.device_type, dev.device_id, &h));
+  NDArray out(ArrayObject(h));
+  Check(TVMArrayCopyFromTo(const_cast<DLTensor*>(t), h, nullptr));
+  return out;
+}
+
+tvm::runtime::DataType NDArray::DataType() const { return tvm::runtime::DataType{tensor()->dtype}; }
+
+bool NDArray::IsAligned(const DLTensor& tensor) {
+  return (reinterpret_cast<uintptr_t>(static_cast<char*>(tensor.data) + tensor.byte_offset) % 64) == 0;
+}
+
+namespace {
+bool IsCompact(const DLTensor& t) {
+  if (!t.strides) return true;
+  int64_t expected = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] != 1 && t.strides[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+struct ExternalTensor {
+  DLManagedTensor managed;
+  std::vector<int64_t> shape;
+};
+}  // namespace
+
+bool NDArray::AbilityOfZeroCopyForDLTensor(DLTensor* tensor, const DLDevice& dev) {
+  return tensor->device.device_type == dev.device_type && tensor->device.device_id == dev.device_id &&
+         IsAligned(*tensor) && IsCompact(*tensor);
+}
+
+NDArray NDArray::FromExternalDLTensor(const DLTensor& dl_tensor) {
+  if (!IsAligned(dl_tensor) || !IsCompact(dl_tensor)) {
+    throw InternalError("libtvm_runtime.so", 0,
+                        "ValueError: FromExternalDLTensor needs a compact tensor aligned to 64 bytes");
+  }
+  // The memory stays the caller's: the DLPack wrapper's deleter frees only the wrapper.
+  auto* ext = new ExternalTensor();
+  ext->shape.assign(dl_tensor.shape, dl_tensor.shape + dl_tensor.ndim);
+  ext->managed.dl_tensor = dl_tensor;
+  ext->managed.dl_tensor.shape = ext->shape.data();
+  ext->managed.dl_tensor.strides = nullptr;
+  ext->managed.manager_ctx = ext;
+  ext->managed.deleter = [](DLManagedTensor* self) { delete static_cast<ExternalTensor*>(self->manager_ctx); };
+  TVMArrayHandle h = nullptr;
+  if (TVMArrayFromDLPack(&ext->managed, &h) != 0) {
+    delete ext;
+    ThrowLastError();
+  }
+  return NDArray(ArrayObject(h));
+}
+
+NDArray NDArray::NewFromDLTensor(DLTensor* dl_tensor, const DLDevice& dev) {
+  TVMArrayHandle h = nullptr;
+  Check(TVMArrayAlloc(dl_tensor->shape, dl_tensor->ndim, dl_tensor->dtype.code, dl_tensor->dtype.bits,
+                      dl_tensor->dtype.lanes, dev.device_type, dev.device_id, &h));
+  NDArray out(ArrayObject(h));
+  Check(TVMArrayCopyFromTo(dl_tensor, h, nullptr));
+  return out;
+}

@@ -224,6 +224,15 @@ static void Modules(const std::string& dir) {
   EXPECT(std::string(gmod->type_key()) == "GraphExecutor", gmod->type_key());
   EXPECT(gmod->ImplementsFunction("run") && !gmod->ImplementsFunction("nope"), "ImplementsFunction on ours");
   EXPECT(gmod->imports().size() <= 1, "imports() is readable");
+  const PackedFunc* env = gmod->GetFuncFromEnv("runtime.String");
+  EXPECT(env && (*env)("abc").operator tvm::runtime::String() == "abc", "GetFuncFromEnv falls back to the registry");
+  bool missing = false;
+  try {
+    gmod->GetFuncFromEnv("no.such.function");
+  } catch (const tvm::Error&) {
+    missing = true;
+  }
+  EXPECT(missing, "GetFuncFromEnv of an unknown name throws");
   std::ostringstream shown;
   shown << gmod;
   EXPECT(shown.str().find("GraphExecutor") != std::string::npos, shown.str().c_str());
@@ -317,6 +326,18 @@ static void Arrays() {
   NDArray back = NDArray::FromDLPack(dl);
   EXPECT(back->data == a->data && back.Shape()[1] == 3, "DLPack out and back in, no copy");
   EXPECT(a.use_count() >= 1, "counts are readable");
+  NDArray c = a.CopyTo(cpu);
+  EXPECT(c->data != a->data && c.DataType() == tvm::runtime::DataType::Float(32), "CopyTo and DataType");
+  alignas(64) float ext[6] = {6, 5, 4, 3, 2, 1};
+  int64_t ext_shape[2] = {2, 3};
+  DLTensor t{ext, cpu, 2, DLDataType{kDLFloat, 32, 1}, ext_shape, nullptr, 0};
+  NDArray wrapped = NDArray::FromExternalDLTensor(t);
+  EXPECT(wrapped->data == ext, "FromExternalDLTensor uses the memory in place");
+  NDArray fresh = NDArray::NewFromDLTensor(&t, cpu);
+  float back2[6] = {0};
+  fresh.CopyToBytes(back2, sizeof back2);
+  EXPECT(fresh->data != ext && std::memcmp(back2, ext, sizeof ext) == 0, "NewFromDLTensor copies");
+  EXPECT(NDArray::AbilityOfZeroCopyForDLTensor(&t, cpu), "an aligned compact tensor can be used in place");
 }
 
 static void ObjectProtocol() {
@@ -347,6 +368,22 @@ static void Logging() {
   EXPECT(caught, "LOG(FATAL) throws tvm::Error");
   EXPECT(tvm::runtime::DLDataType2String(DLDataType{kDLFloat, 16, 4}) == "float16x4", "dtype to string");
   EXPECT(tvm::runtime::String2DLDataType("int8").bits == 8, "dtype from string");
+  using tvm::runtime::detail::TvmLogDebugSettings;
+  EXPECT(!TvmLogDebugSettings::ParseSpec(nullptr).dlog_enabled(), "TVM_LOG_DEBUG unset");
+  EXPECT(TvmLogDebugSettings::ParseSpec("1").dlog_enabled(), "TVM_LOG_DEBUG=1 enables DLOG");
+  auto v = TvmLogDebugSettings::ParseSpec("relay/foo.cc=2,DEFAULT=0");
+  EXPECT(v.dlog_enabled(), "a VLOG spec enables DLOG too");
+  EXPECT(v.VerboseEnabled("/x/tvm/src/relay/foo.cc", 2) && !v.VerboseEnabled("/x/tvm/src/relay/foo.cc", 3),
+         "VLOG level of a named file");
+  EXPECT(v.VerboseEnabled("/x/tvm/src/ir/bar.cc", 0) && !v.VerboseEnabled("/x/tvm/src/ir/bar.cc", 1),
+         "DEFAULT level for the others");
+  caught = false;
+  try {
+    TvmLogDebugSettings::ParseSpec("relay/foo.cc=two");
+  } catch (const tvm::Error&) {
+    caught = true;
+  }
+  EXPECT(caught, "an ill-formed TVM_LOG_DEBUG throws");
 }
 
 int main(int argc, char** argv) {
