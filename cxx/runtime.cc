@@ -338,6 +338,18 @@ void ClearRet(TVMRetValueLayout* rv) {
 
 extern "C" void tvmrt_cxx_call_packed(const Object* obj, TVMArgs args, TVMRetValueLayout* rv);
 extern "C" int tvmrt_object_is_native(const void* obj);
+extern "C" int tvmrt_module_from_host(void* obj, TVMModuleHandle* out);
+
+// A module of this runtime for a host's module (new count); this runtime's own as they are.
+Object* NativeModule(Object* module) {
+  if (!module || tvmrt_object_is_native(module)) {
+    IncRef(module);
+    return module;
+  }
+  TVMModuleHandle h = nullptr;
+  Check(tvmrt_module_from_host(module, &h));
+  return static_cast<Object*>(h);
+}
 
 Object* ToHost(Object* obj);
 Object* ToNative(Object* obj);
@@ -367,6 +379,11 @@ int CallHostFunction(TVMValue* values, int* codes, int num_args, TVMRetValueHand
     }
     call(obj, TVMArgs{args.data(), codes, num_args}, &rv);
     if (rv.type_code_ == kTVMObjectHandle) rv.value_.v_handle = ToNative(static_cast<Object*>(rv.value_.v_handle));
+    if (rv.type_code_ == kTVMModuleHandle && rv.value_.v_handle) {
+      Object* own = NativeModule(static_cast<Object*>(rv.value_.v_handle));
+      DecRef(static_cast<Object*>(rv.value_.v_handle));
+      rv.value_.v_handle = own;
+    }
   } catch (const std::exception& e) {
     for (Object* o : converted) DecRef(o);
     ClearRet(&rv);
@@ -801,6 +818,10 @@ extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs ar
       IncRef(given);
       shapes.push_back(ToNative(given));
       values[i].v_handle = shapes.back();
+    } else if (codes[i] == kTVMModuleHandle && values[i].v_handle && !tvmrt_object_is_native(values[i].v_handle)) {
+      // A module the host defined: passed on as one of this runtime's that calls it back.
+      shapes.push_back(NativeModule(static_cast<Object*>(values[i].v_handle)));
+      values[i].v_handle = shapes.back();
     } else if (codes[i] == kTVMPackedFuncHandle && values[i].v_handle) {
       TVMFunctionHandle f = Adopt(static_cast<Object*>(values[i].v_handle));
       wrapped.push_back(f);
@@ -984,13 +1005,11 @@ const PackedFunc* ModuleNode::GetFuncFromEnv(const String& name) {
 }
 
 void ModuleNode::Import(Module other) {
-  if (IsRustModule(this) && IsRustModule(static_cast<ModuleNode*>(other.get()))) {
-    Check(TVMModImport(static_cast<Object*>(this), other.get()));
-    return;
-  }
   if (IsRustModule(this)) {
-    throw InternalError("libtvm_runtime.so", 0,
-                        "TypeError: importing a module defined by the host into one of this runtime's is not supported");
+    // A host's module joins as one of this runtime's that calls it back.
+    ObjectRef own(NativeModule(other.get()));
+    Check(TVMModImport(static_cast<Object*>(this), own.get()));
+    return;
   }
   imports_.push_back(other);
 }
@@ -1372,4 +1391,39 @@ NDArray NDArray::NewFromDLTensor(DLTensor* dl_tensor, const DLDevice& dev) {
   NDArray out(ArrayObject(h));
   Check(TVMArrayCopyFromTo(dl_tensor, h, nullptr));
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host modules held by the core (capi/host_module.rs): their virtuals, behind the exception edge.
+
+extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_get_function(Object* obj, const char* name, TVMFunctionHandle* out) {
+  try {
+    auto* node = static_cast<ModuleNode*>(obj);
+    TVMFunctionHandle make = GlobalFunction("runtime.String");
+    TVMValue v, r;
+    v.v_str = name;
+    int code = kTVMStr, rc = 0;
+    int status = TVMFuncCall(make, &v, &code, 1, &r, &rc);
+    TVMFuncFree(make);
+    Check(status);
+    String key(static_cast<Object*>(r.v_handle));
+    IncRef(obj);
+    PackedFunc pf = node->GetFunction(key, ObjectPtr<Object>(obj));
+    *out = pf.get() ? Adopt(pf.get()) : nullptr;
+    return 0;
+  } catch (const std::exception& e) {
+    TVMAPISetLastError(e.what());
+    return -1;
+  } catch (...) {
+    TVMAPISetLastError("a host module's GetFunction threw an exception that is not a std::exception");
+    return -1;
+  }
+}
+
+extern "C" TVMRT_EXPORT const char* tvmrt_cxx_host_module_type_key(Object* obj) {
+  try {
+    return static_cast<ModuleNode*>(obj)->type_key();
+  } catch (...) {
+    return nullptr;
+  }
 }

@@ -157,8 +157,13 @@ static void Errors(const std::string& dir) {
   EXPECT(gmod.GetFunction("no_such_function") == nullptr, "an unknown function is a null PackedFunc");
 }
 
+// Registered by a static initializer, before main, as TVM's own sources do.
+TVM_REGISTER_GLOBAL("test.cxx.twice").set_body_typed([](int x) { return 2 * x; });
+
 // Host functions registered in the library's registry and called back, including ones that throw.
 static void Callbacks() {
+  const PackedFunc* twice = Registry::Get("test.cxx.twice");
+  EXPECT(twice && static_cast<int>((*twice)(21)) == 42, "TVM_REGISTER_GLOBAL in the host, before main");
   Registry::Register("test.cxx.add", true).set_body([](tvm::runtime::TVMArgs args, tvm::runtime::TVMRetValue* rv) {
     int64_t a = args[0], b = args[1];
     *rv = a + b;
@@ -220,6 +225,16 @@ static void Modules(const std::string& dir) {
   DLDevice cpu{kDLCPU, 0};
   Module lib = Module::LoadFromFile(dir + "/lib.so");
   Module gmod = lib.GetFunction("default")(cpu);
+  // A host module handed to the library: as an argument, and imported into a loaded library.
+  const PackedFunc* key_of = Registry::Get("runtime.ModuleGetTypeKey");
+  EXPECT(key_of && (*key_of)(host).operator std::string() == "greeter", "the library sees a host module's type key");
+  const PackedFunc* get_fn = Registry::Get("runtime.ModuleGetFunction");
+  PackedFunc via_library = get_fn ? (*get_fn)(host, "greet", false).operator PackedFunc() : PackedFunc();
+  EXPECT(via_library != nullptr && via_library("me").operator std::string() == "hi me",
+         "the library finds a host module's function");
+  lib.Import(host);
+  PackedFunc imported = lib.GetFunction("greet", true);
+  EXPECT(imported != nullptr && imported("all").operator std::string() == "hi all", "found through an import");
   // Virtual calls on the library's own modules go through the vtable they carry.
   EXPECT(std::string(gmod->type_key()) == "GraphExecutor", gmod->type_key());
   EXPECT(gmod->ImplementsFunction("run") && !gmod->ImplementsFunction("nope"), "ImplementsFunction on ours");

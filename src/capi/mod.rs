@@ -9,6 +9,7 @@ pub mod backend;
 pub mod device;
 pub mod error;
 pub mod function;
+pub mod host_module;
 pub mod module;
 pub mod object;
 
