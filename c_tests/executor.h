@@ -70,6 +70,18 @@ static inline TVMModuleHandle create_from_json(TVMModuleHandle lib, const char* 
   return rc == kTVMModuleHandle ? r.v_handle : NULL;
 }
 
+/* share_params(src, blob): dst takes src's memory for every weight named in the params blob. */
+static inline void share_params_blob(TVMModuleHandle dst, TVMModuleHandle src, const void* blob, size_t size) {
+  TVMByteArray arr = {(const char*)blob, size};
+  TVMValue v[2], r;
+  int c[2] = {kTVMModuleHandle, kTVMBytes}, rc;
+  v[0].v_handle = src;
+  v[1].v_handle = &arr;
+  TVMFunctionHandle f = get_fn(dst, "share_params");
+  OK(call(f, v, c, 2, &r, &rc));
+  TVMFuncFree(f);
+}
+
 static inline void run_and_check(TVMModuleHandle gmod, const Fixture* fx, const char* how) {
   TVMFunctionHandle set_input = get_fn(gmod, "set_input");
   TVMFunctionHandle run = get_fn(gmod, "run");

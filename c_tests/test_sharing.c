@@ -15,14 +15,7 @@ static void share(TVMModuleHandle dst, TVMModuleHandle src, const char* params_d
   size_t size = 0;
   snprintf(path, sizeof path, "%s/params.bin", params_dir);
   void* blob = read_file(path, &size);
-  TVMByteArray arr = {(const char*)blob, size};
-  TVMValue v[2], r;
-  int c[2] = {kTVMModuleHandle, kTVMBytes}, rc;
-  v[0].v_handle = src;
-  v[1].v_handle = &arr;
-  TVMFunctionHandle f = get_fn(dst, "share_params");
-  OK(call(f, v, c, 2, &r, &rc));
-  TVMFuncFree(f);
+  share_params_blob(dst, src, blob, size);
   free(blob);
 }
 

@@ -16,16 +16,7 @@ static int iterations = 20;
 static void* blob1;
 static size_t blob1_size;
 
-static void share(TVMModuleHandle dst, TVMModuleHandle src) {
-  TVMByteArray arr = {(const char*)blob1, blob1_size};
-  TVMValue v[2], r;
-  int c[2] = {kTVMModuleHandle, kTVMBytes}, rc;
-  v[0].v_handle = src;
-  v[1].v_handle = &arr;
-  TVMFunctionHandle f = get_fn(dst, "share_params");
-  OK(call(f, v, c, 2, &r, &rc));
-  TVMFuncFree(f);
-}
+static void share(TVMModuleHandle dst, TVMModuleHandle src) { share_params_blob(dst, src, blob1, blob1_size); }
 
 typedef struct {
   TVMModuleHandle executor;

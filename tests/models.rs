@@ -35,46 +35,8 @@ fn every_fixture_matches_upstream_through_create_and_load_params() {
 /// then be used in place, read-only.
 #[test]
 fn linked_params_from_lookup_linked_param_are_used_in_place() {
-    use std::collections::HashMap;
-    use std::sync::Arc;
-    use tvm_runtime::module::{Module, ModuleNode};
-    use tvm_runtime::object::ObjRef;
-    use tvm_runtime::packed::{PackedFunc, RetValue};
-    use tvm_runtime::tensor::Buffer;
-
-    struct Linked {
-        code: ObjRef<Module>,
-        by_sid: Arc<HashMap<i64, Buffer>>,
-    }
-    impl ModuleNode for Linked {
-        fn type_key(&self) -> &str {
-            "library"
-        }
-        fn get_function(&self, _: &ObjRef<Module>, name: &str) -> tvm_runtime::Result<Option<ObjRef<PackedFunc>>> {
-            if name == "_lookup_linked_param" {
-                let by_sid = self.by_sid.clone();
-                return Ok(Some(PackedFunc::native(move |a| {
-                    Ok(by_sid.get(&a.int(0)?).map_or(RetValue::None, |b| RetValue::Handle(b.as_ptr().cast())))
-                })));
-            }
-            Module::get_function(&self.code, name, true)
-        }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-    }
-
     let f = Fixture::load("mlp_unbound_b1");
-    let graph = tvm_runtime::graph::Graph::parse(&f.graph_json()).unwrap();
-    let blob = f.params();
-    let mut by_sid = HashMap::new();
-    for (name, rec) in tvm_runtime::params::parse(&blob).unwrap() {
-        let node = graph.arg_nodes.iter().copied().find(|&n| graph.nodes[n].name == name).unwrap();
-        let sid = graph.entries[graph.entry_id(node, 0)].storage_id as i64;
-        by_sid.insert(sid, Buffer::from_bytes(rec.data).unwrap());
-    }
-    let pointers: Vec<usize> = by_sid.values().map(|b| b.as_ptr() as usize).collect();
-    let lib = Module::new(Linked { code: f.load_lib(), by_sid: Arc::new(by_sid) });
+    let (lib, pointers) = linked_library(&f);
     let m =
         tvm_runtime::executor::GraphExecutor::create(&f.graph_json(), lib, tvm_runtime::dlpack::DLDevice::CPU).unwrap();
     let ex = exec(&m);

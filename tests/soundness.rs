@@ -4,15 +4,12 @@
 
 mod common;
 use common::*;
-use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::Arc;
 use tvm_runtime::dlpack::DLDevice;
 use tvm_runtime::executor::GraphExecutor;
-use tvm_runtime::module::{Module, ModuleNode};
-use tvm_runtime::object::ObjRef;
-use tvm_runtime::packed::{MapObj, PackedFunc, RetValue};
-use tvm_runtime::tensor::{Buffer, NDArray};
+use tvm_runtime::module::Module;
+use tvm_runtime::packed::MapObj;
+use tvm_runtime::tensor::NDArray;
 
 /// Case 1: an entry of exactly `usize::MAX` bytes used to round to a 0-byte slot, and a `__copy`
 /// then copied `usize::MAX` bytes (SIGSEGV from a 300-byte graph).
@@ -28,48 +25,12 @@ fn an_entry_too_large_to_address_is_refused_at_create() {
     assert!(e.contains("entry 0") && e.contains("larger than the 1 TiB a tensor may have"), "{e}");
 }
 
-/// A library that answers `_lookup_linked_param` with weights it owns, as TVM 0.8 link-params
-/// builds do with constants inside their image: the weights live exactly as long as the module.
-struct LinkedLibrary {
-    code: ObjRef<Module>,
-    by_sid: Arc<HashMap<i64, Buffer>>,
-}
-
-impl ModuleNode for LinkedLibrary {
-    fn type_key(&self) -> &str {
-        "library"
-    }
-    fn get_function(&self, _: &ObjRef<Module>, name: &str) -> tvm_runtime::Result<Option<ObjRef<PackedFunc>>> {
-        if name == "_lookup_linked_param" {
-            let by_sid = self.by_sid.clone();
-            return Ok(Some(PackedFunc::native(move |a| {
-                Ok(by_sid.get(&a.int(0)?).map_or(RetValue::None, |b| RetValue::Handle(b.as_ptr().cast())))
-            })));
-        }
-        Module::get_function(&self.code, name, true)
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
-fn linked_library(f: &Fixture) -> ObjRef<Module> {
-    let graph = tvm_runtime::graph::Graph::parse(&f.graph_json()).unwrap();
-    let blob = f.params();
-    let mut by_sid = HashMap::new();
-    for (name, rec) in tvm_runtime::params::parse(&blob).unwrap() {
-        let node = graph.arg_nodes.iter().copied().find(|&n| graph.nodes[n].name == name).unwrap();
-        by_sid.insert(graph.entries[graph.entry_id(node, 0)].storage_id as i64, Buffer::from_bytes(rec.data).unwrap());
-    }
-    Module::new(LinkedLibrary { code: f.load_lib(), by_sid: Arc::new(by_sid) })
-}
-
 /// Case 2: linked weights shared into another executor used to be kept alive only by the first
 /// executor's plan; freeing it and the library left the second reading unmapped memory.
 #[test]
 fn linked_weights_outlive_the_executor_and_library_they_came_from() {
     let f = Fixture::load("mlp_unbound_b1");
-    let linked = linked_library(&f);
+    let (linked, _) = linked_library(&f);
     let a = GraphExecutor::create(&f.graph_json(), linked.clone(), DLDevice::CPU).unwrap();
     let b = f.executor_without_params(&f.load_lib());
     exec(&b).share_params(exec(&a), &f.params()).unwrap();

@@ -153,3 +153,46 @@ pub fn call(
     build(&mut a);
     f.call(&a.args())
 }
+
+/// A library that answers `_lookup_linked_param(storage_id)` with weights it owns, as TVM 0.8
+/// link-params builds do with constants inside their image (the weights live exactly as long as
+/// the module); its other functions are the fixture's kernels. Also returns the weights' addresses.
+pub fn linked_library(f: &Fixture) -> (ObjRef<Module>, Vec<usize>) {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use tvm_runtime::module::ModuleNode;
+    use tvm_runtime::packed::RetValue;
+    use tvm_runtime::tensor::Buffer;
+
+    struct Linked {
+        code: ObjRef<Module>,
+        by_sid: Arc<HashMap<i64, Buffer>>,
+    }
+    impl ModuleNode for Linked {
+        fn type_key(&self) -> &str {
+            "library"
+        }
+        fn get_function(&self, _: &ObjRef<Module>, name: &str) -> tvm_runtime::Result<Option<ObjRef<PackedFunc>>> {
+            if name == "_lookup_linked_param" {
+                let by_sid = self.by_sid.clone();
+                return Ok(Some(PackedFunc::native(move |a| {
+                    Ok(by_sid.get(&a.int(0)?).map_or(RetValue::None, |b| RetValue::Handle(b.as_ptr().cast())))
+                })));
+            }
+            Module::get_function(&self.code, name, true)
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    let graph = tvm_runtime::graph::Graph::parse(&f.graph_json()).unwrap();
+    let blob = f.params();
+    let mut by_sid = HashMap::new();
+    for (name, rec) in tvm_runtime::params::parse(&blob).unwrap() {
+        let node = graph.arg_nodes.iter().copied().find(|&n| graph.nodes[n].name == name).unwrap();
+        by_sid.insert(graph.entries[graph.entry_id(node, 0)].storage_id as i64, Buffer::from_bytes(rec.data).unwrap());
+    }
+    let pointers = by_sid.values().map(|b| b.as_ptr() as usize).collect();
+    (Module::new(Linked { code: f.load_lib(), by_sid: Arc::new(by_sid) }), pointers)
+}
