@@ -1427,3 +1427,21 @@ extern "C" TVMRT_EXPORT const char* tvmrt_cxx_host_module_type_key(Object* obj) 
     return nullptr;
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The imports_ mirror of the core's modules (cxx_imports.rs).
+
+extern "C" TVMRT_EXPORT void tvmrt_cxx_set_imports(void* vector, Object* const* modules, size_t n) {
+  auto* imports = static_cast<std::vector<Module>*>(vector);
+  std::vector<Module> fresh;
+  fresh.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    IncRef(modules[i]);
+    fresh.emplace_back(modules[i]);
+  }
+  imports->swap(fresh);
+}
+
+extern "C" TVMRT_EXPORT void tvmrt_cxx_drop_imports(void* vector) {
+  static_cast<std::vector<Module>*>(vector)->~vector();
+}

@@ -58,6 +58,7 @@
 pub mod backend;
 pub mod capi;
 pub mod contrib_sort;
+mod cxx_imports;
 pub mod dlpack;
 pub mod dtype;
 pub mod error;

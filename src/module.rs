@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+use crate::cxx_imports::CxxImports;
 use crate::error::{Error, Result};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
@@ -31,18 +32,22 @@ pub trait ModuleNode: Send + Sync + 'static {
 }
 
 /// Laid out for C++ hosts first: upstream's `ModuleNode::imports_` (a `std::vector<Module>`) sits
-/// right after the object header, and the headers' inline `imports()` reads it. It is kept an empty
-/// vector (three null pointers); the imports themselves are `imports`.
+/// right after the object header, and the headers' inline `imports()` reads it: a mirror of
+/// `imports`, rebuilt whenever that changes.
 #[repr(C)]
 pub struct Module {
-    cxx_imports: [usize; 3],
+    cxx_imports: CxxImports,
     node: Box<dyn ModuleNode>,
     imports: RwLock<Vec<ObjRef<Module>>>,
 }
 
 impl Module {
     pub fn new(node: impl ModuleNode) -> ObjRef<Module> {
-        ObjRef::new(Module { cxx_imports: [0; 3], node: Box::new(node), imports: RwLock::new(Vec::new()) })
+        ObjRef::new(Module {
+            cxx_imports: CxxImports::default(),
+            node: Box::new(node),
+            imports: RwLock::new(Vec::new()),
+        })
     }
 
     pub fn type_key(&self) -> &str {
@@ -63,7 +68,9 @@ impl Module {
     }
 
     pub fn clear_imports(&self) {
-        self.imports.write().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut imports = self.imports.write().unwrap_or_else(|e| e.into_inner());
+        imports.clear();
+        self.cxx_imports.set(&mut imports);
     }
 
     /// Adds `dep` to the imports of `this`, refusing cycles.
@@ -71,7 +78,9 @@ impl Module {
         if ObjRef::ptr_eq(this, &dep) || dep.reaches(this) {
             return Err(Error::value("Cyclic dependency detected during import"));
         }
-        this.imports.write().unwrap_or_else(|e| e.into_inner()).push(dep);
+        let mut imports = this.imports.write().unwrap_or_else(|e| e.into_inner());
+        imports.push(dep);
+        this.cxx_imports.set(&mut imports);
         Ok(())
     }
 
