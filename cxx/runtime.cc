@@ -789,7 +789,54 @@ Object* ToNative(Object* obj) {
 
 // The call pointer of every function this runtime makes (PackedFuncObj::f_call_packed_, at the
 // object's offset 16), as hosts' inline `PackedFunc::operator()` invokes it.
+namespace {
+// Whether argument `i` must be rebuilt before this runtime reads it (see the loop below).
+bool NeedsConversion(const TVMValue& v, int code) {
+  if (!v.v_handle) return false;
+  if (code == kTVMObjectHandle) {
+    return static_cast<Object*>(v.v_handle)->type_index_ == kStringIndex || !tvmrt_object_is_native(v.v_handle);
+  }
+  if (code == kTVMModuleHandle) return !tvmrt_object_is_native(v.v_handle);
+  if (code == kTVMPackedFuncHandle) return !IsOurs(static_cast<Object*>(v.v_handle));
+  return false;
+}
+
+// Stores the outcome of a call (value and code from the C API) into a host's return value.
+void SetRet(TVMRetValueLayout* rv, TVMValue ret, int code) {
+  ClearRet(rv);
+  switch (code) {
+    case kTVMStr:
+      rv->value_.v_handle = new std::string(ret.v_str);
+      break;
+    case kTVMBytes: {
+      auto* bytes = static_cast<TVMByteArray*>(ret.v_handle);
+      rv->value_.v_handle = new std::string(bytes->data, bytes->size);
+      break;
+    }
+    case kTVMObjectHandle:
+      // Arrays and maps reach the host with upstream's layouts, which its inline code reads.
+      rv->value_.v_handle = ToHost(static_cast<Object*>(ret.v_handle));
+      break;
+    default:
+      rv->value_ = ret;
+      break;
+  }
+  rv->type_code_ = code;
+}
+}  // namespace
+
 extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs args, TVMRetValueLayout* rv) {
+  bool plain = true;
+  for (int i = 0; i < args.num_args && plain; ++i) plain = !NeedsConversion(args.values[i], args.type_codes[i]);
+  TVMValue ret;
+  int code = kTVMNullptr;
+  if (plain) {
+    // The common case (numbers, tensors, C strings, this runtime's objects): no copy of the arguments.
+    Check(TVMFuncCall(const_cast<Object*>(obj), const_cast<TVMValue*>(args.values), const_cast<int*>(args.type_codes),
+                      args.num_args, &ret, &code));
+    SetRet(rv, ret, code);
+    return;
+  }
   std::vector<TVMValue> values(args.values, args.values + args.num_args);
   std::vector<int> codes(args.type_codes, args.type_codes + args.num_args);
   std::vector<std::string> strings;
@@ -828,28 +875,8 @@ extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs ar
       values[i].v_handle = f;
     }
   }
-  TVMValue ret;
-  int code = kTVMNullptr;
   Check(TVMFuncCall(const_cast<Object*>(obj), values.data(), codes.data(), args.num_args, &ret, &code));
-  ClearRet(rv);
-  switch (code) {
-    case kTVMStr:
-      rv->value_.v_handle = new std::string(ret.v_str);
-      break;
-    case kTVMBytes: {
-      auto* bytes = static_cast<TVMByteArray*>(ret.v_handle);
-      rv->value_.v_handle = new std::string(bytes->data, bytes->size);
-      break;
-    }
-    case kTVMObjectHandle:
-      // Arrays and maps reach the host with upstream's layouts, which its inline code reads.
-      rv->value_.v_handle = ToHost(static_cast<Object*>(ret.v_handle));
-      break;
-    default:
-      rv->value_ = ret;
-      break;
-  }
-  rv->type_code_ = code;
+  SetRet(rv, ret, code);
 }
 
 // ---------------------------------------------------------------------------------------------
