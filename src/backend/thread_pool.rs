@@ -330,16 +330,22 @@ unsafe fn run_parallel(func: FTVMParallelLambda, cdata: *mut c_void, n: usize) -
 
 /// Per loop body (the lambda's address), which way it runs faster: a parallel launch costs a
 /// fraction of a microsecond of signalling (more when a worker must be woken), which tiny loops
-/// never earn back. The first launches of a body try both ways; later, an occasional launch
-/// re-tries the other way, so a change (load on the machine, different shapes) is noticed: after
-/// 64 launches at first, twice as long after each re-try that confirms the choice (up to 65536).
-/// Timing only those launches keeps the clock off the common path.
+/// never earn back. The first launches of a body try both ways (three parallel, two inline, the
+/// best of each kept); later, an occasional launch re-tries the other way, so a change (load on the
+/// machine, different shapes) is noticed: after 16 launches at first, twice as long after each
+/// re-try that confirms the choice (up to 65536). Timing only those launches keeps the clock off
+/// the common path.
+///
+/// Inline must win clearly (by an eighth) to be chosen, and never for a body that takes over 100 us
+/// inline: on a busy machine a parallel probe can land while the other core is taken, and a heavy
+/// kernel stuck inline runs at one thread's speed, where a tiny loop that is slower in parallel loses
+/// far less.
 mod choice {
     use std::cell::RefCell;
 
     const SLOTS: usize = 1024;
     const WAYS: usize = 4;
-    const FIRST_PROBE: u32 = 64;
+    const FIRST_PROBE: u32 = 16;
     const LAST_PROBE: u32 = 1 << 16;
 
     #[derive(Clone, Copy, Default)]
@@ -351,6 +357,15 @@ mod choice {
         /// Launches until the next re-try of the other way, and the interval after it.
         until_probe: u32,
         interval: u32,
+    }
+
+    /// A body this slow inline always runs in parallel: the launch costs well under 1% of it, and
+    /// a noisy probe must not leave it at one thread's speed.
+    const HEAVY_NS: u64 = 100_000;
+
+    /// Parallel for heavy bodies, and for others unless inline is faster by more than an eighth.
+    fn prefers_parallel(e: &Entry) -> bool {
+        e.inline_ns >= HEAVY_NS || e.parallel_ns <= e.inline_ns + e.inline_ns / 8
     }
 
     pub struct Decision {
@@ -392,14 +407,17 @@ mod choice {
             let e = entry(&mut t, key, true).expect("inserted");
             e.calls = e.calls.wrapping_add(1);
             match e.calls {
-                1 | 2 => Decision { parallel: true, measure: true },
-                3 | 4 => Decision { parallel: false, measure: true },
+                1..=3 => Decision { parallel: true, measure: true },
+                4 | 5 => Decision { parallel: false, measure: true },
                 _ => {
                     if e.interval == 0 {
                         e.interval = FIRST_PROBE;
                         e.until_probe = FIRST_PROBE;
                     }
-                    let prefer_parallel = e.parallel_ns < e.inline_ns;
+                    let prefer_parallel = prefers_parallel(e);
+                    if e.inline_ns >= HEAVY_NS {
+                        return Decision { parallel: true, measure: false };
+                    }
                     e.until_probe -= 1;
                     if e.until_probe == 0 {
                         Decision { parallel: !prefer_parallel, measure: true }
@@ -417,12 +435,12 @@ mod choice {
         TABLE.with(|t| {
             let mut t = t.borrow_mut();
             let Some(e) = entry(&mut t, key, false) else { return };
-            let before = e.parallel_ns < e.inline_ns;
+            let before = prefers_parallel(e);
             let v = if parallel { &mut e.parallel_ns } else { &mut e.inline_ns };
             *v = if *v == 0 || ns < *v { ns } else { *v + (ns - *v) / 8 };
             if e.interval > 0 && e.until_probe == 0 {
                 // A re-try: back off while it confirms the choice, start over when it flips it.
-                let confirmed = (e.parallel_ns < e.inline_ns) == before;
+                let confirmed = prefers_parallel(e) == before;
                 e.interval = if confirmed { (e.interval * 2).min(LAST_PROBE) } else { FIRST_PROBE };
                 e.until_probe = e.interval;
             }
