@@ -8,6 +8,7 @@ use std::ffi::CString;
 use tvm_runtime::dlpack::DLDevice;
 use tvm_runtime::executor::GraphExecutor;
 use tvm_runtime::module::Module;
+use tvm_runtime::object::ObjRef;
 use tvm_runtime::packed::MapObj;
 use tvm_runtime::tensor::NDArray;
 
@@ -149,4 +150,35 @@ fn a_node_whose_attributes_contradict_its_inputs_is_refused_by_name() {
     let name = nodes[k]["name"].as_str().unwrap().to_string();
     let e = GraphExecutor::create(&g.to_string(), f.load_lib(), DLDevice::CPU).err().unwrap().to_c_message();
     assert!(e.contains(&format!("node {k} ('{name}') says num_inputs 7 but lists")), "{e}");
+}
+
+/// A pointer becomes a weight only when the function handing it out vouches for it: a plain Rust
+/// closure answering `_lookup_linked_param` could return any address from safe code.
+#[test]
+fn linked_params_from_an_untrusted_function_are_refused() {
+    struct Untrusted(ObjRef<Module>);
+    impl tvm_runtime::module::ModuleNode for Untrusted {
+        fn type_key(&self) -> &str {
+            "library"
+        }
+        fn get_function(
+            &self,
+            _: &ObjRef<Module>,
+            name: &str,
+        ) -> tvm_runtime::Result<Option<ObjRef<tvm_runtime::packed::PackedFunc>>> {
+            if name == "_lookup_linked_param" {
+                return Ok(Some(tvm_runtime::packed::PackedFunc::native(|_| {
+                    Ok(tvm_runtime::packed::RetValue::Handle(16 as *mut std::ffi::c_void))
+                })));
+            }
+            Module::get_function(&self.0, name, true)
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = Module::new(Untrusted(f.load_lib()));
+    let e = GraphExecutor::create(&f.graph_json(), lib, DLDevice::CPU).err().unwrap().to_c_message();
+    assert!(e.contains("_lookup_linked_param must be compiled code"), "{e}");
 }

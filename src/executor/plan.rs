@@ -61,6 +61,13 @@ fn linked_params(library: &ObjRef<Module>, storage: &StoragePlan) -> Result<Vec<
     let Some(lookup) = Module::get_function(library, "_lookup_linked_param", true)? else {
         return Ok(vec![None; storage.slots.len()]);
     };
+    // Its pointers become weights: only a function that vouches for them (compiled code, a C host,
+    // or Rust code that said so with `unsafe`) may provide them.
+    if !lookup.trusted_pointers() {
+        return Err(Error::type_err(
+            "_lookup_linked_param must be compiled code or a function made with PackedFunc::native_trusted",
+        ));
+    }
     (0..storage.slots.len())
         .map(|sid| {
             // Operators write activation slots: those can never be constants.
@@ -72,9 +79,9 @@ fn linked_params(library: &ObjRef<Module>, storage: &StoragePlan) -> Result<Vec<
             match lookup.call(&args.args()).map_err(|e| e.context("_lookup_linked_param"))? {
                 RetValue::None => Ok(None),
                 RetValue::Handle(p) if p.is_null() => Ok(None),
-                // SAFETY: the library's constant for this slot, at least as big as the slot's
-                // largest entry (what the compiler linked), read-only; the weight keeps the
-                // library loaded.
+                // SAFETY: a trusted function's pointer (checked above): the library's constant for
+                // this slot, at least as big as the slot's largest entry (what the compiler
+                // linked), read-only; the weight keeps the library loaded.
                 RetValue::Handle(p) => Ok(Some(Arc::new(unsafe {
                     Weight::linked(p.cast(), storage.slots[sid].bytes, Box::new(library.clone()))
                 }?))),

@@ -33,6 +33,9 @@ pub enum FuncImpl {
 pub struct PackedFunc {
     call: CxxCall,
     imp: FuncImpl,
+    /// Whether a pointer this function returns may be trusted to address what its contract says
+    /// (compiled code, C hosts, or Rust code that promised so with `unsafe`).
+    trusted_pointers: bool,
 }
 
 /// `TVMArgs` as C++ passes it: by value, in memory.
@@ -70,7 +73,34 @@ impl PackedFunc {
     where
         F: Fn(&Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
     {
-        ObjRef::new(PackedFunc { call: tvmrt_cxx_call_packed, imp: FuncImpl::Native(Box::new(f)) })
+        ObjRef::new(PackedFunc {
+            call: tvmrt_cxx_call_packed,
+            imp: FuncImpl::Native(Box::new(f)),
+            trusted_pointers: false,
+        })
+    }
+
+    /// Like [`PackedFunc::native`], for a function whose returned pointers the runtime may use as
+    /// memory (as `_lookup_linked_param`'s are used as weights).
+    ///
+    /// # Safety
+    /// Every `RetValue::Handle` the function returns must address memory that is what the
+    /// function's contract says (for `_lookup_linked_param`: the slot's bytes, readable, unchanged
+    /// and alive for as long as the module that provides the function).
+    pub unsafe fn native_trusted<F>(f: F) -> ObjRef<PackedFunc>
+    where
+        F: Fn(&Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
+    {
+        ObjRef::new(PackedFunc {
+            call: tvmrt_cxx_call_packed,
+            imp: FuncImpl::Native(Box::new(f)),
+            trusted_pointers: true,
+        })
+    }
+
+    /// Whether pointers this function returns may be used as memory (see [`PackedFunc::native_trusted`]).
+    pub fn trusted_pointers(&self) -> bool {
+        self.trusted_pointers
     }
 
     pub fn from_callback(
@@ -78,11 +108,19 @@ impl PackedFunc {
         resource: *mut c_void,
         finalizer: TVMPackedCFuncFinalizer,
     ) -> ObjRef<PackedFunc> {
-        ObjRef::new(PackedFunc { call: tvmrt_cxx_call_packed, imp: FuncImpl::Callback { func, resource, finalizer } })
+        ObjRef::new(PackedFunc {
+            call: tvmrt_cxx_call_packed,
+            imp: FuncImpl::Callback { func, resource, finalizer },
+            trusted_pointers: true,
+        })
     }
 
     pub fn from_kernel(func: TVMBackendPackedCFunc, owner: AnyObject) -> ObjRef<PackedFunc> {
-        ObjRef::new(PackedFunc { call: tvmrt_cxx_call_packed, imp: FuncImpl::Kernel { func, owner } })
+        ObjRef::new(PackedFunc {
+            call: tvmrt_cxx_call_packed,
+            imp: FuncImpl::Kernel { func, owner },
+            trusted_pointers: true,
+        })
     }
 
     /// The raw operator, for callers that prepare argument arrays once and call it directly.
