@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <ctime>
 #include <iomanip>
 #include <memory>
@@ -457,22 +458,39 @@ TVMFunctionHandle GlobalFunction(const char* name) {
   return f;
 }
 
+// Calls global `name` on `args` (borrowed), returning the value and its code.
+TVMValue CallGlobal(const char* name, std::vector<TVMValue> args, std::vector<int> codes, int* ret_code) {
+  TVMFunctionHandle f = GlobalFunction(name);
+  TVMValue r;
+  int status = TVMFuncCall(f, args.data(), codes.data(), static_cast<int>(args.size()), &r, ret_code);
+  TVMFuncFree(f);
+  Check(status);
+  return r;
+}
+
+// A ShapeTuple of this runtime's holding `dims`: a new count.
+Object* MakeShapeTuple(const int64_t* dims, size_t n) {
+  std::vector<TVMValue> values(n);
+  for (size_t i = 0; i < n; ++i) values[i].v_int64 = dims[i];
+  int code = 0;
+  return static_cast<Object*>(CallGlobal("runtime.ShapeTuple", values, std::vector<int>(n, kDLInt), &code).v_handle);
+}
+
+// A String of this runtime's holding `s`.
+String MakeString(const char* s) {
+  TVMValue v;
+  v.v_str = s;
+  int code = 0;
+  return String(static_cast<Object*>(CallGlobal("runtime.String", {v}, {kTVMStr}, &code).v_handle));
+}
+
 // A ShapeTuple of this runtime's with the dims of `shape` (perhaps a host's own, whose cells this
 // runtime does not read as its own): a new count.
 Object* OwnShapeTuple(const Object* shape) {
   auto base = reinterpret_cast<const char*>(shape);
   const int64_t* dims = *reinterpret_cast<const int64_t* const*>(base + 16);
   uint64_t n = *reinterpret_cast<const uint64_t*>(base + 24);
-  TVMFunctionHandle make = GlobalFunction("runtime.ShapeTuple");
-  std::vector<TVMValue> values(n);
-  std::vector<int> codes(n, kDLInt);
-  for (uint64_t i = 0; i < n; ++i) values[i].v_int64 = dims[i];
-  TVMValue r;
-  int rc = 0;
-  int status = TVMFuncCall(make, values.data(), codes.data(), static_cast<int>(n), &r, &rc);
-  TVMFuncFree(make);
-  Check(status);
-  return static_cast<Object*>(r.v_handle);
+  return MakeShapeTuple(dims, n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -648,16 +666,6 @@ Object* MakeHostMap(const std::vector<KV>& pairs) {  // takes the pairs' counts
   }
 }
 
-// Calls global `name` on `args` (borrowed), returning the value and its code.
-TVMValue CallGlobal(const char* name, std::vector<TVMValue> args, std::vector<int> codes, int* ret_code) {
-  TVMFunctionHandle f = GlobalFunction(name);
-  TVMValue r;
-  int status = TVMFuncCall(f, args.data(), codes.data(), static_cast<int>(args.size()), &r, ret_code);
-  TVMFuncFree(f);
-  Check(status);
-  return r;
-}
-
 Object* ItemOfNative(Object* array, int64_t i) {
   TVMValue a, b;
   a.v_handle = array;
@@ -665,9 +673,6 @@ Object* ItemOfNative(Object* array, int64_t i) {
   int code = 0;
   TVMValue r = CallGlobal("runtime.ArrayGetItem", {a, b}, {kTVMObjectHandle, kDLInt}, &code);
   if (code == kTVMNDArrayHandle) return ArrayObject(static_cast<TVMArrayHandle>(r.v_handle));
-  if (code == kTVMStr) {  // cannot happen for stored objects; keep the count balanced anyway
-    return nullptr;
-  }
   return static_cast<Object*>(r.v_handle);
 }
 
@@ -730,7 +735,7 @@ std::vector<KV> HostMapPairs(Object* obj) {
 // An element passed on to this runtime: strings as characters (the core makes its own), shape
 // tuples and containers rebuilt as its own; values are appended to `values`/`codes`, and what must
 // be released after the call to `hold`.
-void PushNative(Object* item, std::vector<TVMValue>& values, std::vector<int>& codes, std::vector<std::string>& strings,
+void PushNative(Object* item, std::vector<TVMValue>& values, std::vector<int>& codes, std::deque<std::string>& strings,
                 std::vector<Object*>& hold) {
   TVMValue v;
   if (item && !tvmrt_object_is_native(item) && item->type_index_ == kStringIndex) {
@@ -760,8 +765,7 @@ Object* ToNative(Object* obj) {
   if (obj->type_index_ != kArrayIndex && obj->type_index_ != kMapIndex) return obj;
   std::vector<TVMValue> values;
   std::vector<int> codes;
-  std::vector<std::string> strings;
-  strings.reserve(2 * (obj->type_index_ == kArrayIndex ? HostArrayItems(obj).size() : HostMapPairs(obj).size()) + 1);
+  std::deque<std::string> strings;  // the characters stay where values point
   std::vector<Object*> hold;
   if (obj->type_index_ == kArrayIndex) {
     for (Object* item : HostArrayItems(obj)) PushNative(item, values, codes, strings, hold);
@@ -839,21 +843,17 @@ extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs ar
   }
   std::vector<TVMValue> values(args.values, args.values + args.num_args);
   std::vector<int> codes(args.type_codes, args.type_codes + args.num_args);
-  std::vector<std::string> strings;
-  strings.reserve(args.num_args);
-  std::vector<TVMFunctionHandle> wrapped;
-  std::vector<Object*> shapes;
-  struct Release {
-    std::vector<TVMFunctionHandle>& w;
-    std::vector<Object*>& s;
-    ~Release() {
-      for (auto f : w) TVMFuncFree(f);
-      for (auto o : s) DecRef(o);
+  std::deque<std::string> strings;  // the characters stay where values point
+  // Counts of what was made for the call (converted objects, wrapped functions), dropped after it.
+  struct Held {
+    std::vector<Object*> objects;
+    ~Held() {
+      for (auto o : objects) DecRef(o);
     }
-  } release{wrapped, shapes};
+  } held;
   for (int i = 0; i < args.num_args; ++i) {
     if (codes[i] == kTVMObjectHandle && values[i].v_handle &&
-        static_cast<Object*>(values[i].v_handle)->type_index_ == 3) {
+        static_cast<Object*>(values[i].v_handle)->type_index_ == kStringIndex) {
       // A String object (perhaps the host's own): passed on as its characters.
       strings.push_back(StringOf(static_cast<Object*>(values[i].v_handle)));
       values[i].v_str = strings.back().c_str();
@@ -863,16 +863,15 @@ extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs ar
       // A host's shape tuple, array or map: passed on rebuilt as this runtime's own.
       Object* given = static_cast<Object*>(values[i].v_handle);
       IncRef(given);
-      shapes.push_back(ToNative(given));
-      values[i].v_handle = shapes.back();
+      held.objects.push_back(ToNative(given));
+      values[i].v_handle = held.objects.back();
     } else if (codes[i] == kTVMModuleHandle && values[i].v_handle && !tvmrt_object_is_native(values[i].v_handle)) {
       // A module the host defined: passed on as one of this runtime's that calls it back.
-      shapes.push_back(NativeModule(static_cast<Object*>(values[i].v_handle)));
-      values[i].v_handle = shapes.back();
+      held.objects.push_back(NativeModule(static_cast<Object*>(values[i].v_handle)));
+      values[i].v_handle = held.objects.back();
     } else if (codes[i] == kTVMPackedFuncHandle && values[i].v_handle) {
-      TVMFunctionHandle f = Adopt(static_cast<Object*>(values[i].v_handle));
-      wrapped.push_back(f);
-      values[i].v_handle = f;
+      held.objects.push_back(static_cast<Object*>(Adopt(static_cast<Object*>(values[i].v_handle))));
+      values[i].v_handle = held.objects.back();
     }
   }
   Check(TVMFuncCall(const_cast<Object*>(obj), values.data(), codes.data(), args.num_args, &ret, &code));
@@ -892,17 +891,14 @@ namespace {
 
 // Calls global `name` with one module argument (and maybe a string and an int); returns the value.
 TVMValue CallOnModule(const char* name, Object* module, int* ret_code, const char* str = nullptr, int flag = -1) {
-  TVMFunctionHandle f = GlobalFunction(name);
-  TVMValue v[3], r;
-  int codes[3] = {kTVMModuleHandle, kTVMStr, kDLInt};
+  TVMValue v[3];
   v[0].v_handle = module;
   v[1].v_str = str;
   v[2].v_int64 = flag;
-  int n = str ? (flag >= 0 ? 3 : 2) : 1;
-  int status = TVMFuncCall(f, v, codes, n, &r, ret_code);
-  TVMFuncFree(f);
-  Check(status);
-  return r;
+  size_t n = str ? (flag >= 0 ? 3 : 2) : 1;
+  std::vector<int> codes = {kTVMModuleHandle, kTVMStr, kDLInt};
+  codes.resize(n);
+  return CallGlobal(name, std::vector<TVMValue>(v, v + n), codes, ret_code);
 }
 
 // The modules of this library, as C++ hosts see them: every virtual goes back through the C API.
@@ -998,7 +994,7 @@ const PackedFunc* ModuleNode::GetFuncFromEnv(const String& name) {
   // looked up again only when the name resolves to another function.
   PackedFunc found;
   if (IsRustModule(this)) {
-    // The imports, depth first, then the registry.
+    // The imports, depth first.
     int code = 0;
     int64_t n = CallOnModule("runtime.ModuleImportsSize", static_cast<Object*>(this), &code).v_int64;
     for (int64_t i = 0; i < n && !found.get(); ++i) {
@@ -1010,18 +1006,17 @@ const PackedFunc* ModuleNode::GetFuncFromEnv(const String& name) {
       Check(TVMModGetFunction(import.get(), name.str().c_str(), 1, &f));
       found = PackedFunc(static_cast<Object*>(f));
     }
-    if (!found.get()) {
-      const PackedFunc* global = Registry::Get(name);
-      if (!global) throw InternalError("libtvm_runtime.so", 0, "Cannot find function " + name.str() + " in the imported modules or global registry");
-      return global;
-    }
   } else {
     found = GetFunction(name, true);
-    if (!found.get()) {
-      const PackedFunc* global = Registry::Get(name);
-      if (!global) throw InternalError("libtvm_runtime.so", 0, "Cannot find function " + name.str() + " in the imported modules or global registry");
-      return global;
+  }
+  if (!found.get()) {
+    // Then the registry.
+    const PackedFunc* global = Registry::Get(name);
+    if (!global) {
+      throw InternalError("libtvm_runtime.so", 0,
+                          "Cannot find function " + name.str() + " in the imported modules or global registry");
     }
+    return global;
   }
   static std::mutex m;
   static auto* kept = new std::unordered_map<Object*, PackedFunc*>();
@@ -1111,33 +1106,27 @@ std::vector<String> Registry::ListNames() {
   int n = 0;
   const char** names = nullptr;
   Check(TVMFuncListGlobalNames(&n, &names));
+  // Copied first: the names live in thread-local storage that the calls below reuse.
   std::vector<std::string> copies(names, names + n);
-  TVMFunctionHandle make = GlobalFunction("runtime.String");
   std::vector<String> out;
-  for (const auto& s : copies) {
-    TVMValue v, r;
-    v.v_str = s.c_str();
-    int code = kTVMStr, rc = 0;
-    int status = TVMFuncCall(make, &v, &code, 1, &r, &rc);
-    if (status != 0) {
-      TVMFuncFree(make);
-      ThrowLastError();
-    }
-    out.emplace_back(static_cast<Object*>(r.v_handle));
-  }
-  TVMFuncFree(make);
+  for (const auto& s : copies) out.push_back(MakeString(s.c_str()));
   return out;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Arrays.
 
+namespace {
+// Only the global (default) memory scope exists on the CPU.
+void CheckScope(const Optional<String>& mem_scope) {
+  std::string scope = StringOf(mem_scope.get());
+  if (!scope.empty() && scope != "global")
+    throw InternalError("libtvm_runtime.so", 0, "ValueError: memory scope '" + scope + "' is not supported on the CPU");
+}
+}  // namespace
+
 NDArray NDArray::Empty(ShapeTuple shape, DLDataType dtype, DLDevice dev, Optional<String> mem_scope) {
-  if (mem_scope.get()) {
-    std::string scope = StringOf(mem_scope.get());
-    if (!scope.empty() && scope != "global")
-      throw InternalError("libtvm_runtime.so", 0, "ValueError: memory scope '" + scope + "' is not supported on the CPU");
-  }
+  CheckScope(mem_scope);
   TVMArrayHandle h = nullptr;
   Check(TVMArrayAlloc(shape.data(), static_cast<int>(shape.size()), dtype.code, dtype.bits, dtype.lanes,
                       dev.device_type, dev.device_id, &h));
@@ -1156,23 +1145,12 @@ void NDArray::CopyToBytes(void* data, size_t nbytes) const { Check(TVMArrayCopyT
 
 ShapeTuple NDArray::Shape() const {
   const DLTensor* t = tensor();
-  TVMFunctionHandle make = GlobalFunction("runtime.ShapeTuple");
-  std::vector<TVMValue> dims(t->ndim);
-  std::vector<int> codes(t->ndim, kDLInt);
-  for (int i = 0; i < t->ndim; ++i) dims[i].v_int64 = t->shape[i];
-  TVMValue r;
-  int rc = 0;
-  int status = TVMFuncCall(make, dims.data(), codes.data(), t->ndim, &r, &rc);
-  TVMFuncFree(make);
-  Check(status);
-  return ShapeTuple(static_cast<Object*>(r.v_handle));
+  return ShapeTuple(MakeShapeTuple(t->shape, static_cast<size_t>(t->ndim)));
 }
 
 NDArray NDArray::CreateView(ShapeTuple shape, DLDataType dtype) {
   ObjectRef own(OwnShapeTuple(shape.get()));
-  TVMFunctionHandle view = GlobalFunction("runtime.TVMArrayCreateView");
-  TVMValue v[3], r;
-  int codes[3] = {kTVMNDArrayHandle, kTVMObjectHandle, kTVMStr}, rc = 0;
+  TVMValue v[3];
   v[0].v_handle = tensor();
   v[1].v_handle = own.get();
   std::ostringstream name;
@@ -1181,9 +1159,9 @@ NDArray NDArray::CreateView(ShapeTuple shape, DLDataType dtype) {
   if (dtype.lanes != 1) name << "x" << dtype.lanes;
   std::string dtype_name = name.str();
   v[2].v_str = dtype_name.c_str();
-  int status = TVMFuncCall(view, v, codes, 3, &r, &rc);
-  TVMFuncFree(view);
-  Check(status);
+  int code = 0;
+  TVMValue r = CallGlobal("runtime.TVMArrayCreateView", {v[0], v[1], v[2]}, {kTVMNDArrayHandle, kTVMObjectHandle, kTVMStr},
+                          &code);
   return NDArray(ArrayObject(static_cast<TVMArrayHandle>(r.v_handle)));
 }
 
@@ -1351,11 +1329,7 @@ bool detail::TvmLogDebugSettings::VerboseEnabledImpl(const std::string& filename
 NDArray NDArray::CopyTo(const DLDevice& dev, Optional<String> mem_scope) const {
   const DLTensor* t = tensor();
   TVMArrayHandle h = nullptr;
-  if (mem_scope.get()) {
-    std::string scope = StringOf(mem_scope.get());
-    if (!scope.empty() && scope != "global")
-      throw InternalError("libtvm_runtime.so", 0, "ValueError: memory scope '" + scope + "' is not supported on the CPU");
-  }
+  CheckScope(mem_scope);
   Check(TVMArrayAlloc(t->shape, t->ndim, t->dtype.code, t->dtype.bits, t->dtype.lanes, dev.device_type, dev.device_id, &h));
   NDArray out(ArrayObject(h));
   Check(TVMArrayCopyFromTo(const_cast<DLTensor*>(t), h, nullptr));
@@ -1426,14 +1400,7 @@ NDArray NDArray::NewFromDLTensor(DLTensor* dl_tensor, const DLDevice& dev) {
 extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_get_function(Object* obj, const char* name, TVMFunctionHandle* out) {
   try {
     auto* node = static_cast<ModuleNode*>(obj);
-    TVMFunctionHandle make = GlobalFunction("runtime.String");
-    TVMValue v, r;
-    v.v_str = name;
-    int code = kTVMStr, rc = 0;
-    int status = TVMFuncCall(make, &v, &code, 1, &r, &rc);
-    TVMFuncFree(make);
-    Check(status);
-    String key(static_cast<Object*>(r.v_handle));
+    String key = MakeString(name);
     IncRef(obj);
     PackedFunc pf = node->GetFunction(key, ObjectPtr<Object>(obj));
     *out = pf.get() ? Adopt(pf.get()) : nullptr;

@@ -63,21 +63,9 @@ pub fn type_index_to_key(index: u32) -> Result<&'static str> {
 /// # Safety
 /// `obj` must be null or a live object header.
 pub unsafe fn is_native(obj: *const ObjectHeader) -> bool {
-    use crate::packed::{ArrayObj, MapObj, PackedFunc, ShapeTupleObj, StringObj};
     // SAFETY: per the contract.
     let Some(header) = (unsafe { obj.as_ref() }) else { return false };
-    let Some(deleter) = header.deleter else { return false };
-    [
-        crate::module::Module::DELETER,
-        crate::tensor::NDArray::DELETER,
-        StringObj::DELETER,
-        ArrayObj::DELETER,
-        MapObj::DELETER,
-        ShapeTupleObj::DELETER,
-        PackedFunc::DELETER,
-    ]
-    .iter()
-    .any(|&d| d as usize == deleter as usize)
+    header.deleter.is_some_and(|deleter| NATIVE_DELETERS.iter().any(|&d| d as usize == deleter as usize))
 }
 
 /// Every type derives from the root; the static types have no other parents.
@@ -92,7 +80,6 @@ pub struct ObjectHeader {
     pub deleter: Option<unsafe extern "C" fn(*mut ObjectHeader)>,
 }
 
-/// A payload type stored in an object; one Rust type per type index.
 /// A payload type of runtime objects, identified by its type index. Sealed: [`payload_of`] and the
 /// downcasts trust the index in an object's header to name the payload's type, so each index must
 /// belong to one type, which only this crate can promise.
@@ -133,14 +120,24 @@ macro_rules! object_type {
     };
 }
 
-// Every payload type of the runtime, in one place: type indices must stay unique.
-object_type!(crate::module::Module, type_index::MODULE, ModulePrefix, ModulePrefix::new());
-object_type!(crate::tensor::NDArray, type_index::NDARRAY);
-object_type!(crate::packed::StringObj, type_index::STRING);
-object_type!(crate::packed::ArrayObj, type_index::ARRAY);
-object_type!(crate::packed::MapObj, type_index::MAP);
-object_type!(crate::packed::ShapeTupleObj, type_index::SHAPE_TUPLE);
-object_type!(crate::packed::PackedFunc, type_index::PACKED_FUNC);
+/// Declares every payload type of the runtime, in one place (type indices must stay unique), and
+/// the list of their deleters, by which [`is_native`] knows this runtime's cells.
+macro_rules! object_types {
+    ($(($t:ty, $($rest:tt)*)),* $(,)?) => {
+        $(object_type!($t, $($rest)*);)*
+        const NATIVE_DELETERS: &[Deleter] = &[$(<$t as ObjectType>::DELETER),*];
+    };
+}
+
+object_types!(
+    (crate::module::Module, type_index::MODULE, ModulePrefix, ModulePrefix::new()),
+    (crate::tensor::NDArray, type_index::NDARRAY),
+    (crate::packed::StringObj, type_index::STRING),
+    (crate::packed::ArrayObj, type_index::ARRAY),
+    (crate::packed::MapObj, type_index::MAP),
+    (crate::packed::ShapeTupleObj, type_index::SHAPE_TUPLE),
+    (crate::packed::PackedFunc, type_index::PACKED_FUNC),
+);
 
 pub(crate) mod sealed {
     /// Implemented by the crate's own object payload types only.
@@ -299,8 +296,7 @@ pub unsafe fn payload_of<'a, T: ObjectType>(ptr: *mut ObjectHeader) -> Option<&'
     // SAFETY: per the contract.
     let header = unsafe { ptr.as_ref() }?;
     // Each type index belongs to one payload type, and an object made by `ObjRef::<T>::new` carries
-    // `delete_cell::<T>` as its deleter: both must agree before the cell is read as an
-    // `ObjectCell<T>`. Objects a host made (a C++ `PackedFuncObj`, a `StringObj` with its own
+    // `T::DELETER`: both must agree before the cell is read as an `ObjectCell<T>`. Objects a host made (a C++ `PackedFuncObj`, a `StringObj` with its own
     // deleter) have the index but not our deleter, and are never mistaken for ours.
     if header.type_index != T::TYPE_INDEX || header.deleter.map(|d| d as usize) != Some(T::DELETER as usize) {
         return None;

@@ -319,20 +319,6 @@ impl Instance {
         Ok(self.tensors.data(eid).cast())
     }
 
-    /// Copies `src`, of any shape and dtype of the entry's byte size, into input entry `eid`.
-    pub fn write_entry(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
-        let n = src.nbytes()?;
-        if n != self.plan.entry_bytes[eid] {
-            return Err(Error::value(format!(
-                "cannot copy {n} bytes ({} {:?}) into {} bytes",
-                src.dtype(),
-                src.shape(),
-                self.plan.entry_bytes[eid]
-            )));
-        }
-        self.write_entry_matched(eid, src)
-    }
-
     /// Copies `src`, already checked to have entry `eid`'s shape and dtype, into it.
     pub fn write_entry_matched(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
         let to = self.prepare_write(eid)?;
@@ -376,9 +362,10 @@ impl Instance {
         Ok(())
     }
 
-    /// Copies entry `oeid` of `other` into input entry `eid` of this executor.
+    /// Copies entry `oeid` of `other`, already checked to have entry `eid`'s shape and dtype, into
+    /// input entry `eid` of this executor.
     pub fn copy_entry_from(&mut self, eid: usize, other: &Instance, oeid: usize) -> Result<()> {
-        self.write_entry(eid, other.entry_source(oeid))
+        self.write_entry_matched(eid, other.entry_source(oeid))
     }
 
     /// Redirects the slot of input entry `eid` to caller memory.

@@ -69,15 +69,15 @@ impl Drop for PackedFunc {
 }
 
 impl PackedFunc {
+    fn make(imp: FuncImpl, trusted_pointers: bool) -> ObjRef<PackedFunc> {
+        ObjRef::new(PackedFunc { call: tvmrt_cxx_call_packed, imp, trusted_pointers })
+    }
+
     pub fn native<F>(f: F) -> ObjRef<PackedFunc>
     where
         F: Fn(&Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
     {
-        ObjRef::new(PackedFunc {
-            call: tvmrt_cxx_call_packed,
-            imp: FuncImpl::Native(Box::new(f)),
-            trusted_pointers: false,
-        })
+        PackedFunc::make(FuncImpl::Native(Box::new(f)), false)
     }
 
     /// Like [`PackedFunc::native`], for a function whose returned pointers the runtime may use as
@@ -91,11 +91,7 @@ impl PackedFunc {
     where
         F: Fn(&Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
     {
-        ObjRef::new(PackedFunc {
-            call: tvmrt_cxx_call_packed,
-            imp: FuncImpl::Native(Box::new(f)),
-            trusted_pointers: true,
-        })
+        PackedFunc::make(FuncImpl::Native(Box::new(f)), true)
     }
 
     /// Whether pointers this function returns may be used as memory (see [`PackedFunc::native_trusted`]).
@@ -108,19 +104,11 @@ impl PackedFunc {
         resource: *mut c_void,
         finalizer: TVMPackedCFuncFinalizer,
     ) -> ObjRef<PackedFunc> {
-        ObjRef::new(PackedFunc {
-            call: tvmrt_cxx_call_packed,
-            imp: FuncImpl::Callback { func, resource, finalizer },
-            trusted_pointers: true,
-        })
+        PackedFunc::make(FuncImpl::Callback { func, resource, finalizer }, true)
     }
 
     pub fn from_kernel(func: TVMBackendPackedCFunc, owner: AnyObject) -> ObjRef<PackedFunc> {
-        ObjRef::new(PackedFunc {
-            call: tvmrt_cxx_call_packed,
-            imp: FuncImpl::Kernel { func, owner },
-            trusted_pointers: true,
-        })
+        PackedFunc::make(FuncImpl::Kernel { func, owner }, true)
     }
 
     /// The raw operator, for callers that prepare argument arrays once and call it directly.

@@ -154,6 +154,7 @@ fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &GraphExec
         }
     };
     let mut report = Vec::new();
+    let mut saved = Vec::new();
     for i in open {
         let name = plan.input_name(i);
         let e = &plan.graph.entries[plan.input_entries[i]];
@@ -167,39 +168,23 @@ fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &GraphExec
             (t.data.clone(), "file", false)
         } else if let Some(path) = recorded.as_ref().and_then(|r| r.iter().find(|(n, _)| n == name)).map(|(_, p)| p) {
             (std::fs::read(path).map_err(|err| Error::io(path.display().to_string(), err))?, "recorded", false)
-        } else if let (false, Some(fill)) = (data_inputs.contains(&i), weight_fill.as_ref()) {
-            let fill = match fill {
-                Fill::Random(s) => Fill::Random(*s),
-                Fill::Zeros => Fill::Zeros,
-                Fill::Ones => Fill::Ones,
-            };
-            let name_of = fill_name(&fill);
-            (tensors::filled(name, e.dtype, &e.shape, fill)?.data, name_of, true)
         } else {
-            let fill = fill_of(data.fill.unwrap_or(FillKind::Random), data.seed);
-            let name_of = fill_name(&fill);
-            (tensors::filled(name, e.dtype, &e.shape, fill)?.data, name_of, false)
+            // A weight without values has its fill by now (else the error above).
+            let weight = missing.contains(&i);
+            let fill = match weight_fill {
+                Some(fill) if weight => fill,
+                _ => fill_of(data.fill.unwrap_or(FillKind::Random), data.seed),
+            };
+            (tensors::filled(name, e.dtype, &e.shape, fill)?.data, fill_name(&fill), weight)
         };
         ex.set_input_bytes(i, &bytes)?;
+        if data.save_inputs.is_some() && !weight {
+            saved.push(HostTensor { name: name.to_string(), dtype: e.dtype, shape: e.shape.to_vec(), data: bytes });
+        }
         report.push(json!({"name": name, "dtype": e.dtype.to_string(), "shape": e.shape.to_vec(), "source": source,
                            "weight": weight}));
     }
     if let Some(path) = &data.save_inputs {
-        let saved = report
-            .iter()
-            .filter(|r| r["weight"] == false)
-            .map(|r| {
-                let i = plan.input_index(r["name"].as_str().unwrap_or_default()).expect("an input");
-                let e = &plan.graph.entries[plan.input_entries[i]];
-                let view = ex.input(i)?;
-                Ok(HostTensor {
-                    name: plan.input_name(i).to_string(),
-                    dtype: e.dtype,
-                    shape: e.shape.to_vec(),
-                    data: view.to_vec(),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         tensors::write_npz(&path.to_string_lossy(), &saved)?;
     }
     Ok(report)
