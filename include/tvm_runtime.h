@@ -18,7 +18,7 @@
  * Graph executor functions (TVMModGetFunction on an executor module): set_input, set_input_zero_copy,
  * set_output_zero_copy, get_input, get_output, get_num_inputs, get_num_outputs, get_input_index,
  * get_output_index, get_input_info, get_output_info, run, run_from_inputs, load_params,
- * share_params, share_activations, load_params_from_file, get_memory_usage.
+ * share_params, share_activations, load_params_from_file, get_memory_usage, set_fold_weights.
  * - share_params(other, params_bytes): binds this executor's inputs named in params_bytes to the
  *   other executor's memory for them (matched by name; shape and dtype must agree, or -1 naming the
  *   parameter). This executor then holds no memory of its own for them; the shared memory lives as
@@ -36,8 +36,17 @@
  *   so every tensor is aligned; upstream TVM still loads the result. The file must not be truncated
  *   or rewritten while executors use weights mapped from it (as with any file mapping: reads of a
  *   truncated mapping fault).
+ * - Weight-only operators run once: an operator whose inputs are all weights (loaded, shared, mapped
+ *   or a factory's; directly or through other such operators) runs when the weights are bound, and
+ *   its result is kept read-only (equal results of any executors in the process are held once);
+ *   run executes the rest. Writing such a weight (set_input, get_input's view) makes what reads it
+ *   run at every run again; load_params derives again. set_fold_weights(0) turns this off for one
+ *   executor, TVM_RT_FOLD_WEIGHTS=0 for the process. Outputs are the same bytes either way.
  * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "weights_mapped",
- *   "activations", "activations_shared", "workspace"} in bytes (activations_shared: the arena of
+ *   "weights_derived", "activations", "activations_shared", "activation_bound", "ops_folded",
+ *   "ops_total", "workspace"}, sizes in bytes (weights_derived: results of the operators run once;
+ *   activations: this executor's inputs and its activation arena, laid out by liveness;
+ *   activation_bound: the least any layout of them could take; activations_shared: the arena of
  *   share_activations; workspace: all threads' kernel scratch pools).
  * - Memory returns: large buffers are unmapped when freed; when the last executor goes, the calling
  *   thread's idle workspaces and worker threads are released too.

@@ -297,10 +297,17 @@ def make_bench(outdir, only=None):
         mod, params = workload(**kw)
         return lambda name: write_model(outdir, name, build(mod, params), random_inputs(mod, rng, skip=params))
 
-    def unbound(workload, **kw):
-        mod, params = workload(**kw)
-        return lambda name: write_model(outdir, name, build(mod), random_inputs(mod, rng, skip=params),
-                                        load_params=to_nd(params), factory_weights=False)
+    # Batch-1 and batch-8 builds with params unbound, sharing one set of weights (the same values,
+    # so either build's references hold with the other's weights shared in).
+    weights = {}
+
+    def unbound_batch(net, workload, batch, **kw):
+        def make(name):
+            mod, params = workload(batch_size=batch, **kw)
+            params = weights.setdefault(net, to_nd(params))
+            write_model(outdir, name, build(mod), random_inputs(mod, rng, skip=params),
+                        load_params=params, factory_weights=False)
+        return make
 
     def chain(name):
         # A chain of 200 tiny unfused ops: the runtime's per-node dispatch cost.
@@ -323,8 +330,12 @@ def make_bench(outdir, only=None):
         "resnet18": lambda n: bound(t.resnet.get_workload, num_layers=18, batch_size=1)(n),
         "mobilenet": lambda n: bound(t.mobilenet.get_workload, batch_size=1)(n),
         "squeezenet": lambda n: bound(t.squeezenet.get_workload, batch_size=1)(n),
-        "resnet18_unbound": lambda n: unbound(t.resnet.get_workload, num_layers=18, batch_size=1)(n),
-        "resnet18_unbound_b8": lambda n: unbound(t.resnet.get_workload, num_layers=18, batch_size=8)(n),
+        "resnet18_unbound": unbound_batch("resnet18", t.resnet.get_workload, 1, num_layers=18),
+        "resnet18_unbound_b8": unbound_batch("resnet18", t.resnet.get_workload, 8, num_layers=18),
+        "mobilenet_unbound": unbound_batch("mobilenet", t.mobilenet.get_workload, 1),
+        "mobilenet_unbound_b8": unbound_batch("mobilenet", t.mobilenet.get_workload, 8),
+        "squeezenet_unbound": unbound_batch("squeezenet", t.squeezenet.get_workload, 1),
+        "squeezenet_unbound_b8": unbound_batch("squeezenet", t.squeezenet.get_workload, 8),
         "chain200": chain,
         "lstm_big": lstm_big,
     }

@@ -19,11 +19,11 @@
 
 use crate::dlpack::{DLDataType, DLDevice};
 use crate::executor::factory::Factory;
+use crate::executor::layout::{Facts, Layout};
 use crate::executor::plan::Plan;
 use crate::executor::GraphExecutor;
 use crate::graph::{Graph, NodeKind};
 use crate::library::{self, blob};
-use crate::memory_plan::SlotRole;
 use crate::module::Module;
 use crate::object::ObjRef;
 use crate::packed::ArgsBuilder;
@@ -209,14 +209,15 @@ fn run_graph(json: &str, seed: &Seed) -> bool {
         assert!(slot.bytes >= plan.entry_bytes[eid], "entry {eid} does not fit its slot");
         assert!(slot.bytes % 4 == 0, "slot sizes are rounded to 4 bytes");
     }
-    for (sid, offset) in plan.arena_offsets.iter().enumerate() {
-        let slot = &plan.storage.slots[sid];
-        match offset {
-            Some(at) => {
-                assert_eq!(slot.role, SlotRole::Activation);
-                assert!(at % 64 == 0 && at + slot.bytes <= plan.arena_bytes, "slot {sid} outside the arena");
+    // Laid out with no weight known, and with every input a weight (the most folding).
+    let redirected = vec![false; graph.num_entries()];
+    for constant in [false, true] {
+        let constant_slot = vec![constant; plan.storage.slots.len()];
+        let facts = Facts { constant_slot: &constant_slot, redirected: &redirected, fold: true, keep_all: false };
+        if let Ok(layout) = Layout::new(&plan, &facts) {
+            if let Err(e) = layout.verify(&plan) {
+                panic!("layout broken: {e}");
             }
-            None => assert_ne!(slot.role, SlotRole::Activation),
         }
     }
     for op in &plan.ops {

@@ -96,6 +96,7 @@ impl Factory {
         for param in &self.params {
             exec.bind_param(param)?;
         }
+        exec.prepare_early();
         Ok(Module::new(exec))
     }
 }

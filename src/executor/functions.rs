@@ -26,6 +26,7 @@ pub const NAMES: &[&str] = &[
     "get_memory_usage",
     "share_activations",
     "load_params_from_file",
+    "set_fold_weights",
 ];
 
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
@@ -180,11 +181,20 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 let m = ex.memory_usage();
                 let ws = crate::backend::workspace::pooled_bytes();
                 Ok(RetValue::Str(format!(
-                    "{{\"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"activations\": {}, \"activations_shared\": {}, \"workspace\": {}}}",
-                    m.weights_owned, m.weights_shared, m.weights_mapped, m.activations, m.activations_shared, ws
+                    "{{\"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"weights_derived\": {}, \"activations\": {}, \"activations_shared\": {}, \"activation_bound\": {}, \"ops_folded\": {}, \"ops_total\": {}, \"workspace\": {}}}",
+                    m.weights_owned, m.weights_shared, m.weights_mapped, m.weights_derived, m.activations,
+                    m.activations_shared, m.activation_bound, m.ops_folded, m.ops_total, ws
                 )))
             },
             "get_memory_usage",
+        ),
+        "set_fold_weights" => wrap(
+            this,
+            |ex, a| {
+                a.expect_count("set_fold_weights", 1, 1)?;
+                ex.set_fold_weights(a.int(0)? != 0).map(Into::into)
+            },
+            "set_fold_weights",
         ),
         "share_activations" => wrap(
             this,

@@ -5,6 +5,7 @@
 //! This file builds the raw `DLTensor`s and calls kernels: the executor's unsafe corner.
 
 use super::arena::Arena;
+use super::layout::{self, Home, Layout};
 use super::plan::{OpKind, Plan};
 use crate::dlpack::{kTVMDLTensorHandle, kTVMNullptr, DLTensor, TVMBackendPackedCFunc, TVMValue};
 use crate::error::{Error, Result};
@@ -12,27 +13,26 @@ use crate::last_error;
 use crate::memory_plan::SlotRole;
 use crate::object::ObjRef;
 use crate::packed::{Args, PackedFunc};
-use crate::tensor::{raw, Buffer, NDArray, RawTensor, Weight};
+use crate::tensor::{raw, weight, Buffer, NDArray, RawTensor, Weight};
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-/// The memory behind one storage slot. A shared weight is a variant of its own, so no path can
-/// mistake it for memory this executor may write.
+/// The memory behind one input storage slot (graph inputs and their `__nop` aliases). A shared
+/// weight is a variant of its own, so no path can mistake it for memory this executor may write.
 #[derive(Clone, Default)]
 pub enum SlotMemory {
     /// Nothing yet: input slots get memory when first needed, so a weight that will be shared is
     /// never allocated twice.
     #[default]
     Unbound,
-    /// This executor's own memory, writable (activations, inputs, private weights). Others may
-    /// hold the `Arc` through views (`get_input`, `get_output`), never to share it as a weight.
+    /// This executor's own memory, writable (inputs, private weights). Others may hold the `Arc`
+    /// through views (`get_input`), never to share it as a weight.
     Owned(Arc<Buffer>),
-    /// A weight shared read-only with other executors, a factory, a mapped file or a library.
+    /// A weight, read-only: shared with other executors, a factory, a mapped file or a library,
+    /// or loaded by this executor and frozen so that what is derived from it can be kept.
     Weight(Arc<Weight>),
-    /// A range of an activation arena shared with executors that run in turn.
-    Arena { buffer: Arc<Buffer>, offset: usize },
 }
 
 impl SlotMemory {
@@ -46,12 +46,32 @@ impl SlotMemory {
             SlotMemory::Owned(b) => Some(b.as_ptr().cast()),
             // Kernels take every argument as `void*`; weight slots are only ever operator inputs.
             SlotMemory::Weight(w) => Some(w.as_ptr().cast_mut().cast()),
-            SlotMemory::Arena { buffer, offset } => Some(buffer.as_ptr().wrapping_add(*offset).cast()),
         }
     }
 
     pub fn is_bound(&self) -> bool {
         !matches!(self, SlotMemory::Unbound)
+    }
+}
+
+/// Where operator outputs that change every run live.
+#[derive(Default)]
+enum Activations {
+    /// Not laid out yet.
+    #[default]
+    None,
+    /// This executor's own arena.
+    Own(Arc<Buffer>),
+    /// An arena shared with executors that run in turn, and the generation of it bound.
+    Shared { arena: Arc<Arena>, buffer: Arc<Buffer>, generation: u64 },
+}
+
+impl Activations {
+    fn buffer(&self) -> Option<&Arc<Buffer>> {
+        match self {
+            Activations::None => None,
+            Activations::Own(b) | Activations::Shared { buffer: b, .. } => Some(b),
+        }
     }
 }
 
@@ -105,12 +125,15 @@ enum Call {
 struct OpCall {
     node: usize,
     call: Call,
+    /// Derived from weights once: `run` skips it.
+    folded: bool,
     values: Box<[TVMValue]>,
     codes: Box<[i32]>,
 }
 
 pub struct Instance {
     pub plan: Arc<Plan>,
+    /// Per storage slot; only input slots are bound (operator outputs live by the layout).
     slots: Vec<SlotMemory>,
     /// Zero-copy input bindings, per slot.
     slot_override: Vec<Option<*mut c_void>>,
@@ -121,8 +144,18 @@ pub struct Instance {
     /// Names loaded as parameters (hidden from `get_input_info`).
     pub param_names: HashSet<String>,
     all_bound: bool,
-    /// The activation arena shared with other executors, and the generation bound.
-    arena: Option<(Arc<Arena>, u64)>,
+    layout: Layout,
+    /// The layout may not match the bindings any more (a weight bound, made private, redirected).
+    stale: bool,
+    /// Per alias root: the weights derived from the bound weights.
+    derived: Vec<Option<Arc<Weight>>>,
+    /// Per slot: the weight the derived weights were computed from.
+    derived_from: Vec<Option<Weak<Weight>>>,
+    activations: Activations,
+    /// Fold weight-only operators (`set_fold_weights`, `TVM_RT_FOLD_WEIGHTS=0` turns it off).
+    fold: bool,
+    /// Keep every folded result (debug executors read any node's output).
+    keep_derived: bool,
     /// The node `execute_node` ran last (debug executors).
     pub last_executed: Option<usize>,
 }
@@ -132,21 +165,22 @@ pub struct Instance {
 // only used behind the executor's mutex.
 unsafe impl Send for Instance {}
 
+/// Whether executors fold weight-only operators unless told otherwise (`TVM_RT_FOLD_WEIGHTS=0`
+/// turns it off for the process).
+pub fn fold_by_default() -> bool {
+    static DEFAULT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DEFAULT.get_or_init(|| std::env::var("TVM_RT_FOLD_WEIGHTS").map_or(true, |v| v.trim() != "0"))
+}
+
 impl Instance {
-    /// A new instance; activation slots are allocated now, input slots when first needed (so a
-    /// shared weight is never allocated twice).
-    pub fn new(plan: Arc<Plan>) -> Result<Instance> {
+    /// A new instance. Memory comes when first needed: input slots when set or loaded (so a weight
+    /// that will be shared is never allocated twice), activations once the weights are known.
+    pub fn new(plan: Arc<Plan>, keep_derived: bool) -> Result<Instance> {
         let slots = plan
-            .storage
-            .slots
+            .linked
             .iter()
-            .zip(&plan.linked)
-            .map(|(s, linked)| match (linked, &s.role) {
-                (Some(w), _) => Ok(SlotMemory::Weight(w.clone())),
-                (None, SlotRole::Activation) => Buffer::zeroed(s.bytes).map(SlotMemory::owned),
-                _ => Ok(SlotMemory::Unbound),
-            })
-            .collect::<Result<Vec<_>>>()?;
+            .map(|linked| linked.as_ref().map_or(SlotMemory::Unbound, |w| SlotMemory::Weight(w.clone())))
+            .collect::<Vec<_>>();
         let tensors = TensorTable::new(
             plan.graph
                 .entries
@@ -174,6 +208,7 @@ impl Instance {
                     OpKind::Kernel { raw: Some(f), .. } => Call::Kernel(*f),
                     OpKind::Kernel { func, raw: None } => Call::Packed(func.clone()),
                 },
+                folded: false,
                 values: op.args.iter().map(|&eid| TVMValue { v_handle: tensors.at(eid).cast() }).collect(),
                 codes: vec![kTVMDLTensorHandle; op.args.len()].into_boxed_slice(),
             })
@@ -194,47 +229,206 @@ impl Instance {
             calls,
             param_names,
             all_bound: false,
-            arena: None,
+            layout: Layout::default(),
+            stale: true,
+            derived: Vec::new(),
+            derived_from: vec![None; n_slots],
+            activations: Activations::None,
+            fold: fold_by_default(),
+            keep_derived,
             last_executed: None,
         };
         inst.refresh();
         Ok(inst)
     }
 
-    /// Points every entry tensor at its current memory.
+    /// Points every entry tensor at its current memory. Until the layout is brought up to date,
+    /// activations point into the previous layout's memory, which is still held.
     fn refresh(&mut self) {
-        let plan = &self.plan;
+        let plan = self.plan.clone();
+        let arena = self.activations.buffer().map(|b| (b.as_ptr(), b.len()));
         for (eid, e) in plan.graph.entries.iter().enumerate() {
             let sid = e.storage_id;
-            let data = self.entry_override[eid]
-                .or(self.slot_override[sid])
-                .or_else(|| self.slots[sid].data())
-                .unwrap_or(std::ptr::null_mut());
-            self.tensors.set_data(eid, data);
+            let home = self.layout.homes.get(eid).copied().unwrap_or(Home::Slot);
+            let data = self.entry_override[eid].or(self.slot_override[sid]).or_else(|| match home {
+                Home::Slot => self.slots[sid].data(),
+                Home::Arena(at) => arena.map(|(p, len)| {
+                    assert!(at + plan.entry_bytes[eid] <= len, "entry {eid} outside the activation arena");
+                    p.wrapping_add(at).cast()
+                }),
+                Home::Derived => self.derived.get(plan.alias_root[eid])?.as_ref().map(|w| w.as_ptr().cast_mut().cast()),
+                Home::Transient => None,
+            });
+            self.tensors.set_data(eid, data.unwrap_or(std::ptr::null_mut()));
         }
         self.all_bound =
-            self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.is_bound() || s.role == SlotRole::Unused);
+            self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.is_bound() || s.role != SlotRole::Input);
     }
 
     pub fn slot(&self, sid: usize) -> &SlotMemory {
         &self.slots[sid]
     }
 
+    /// Turns folding of weight-only operators on or off for this executor.
+    pub fn set_fold(&mut self, fold: bool) {
+        if self.fold != fold {
+            self.fold = fold;
+            self.stale = true;
+        }
+    }
+
+    /// The current layout (as of the last [`Instance::prepare`]) and the derived weights it holds.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Bytes of the distinct derived weights this executor holds.
+    pub fn derived_bytes(&self) -> usize {
+        self.derived.iter().flatten().map(|w| w.len()).sum()
+    }
+
+    /// Bytes of this executor's own activation arena.
+    pub fn own_activation_bytes(&self) -> usize {
+        match &self.activations {
+            Activations::Own(b) => b.len(),
+            _ => 0,
+        }
+    }
+
+    /// Brings the layout up to date with the bindings: decides what to fold, runs the folded
+    /// operators if their weights changed, and sizes the activation arena.
+    pub fn prepare(&mut self) -> Result<()> {
+        if !self.stale {
+            return Ok(());
+        }
+        let plan = self.plan.clone();
+        let constant_slot: Vec<bool> = (0..self.slots.len())
+            .map(|sid| self.slot_override[sid].is_none() && matches!(self.slots[sid], SlotMemory::Weight(_)))
+            .collect();
+        let redirected: Vec<bool> = self.entry_override.iter().map(Option::is_some).collect();
+        let layout = Layout::new(
+            &plan,
+            &layout::Facts {
+                constant_slot: &constant_slot,
+                redirected: &redirected,
+                fold: self.fold,
+                keep_all: self.keep_derived,
+            },
+        )?;
+        let sources: Vec<Option<Weak<Weight>>> = self
+            .slots
+            .iter()
+            .zip(&constant_slot)
+            .map(|(m, &c)| match m {
+                SlotMemory::Weight(w) if c => Some(Arc::downgrade(w)),
+                _ => None,
+            })
+            .collect();
+        let same_sources = sources.iter().zip(&self.derived_from).all(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) => a.ptr_eq(b),
+            (None, None) => true,
+            _ => false,
+        });
+        let refold = layout.folded != self.layout.folded || layout.homes != self.layout.homes || !same_sources;
+        if refold {
+            let derived = if layout.folds_anything() { self.fold_weights(&layout) } else { Ok(Vec::new()) };
+            match derived {
+                Ok(d) => self.derived = d,
+                Err(e) => {
+                    self.refresh();
+                    return Err(e);
+                }
+            }
+            self.derived_from = sources;
+        }
+        // Memory for the new layout before it replaces the old, so the tensors never address an
+        // arena smaller than their layout says.
+        self.activations = self.activations_for(layout.arena_bytes)?;
+        for (call, &folded) in self.calls.iter_mut().zip(&layout.folded) {
+            call.folded = folded;
+        }
+        self.layout = layout;
+        self.stale = false;
+        self.refresh();
+        Ok(())
+    }
+
+    /// Runs the operators `layout` folds, into memory of their own, and keeps the results it
+    /// keeps as weights (one copy per distinct content in the process).
+    fn fold_weights(&mut self, layout: &Layout) -> Result<Vec<Option<Arc<Weight>>>> {
+        let plan = self.plan.clone();
+        let n = plan.graph.num_entries();
+        let root = &plan.alias_root;
+        let mut bytes = vec![0usize; n];
+        for e in 0..n {
+            bytes[root[e]] = bytes[root[e]].max(plan.entry_bytes[e]);
+        }
+        let mut scratch: Vec<Option<Buffer>> = (0..n).map(|_| None).collect();
+        // The last folded operator reading each result: results kept only to derive others are
+        // freed after it.
+        let mut last_read = vec![None; n];
+        for (i, op) in plan.ops.iter().enumerate().filter(|&(i, _)| layout.folded[i]) {
+            for &e in op.outputs() {
+                let r = root[e];
+                if layout.homes[e] != Home::Slot && scratch[r].is_none() {
+                    scratch[r] = Some(Buffer::zeroed(bytes[r])?);
+                }
+            }
+            op.inputs().iter().for_each(|&e| last_read[root[e]] = Some(i));
+        }
+        for e in 0..n {
+            if let Some(b) = &scratch[root[e]] {
+                self.tensors.set_data(e, b.as_ptr().cast());
+            }
+        }
+        for i in (0..plan.ops.len()).filter(|&i| layout.folded[i]) {
+            run_call(&plan, &mut self.calls[i])?;
+            for &e in plan.ops[i].inputs() {
+                let r = root[e];
+                if last_read[r] == Some(i) && layout.homes[r] == Home::Transient {
+                    scratch[r] = None;
+                }
+            }
+        }
+        Ok(scratch
+            .into_iter()
+            .enumerate()
+            .map(|(r, b)| b.filter(|_| layout.homes[r] == Home::Derived).map(|b| weight::intern(Weight::freeze(b))))
+            .collect())
+    }
+
+    /// Activation memory of `need` bytes: this executor's own arena (a new one whenever the size
+    /// changes, so a smaller layout returns memory), or the shared one, grown if needed.
+    fn activations_for(&self, need: usize) -> Result<Activations> {
+        Ok(match &self.activations {
+            Activations::Own(b) if b.len() == need => Activations::Own(b.clone()),
+            Activations::None | Activations::Own(_) => Activations::Own(Arc::new(Buffer::zeroed(need)?)),
+            Activations::Shared { arena, .. } => {
+                arena.reserve(need)?;
+                let (buffer, generation) = arena.current();
+                Activations::Shared { arena: arena.clone(), buffer, generation }
+            }
+        })
+    }
+
     /// Gives slot `sid` writable memory of this executor's own: fresh zeros for an unbound slot, a
-    /// private copy of a shared weight (copy on write).
+    /// private copy of a weight (copy on write; what was derived from it is derived again).
     pub fn make_private(&mut self, sid: usize) -> Result<()> {
         let bytes = self.plan.storage.slots[sid].bytes;
         let fresh = match &self.slots[sid] {
-            SlotMemory::Owned(_) | SlotMemory::Arena { .. } => return Ok(()),
+            SlotMemory::Owned(_) => return Ok(()),
             SlotMemory::Unbound => Buffer::zeroed(bytes)?,
-            SlotMemory::Weight(w) => w.to_buffer(0, bytes)?,
+            SlotMemory::Weight(w) => {
+                self.stale = true;
+                w.to_buffer(0, bytes)?
+            }
         };
         self.slots[sid] = SlotMemory::owned(fresh);
         self.refresh();
         Ok(())
     }
 
-    /// Binds slot `sid` to a weight shared with others; the weight must cover the slot.
+    /// Binds slot `sid` to a weight; the weight must cover the slot.
     pub fn bind_weight(&mut self, sid: usize, weight: Arc<Weight>) -> Result<()> {
         let bytes = self.plan.storage.slots[sid].bytes;
         if weight.len() < bytes {
@@ -244,6 +438,7 @@ impl Instance {
             )));
         }
         self.slots[sid] = SlotMemory::Weight(weight);
+        self.stale = true;
         self.refresh();
         Ok(())
     }
@@ -264,16 +459,12 @@ impl Instance {
                     Arc::new(copy?)
                 }
             },
-            arena @ SlotMemory::Arena { .. } => {
-                self.slots[sid] = arena;
-                return Err(Error::internal(format!("storage slot {sid} holds activations, not a weight")));
-            }
         };
         self.bind_weight(sid, weight.clone())?;
         Ok(weight)
     }
 
-    /// A read-only look at entry `eid`, for copying out of it.
+    /// A read-only look at entry `eid`, for copying out of it (the layout must be prepared).
     fn entry_source(&self, eid: usize) -> RawTensor<'_> {
         // SAFETY: our own tensor (shape from the plan, no strides); its data, when set, holds the
         // entry's bytes for as long as `self` is borrowed.
@@ -286,35 +477,50 @@ impl Instance {
     }
 
     /// An NDArray of entry `eid`: a view of this executor's own memory (kept alive by the array),
-    /// a copy when the entry lives in a shared weight (a write through the array must not reach
-    /// the other holders), or a view of caller memory bound with zero-copy.
+    /// a copy when the entry is a weight (a write through the array must not reach the other
+    /// holders), or a view of caller memory bound with zero-copy.
     pub fn entry_view(&mut self, eid: usize) -> Result<ObjRef<NDArray>> {
+        self.prepare()?;
         let plan = self.plan.clone();
         let e = &plan.graph.entries[eid];
         let sid = e.storage_id;
-        if self.entry_override[eid].is_none() && self.slot_override[sid].is_none() {
-            if !self.slots[sid].is_bound() {
-                self.make_private(sid)?;
-            }
-            return match &self.slots[sid] {
-                SlotMemory::Owned(buf) => NDArray::view_of(buf, 0, &e.shape, e.dtype),
-                SlotMemory::Arena { buffer, offset } => NDArray::view_of(buffer, *offset, &e.shape, e.dtype),
-                SlotMemory::Weight(w) => NDArray::from_bytes(&e.shape, e.dtype, &w.bytes()[..plan.entry_bytes[eid]]),
-                SlotMemory::Unbound => unreachable!("bound above"),
-            };
+        if self.entry_override[eid].is_some() || self.slot_override[sid].is_some() {
+            // SAFETY: caller memory bound with zero-copy, which the caller keeps alive for as long
+            // as it is bound (the contract of set_input_zero_copy / set_output_zero_copy).
+            return Ok(unsafe { NDArray::external(self.tensors.data(eid), &e.shape, e.dtype) });
         }
-        // SAFETY: caller memory bound with zero-copy, which the caller keeps alive for as long as
-        // it is bound (the contract of set_input_zero_copy / set_output_zero_copy).
-        Ok(unsafe { NDArray::external(self.tensors.data(eid), &e.shape, e.dtype) })
+        let weight_copy = |w: &Weight| NDArray::from_bytes(&e.shape, e.dtype, &w.bytes()[..plan.entry_bytes[eid]]);
+        match self.layout.homes[eid] {
+            Home::Slot => {
+                if !self.slots[sid].is_bound() {
+                    self.make_private(sid)?;
+                }
+                match &self.slots[sid] {
+                    SlotMemory::Owned(buf) => NDArray::view_of(buf, 0, &e.shape, e.dtype),
+                    SlotMemory::Weight(w) => weight_copy(w),
+                    SlotMemory::Unbound => unreachable!("bound above"),
+                }
+            }
+            Home::Arena(at) => NDArray::view_of(self.activations.buffer().expect("prepared"), at, &e.shape, e.dtype),
+            Home::Derived => weight_copy(self.derived[plan.alias_root[eid]].as_ref().expect("prepared")),
+            Home::Transient => Err(Error::value(format!(
+                "entry {eid} is derived from weights only and was not kept (a debug executor keeps every node's output)"
+            ))),
+        }
     }
 
-    /// Makes entry `eid` writable without touching anyone else's memory: caller memory bound with
-    /// zero-copy is written in place, shared or missing slot memory becomes private first.
+    /// Makes input entry `eid` writable without touching anyone else's memory: caller memory
+    /// bound with zero-copy is written in place, a weight or a missing slot becomes private first.
     /// Returns where to write the entry's bytes.
     fn prepare_write(&mut self, eid: usize) -> Result<*mut u8> {
         let sid = self.plan.graph.entries[eid].storage_id;
         if self.slot_override[sid].is_none() {
-            self.make_private(sid)?;
+            if self.plan.storage.slots[sid].role == SlotRole::Input {
+                self.make_private(sid)?;
+            } else {
+                // An input sharing a storage id with operator outputs lives in the arena.
+                self.prepare()?;
+            }
         }
         Ok(self.tensors.data(eid).cast())
     }
@@ -328,7 +534,7 @@ impl Instance {
     }
 
     /// Copies entry `eid` into `dst`, of any shape and dtype of the entry's byte size.
-    pub fn copy_entry_to(&self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
+    pub fn copy_entry_to(&mut self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
         let n = dst.nbytes()?;
         if n != self.plan.entry_bytes[eid] {
             return Err(Error::value(format!(
@@ -342,7 +548,11 @@ impl Instance {
     }
 
     /// Copies entry `eid` into `dst`, already checked to have its shape and element size.
-    pub fn read_entry_matched(&self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
+    pub fn read_entry_matched(&mut self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
+        self.prepare()?;
+        if self.entry_data(eid).is_null() && self.plan.entry_bytes[eid] > 0 {
+            return Err(Error::value(format!("entry {eid} is derived from weights only and was not kept")));
+        }
         // SAFETY: the entry's memory holds `entry_bytes[eid]` bytes; `dst` is the caller's tensor,
         // writable per the packed-call contract.
         unsafe { raw::copy_from_own(self.entry_data(eid), dst, self.plan.entry_bytes[eid]) }
@@ -364,7 +574,8 @@ impl Instance {
 
     /// Copies entry `oeid` of `other`, already checked to have entry `eid`'s shape and dtype, into
     /// input entry `eid` of this executor.
-    pub fn copy_entry_from(&mut self, eid: usize, other: &Instance, oeid: usize) -> Result<()> {
+    pub fn copy_entry_from(&mut self, eid: usize, other: &mut Instance, oeid: usize) -> Result<()> {
+        other.prepare()?;
         self.write_entry_matched(eid, other.entry_source(oeid))
     }
 
@@ -373,6 +584,7 @@ impl Instance {
         self.check_external(eid, src)?;
         let sid = self.plan.graph.entries[eid].storage_id;
         self.slot_override[sid] = Some(src.data_ptr().cast());
+        self.stale = true;
         self.refresh();
         Ok(())
     }
@@ -395,6 +607,7 @@ impl Instance {
                 }
             }
         }
+        self.stale = true;
         self.refresh();
         Ok(())
     }
@@ -426,10 +639,10 @@ impl Instance {
         Ok(())
     }
 
-    /// Binds every slot that still has no memory (inputs never set read as zeros).
+    /// Binds every input slot that still has no memory (inputs never set read as zeros).
     fn bind_all(&mut self) -> Result<()> {
         for sid in 0..self.slots.len() {
-            if !self.slots[sid].is_bound() && self.plan.storage.slots[sid].role != SlotRole::Unused {
+            if !self.slots[sid].is_bound() && self.plan.storage.slots[sid].role == SlotRole::Input {
                 self.slots[sid] = SlotMemory::owned(Buffer::zeroed(self.plan.storage.slots[sid].bytes)?);
             }
         }
@@ -439,83 +652,47 @@ impl Instance {
 
     /// Moves this executor's activations into `arena` (its own are released).
     pub fn join_arena(&mut self, arena: Arc<Arena>) -> Result<()> {
-        arena.reserve(self.plan.arena_bytes)?;
-        self.bind_arena(arena);
+        self.prepare()?;
+        arena.reserve(self.layout.arena_bytes)?;
+        let (buffer, generation) = arena.current();
+        self.activations = Activations::Shared { arena, buffer, generation };
+        self.refresh();
         Ok(())
     }
 
-    fn bind_arena(&mut self, arena: Arc<Arena>) {
-        let (buffer, generation) = arena.current();
-        for (sid, offset) in self.plan.arena_offsets.iter().enumerate() {
-            if let Some(offset) = *offset {
-                self.slots[sid] = SlotMemory::Arena { buffer: buffer.clone(), offset };
-            }
-        }
-        self.arena = Some((arena, generation));
-        self.refresh();
-    }
-
     pub fn arena(&self) -> Option<&Arc<Arena>> {
-        self.arena.as_ref().map(|(a, _)| a)
+        match &self.activations {
+            Activations::Shared { arena, .. } => Some(arena),
+            _ => None,
+        }
     }
 
-    /// Runs operators `range` in order.
+    /// Runs operators `range` in order, but those folded (their results are weights already).
     pub fn run_ops(&mut self, range: std::ops::Range<usize>) -> Result<()> {
+        self.prepare()?;
         if !self.all_bound {
             self.bind_all()?;
         }
-        let arena = self.arena.as_ref().map(|(a, _)| a.clone());
+        let arena = self.arena().cloned();
         let _guard = match &arena {
             Some(a) => {
                 let guard = a.try_acquire()?;
-                if a.current().1 != self.arena.as_ref().map_or(0, |(_, g)| *g) {
-                    // Another holder grew the arena since this executor last ran.
-                    self.bind_arena(a.clone());
+                if let Activations::Shared { buffer, generation, .. } = &mut self.activations {
+                    let (b, g) = a.current();
+                    if g != *generation {
+                        // Another holder grew the arena since this executor last ran.
+                        (*buffer, *generation) = (b, g);
+                        self.refresh();
+                    }
                 }
                 Some(guard)
             }
             None => None,
         };
+        let plan = &self.plan;
         for call in &mut self.calls[range] {
-            let rc = match &call.call {
-                Call::Nop => 0,
-                Call::Copy => {
-                    // SAFETY: both handles point into our tensor table, bound to memory of at least
-                    // the entries' sizes (Plan::new checks every slot covers its entries); the
-                    // output is an operator output, so an activation slot this executor owns.
-                    unsafe {
-                        let from = RawTensor::from_ptr(call.values[0].v_handle.cast())?;
-                        let to = RawTensor::from_ptr(call.values[1].v_handle.cast())?;
-                        raw::copy_tensor(from, to)
-                    }
-                    .map(|_| 0)
-                    .map_err(|e| op_error(&self.plan, call.node, e))?
-                }
-                Call::Kernel(f) => {
-                    let mut ret = TVMValue::NULL;
-                    let mut code = kTVMNullptr;
-                    // SAFETY: the arrays address our entry tensors, bound to live memory of the
-                    // sizes the graph declares, which is what the operator checks and reads.
-                    unsafe {
-                        crate::packed::function::call_kernel(
-                            *f,
-                            call.values.as_mut_ptr(),
-                            call.codes.as_mut_ptr(),
-                            call.values.len(),
-                            &mut ret,
-                            &mut code,
-                        )
-                    }
-                }
-                Call::Packed(func) => {
-                    // SAFETY: as above; the values match their codes.
-                    let args =
-                        unsafe { Args::from_raw(call.values.as_ptr(), call.codes.as_ptr(), call.values.len() as i32)? };
-                    func.call(&args).map(|_| 0).map_err(|e| op_error(&self.plan, call.node, e))?
-                }
-            };
-            if rc != 0 {
-                return Err(op_error(&self.plan, call.node, Error::foreign(last_error::get())));
+            if !call.folded {
+                run_call(plan, call)?;
             }
         }
         Ok(())
@@ -524,6 +701,51 @@ impl Instance {
     pub fn run(&mut self) -> Result<()> {
         self.run_ops(0..self.calls.len())
     }
+}
+
+/// Calls one operator on the tensors its argument arrays address.
+fn run_call(plan: &Plan, call: &mut OpCall) -> Result<()> {
+    let rc = match &call.call {
+        Call::Nop => 0,
+        Call::Copy => {
+            // SAFETY: both handles point into our tensor table, bound to memory of at least the
+            // entries' sizes (Plan::new checks every slot covers its entries, layouts size every
+            // value for its largest alias); the output is an operator output: arena or scratch
+            // memory this executor owns.
+            unsafe {
+                let from = RawTensor::from_ptr(call.values[0].v_handle.cast())?;
+                let to = RawTensor::from_ptr(call.values[1].v_handle.cast())?;
+                raw::copy_tensor(from, to)
+            }
+            .map(|_| 0)
+            .map_err(|e| op_error(plan, call.node, e))?
+        }
+        Call::Kernel(f) => {
+            let mut ret = TVMValue::NULL;
+            let mut code = kTVMNullptr;
+            // SAFETY: the arrays address our entry tensors, bound to live memory of the sizes the
+            // graph declares, which is what the operator checks and reads.
+            unsafe {
+                crate::packed::function::call_kernel(
+                    *f,
+                    call.values.as_mut_ptr(),
+                    call.codes.as_mut_ptr(),
+                    call.values.len(),
+                    &mut ret,
+                    &mut code,
+                )
+            }
+        }
+        Call::Packed(func) => {
+            // SAFETY: as above; the values match their codes.
+            let args = unsafe { Args::from_raw(call.values.as_ptr(), call.codes.as_ptr(), call.values.len() as i32)? };
+            func.call(&args).map(|_| 0).map_err(|e| op_error(plan, call.node, e))?
+        }
+    };
+    if rc != 0 {
+        return Err(op_error(plan, call.node, Error::foreign(last_error::get())));
+    }
+    Ok(())
 }
 
 fn op_error(plan: &Plan, node: usize, e: Error) -> Error {

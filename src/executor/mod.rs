@@ -7,6 +7,7 @@ pub mod debug;
 pub mod factory;
 pub mod functions;
 pub mod instance;
+pub mod layout;
 pub mod plan;
 
 use crate::dlpack::DLDevice;
@@ -34,9 +35,9 @@ pub struct GraphExecutor {
 /// What an executor holds, in bytes (`get_memory_usage`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryUsage {
-    /// Input slots (weights) with memory of this executor's own.
+    /// Weights only this executor holds (loaded into it, or left to it by the others).
     pub weights_owned: usize,
-    /// Input slots bound to memory shared with other executors or a factory.
+    /// Weights other executors or a factory hold too.
     pub weights_shared: usize,
     /// Input slots used in place from a mapped params file (`load_params_from_file`).
     pub weights_mapped: usize,
@@ -44,6 +45,15 @@ pub struct MemoryUsage {
     pub activations: usize,
     /// The activation arena shared with other executors (`share_activations`).
     pub activations_shared: usize,
+    /// Weights derived from weights by the operators folded at load (held once per process for
+    /// each distinct content, counted in every executor that uses them).
+    pub weights_derived: usize,
+    /// The liveness bound of what the activation memory holds: inputs that are not weights plus
+    /// the largest sum of operator outputs live at one time. No layout can be smaller.
+    pub activation_bound: usize,
+    /// Operators folded (run once for the weights, skipped by `run`), of all operators.
+    pub ops_folded: usize,
+    pub ops_total: usize,
 }
 
 /// A name or an index, as executor functions accept them.
@@ -66,16 +76,19 @@ impl Drop for GraphExecutor {
 
 impl GraphExecutor {
     pub fn new(plan: Arc<Plan>) -> Result<GraphExecutor> {
-        let state = Mutex::new(Instance::new(plan.clone())?);
-        LIVE_EXECUTORS.fetch_add(1, Ordering::AcqRel);
-        Ok(GraphExecutor { plan, state, debug: false })
+        GraphExecutor::with_debug(plan, false)
     }
 
-    /// A debug executor: the same, plus per-node timing and outputs.
+    /// A debug executor: the same, plus per-node timing and outputs (it keeps every result derived
+    /// from weights, so any node's output can be read).
     pub fn new_debug(plan: Arc<Plan>) -> Result<GraphExecutor> {
-        let mut ex = GraphExecutor::new(plan)?;
-        ex.debug = true;
-        Ok(ex)
+        GraphExecutor::with_debug(plan, true)
+    }
+
+    fn with_debug(plan: Arc<Plan>, debug: bool) -> Result<GraphExecutor> {
+        let state = Mutex::new(Instance::new(plan.clone(), debug)?);
+        LIVE_EXECUTORS.fetch_add(1, Ordering::AcqRel);
+        Ok(GraphExecutor { plan, state, debug })
     }
 
     pub fn is_debug(&self) -> bool {
@@ -184,6 +197,21 @@ impl GraphExecutor {
         self.lock().run()
     }
 
+    /// Turns folding of weight-only operators on or off (on unless `TVM_RT_FOLD_WEIGHTS=0`).
+    /// Off, every operator runs at every run, as upstream's executor does.
+    pub fn set_fold_weights(&self, fold: bool) -> Result<()> {
+        let mut st = self.lock();
+        st.set_fold(fold);
+        st.prepare()
+    }
+
+    /// Folds weight-only operators and lays out activations now, so the first run does not. A
+    /// failure (an operator failing on the weights) is left for `run` to report, as upstream
+    /// reports it there.
+    pub fn prepare_early(&self) {
+        let _ = self.lock().prepare();
+    }
+
     /// Loads a params blob straight into the executor's memory: one copy per weight. Names that
     /// are not inputs are skipped (a blob may hold more than one graph needs).
     pub fn load_params(&self, blob: &[u8]) -> Result<()> {
@@ -223,14 +251,21 @@ impl GraphExecutor {
                 )));
             }
             let sid = e.storage_id;
+            let slot_bytes = self.plan.storage.slots[sid].bytes;
             let in_place = map.is_some()
                 && rec.data.as_ptr() as usize % params::DATA_ALIGNMENT == 0
                 && self.plan.is_shareable_slot(sid)
-                && rec.data.len() >= self.plan.storage.slots[sid].bytes;
+                && rec.data.len() >= slot_bytes;
             match map {
                 Some(map) if in_place => {
                     st.bind_weight(sid, Arc::new(Weight::mapped(map, rec.data)?))?;
                     mapped += 1;
+                }
+                // A weight of its own, read-only, so what is derived from it can be kept (writing
+                // it later makes a private copy, as for a shared one).
+                _ if self.plan.is_shareable_slot(sid) => {
+                    st.bind_weight(sid, Arc::new(Weight::padded(rec.data, slot_bytes)?))?;
+                    copied += 1;
                 }
                 _ => {
                     st.write_entry_bytes(eid, rec.data).map_err(|err| err.context(format!("parameter '{name}'")))?;
@@ -239,6 +274,8 @@ impl GraphExecutor {
             }
             st.param_names.insert(name.to_string());
         }
+        drop(st);
+        self.prepare_early();
         Ok((mapped, copied))
     }
 
@@ -313,10 +350,13 @@ impl GraphExecutor {
                 let weight = theirs.share_out(osid)?;
                 mine.bind_weight(sid, weight)?;
             } else {
-                mine.copy_entry_from(eid, &theirs, oeid).map_err(|e| e.context(format!("parameter '{name}'")))?;
+                mine.copy_entry_from(eid, &mut theirs, oeid).map_err(|e| e.context(format!("parameter '{name}'")))?;
             }
             mine.param_names.insert(name.to_string());
         }
+        drop((mine, theirs));
+        self.prepare_early();
+        other.prepare_early();
         Ok(())
     }
 
@@ -328,12 +368,14 @@ impl GraphExecutor {
             return Ok(());
         }
         let (mut mine, mut theirs) = self.lock_pair(other);
+        mine.prepare()?;
+        theirs.prepare()?;
         // Size the arena for both first, so nobody binds a buffer that is replaced at once.
         let arena = match theirs.arena() {
             Some(a) => a.clone(),
             None => arena::Arena::new()?,
         };
-        arena.reserve(self.plan.arena_bytes.max(other.plan.arena_bytes))?;
+        arena.reserve(mine.layout().arena_bytes.max(theirs.layout().arena_bytes))?;
         if theirs.arena().is_none_or(|a| !Arc::ptr_eq(a, &arena)) {
             theirs.join_arena(arena.clone())?;
         }
@@ -351,8 +393,9 @@ impl GraphExecutor {
         }
     }
 
-    /// Bytes this executor holds, by kind. Input slots count as weights once they are known as
-    /// parameters (loaded, shared, or bound by a factory); other inputs count as activations.
+    /// Bytes this executor holds, by kind, as of its last preparation (loading, sharing, running).
+    /// Input slots count as weights once they are known as parameters (loaded, shared, or bound by
+    /// a factory); other inputs count as activations.
     pub fn memory_usage(&self) -> MemoryUsage {
         let st = self.lock();
         let plan = &self.plan;
@@ -364,14 +407,22 @@ impl GraphExecutor {
         for sid in 0..plan.storage.slots.len() {
             let is_weight = weight_slots.contains(&sid);
             match st.slot(sid) {
-                SlotMemory::Unbound | SlotMemory::Arena { .. } => {}
+                SlotMemory::Unbound => {}
                 SlotMemory::Weight(w) if w.is_mapped() => m.weights_mapped += w.len(),
+                // Loaded by this executor and held by nobody else: its own.
+                SlotMemory::Weight(w) if Arc::strong_count(w) == 1 => m.weights_owned += w.len(),
                 SlotMemory::Weight(w) => m.weights_shared += w.len(),
                 SlotMemory::Owned(b) if is_weight => m.weights_owned += b.len(),
                 SlotMemory::Owned(b) => m.activations += b.len(),
             }
         }
+        m.activations += st.own_activation_bytes();
         m.activations_shared = st.arena().map_or(0, |a| a.len());
+        m.weights_derived = st.derived_bytes();
+        let layout = st.layout();
+        m.activation_bound = layout.bound;
+        m.ops_folded = layout.folded.iter().filter(|&&f| f).count();
+        m.ops_total = plan.ops.len();
         m
     }
 }

@@ -28,6 +28,17 @@ pub struct OpPlan {
     pub kind: OpKind,
     /// Entry ids: the inputs, then the node's outputs.
     pub args: Vec<usize>,
+    pub num_inputs: usize,
+}
+
+impl OpPlan {
+    pub fn inputs(&self) -> &[usize] {
+        &self.args[..self.num_inputs]
+    }
+
+    pub fn outputs(&self) -> &[usize] {
+        &self.args[self.num_inputs..]
+    }
 }
 
 pub struct Plan {
@@ -47,9 +58,13 @@ pub struct Plan {
     pub entry_bytes: Vec<usize>,
     /// Storage slots whose data the library links in (`_lookup_linked_param`, TVM <= 0.8 builds).
     pub linked: Vec<Option<Arc<Weight>>>,
-    /// Offsets of the activation slots inside a shared arena, and the arena size needed.
-    pub arena_offsets: Vec<Option<usize>>,
-    pub arena_bytes: usize,
+    /// Per entry: the entry whose memory it is (itself, or what a `__nop` reshape aliases).
+    pub alias_root: Vec<usize>,
+    /// Per entry: the operator that writes it (none for graph inputs).
+    pub producer: Vec<Option<usize>>,
+    /// Whether activations may be laid out by liveness rather than by the graph's storage ids:
+    /// every `__nop` shares its input's storage id and no storage id mixes inputs with outputs.
+    pub liveness_layout: bool,
     pub library: ObjRef<Module>,
     pub device: DLDevice,
 }
@@ -91,6 +106,35 @@ fn linked_params(library: &ObjRef<Module>, storage: &StoragePlan) -> Result<Vec<
         .collect()
 }
 
+/// Each entry's alias root and producing operator, and whether the graph's aliasing is simple
+/// enough to lay out by liveness (Relay's always is).
+fn aliases(
+    graph: &Graph,
+    storage: &StoragePlan,
+    ops: &[OpPlan],
+    input_entries: &[usize],
+) -> (Vec<usize>, Vec<Option<usize>>, bool) {
+    let mut root: Vec<usize> = (0..graph.num_entries()).collect();
+    let mut producer = vec![None; graph.num_entries()];
+    let mut simple = input_entries.iter().all(|&e| storage.slots[graph.entries[e].storage_id].role == SlotRole::Input);
+    for (i, op) in ops.iter().enumerate() {
+        for &out in op.outputs() {
+            producer[out] = Some(i);
+        }
+        if let (OpKind::Nop, [input], [out]) = (&op.kind, op.inputs(), op.outputs()) {
+            // Ops come in graph order, so the input's root is final.
+            if graph.entries[*input].storage_id == graph.entries[*out].storage_id {
+                root[*out] = root[*input];
+            } else {
+                simple = false;
+            }
+        } else if matches!(op.kind, OpKind::Nop) {
+            simple = false;
+        }
+    }
+    (root, producer, simple)
+}
+
 impl Plan {
     pub fn new(graph_json: &str, library: ObjRef<Module>, device: DLDevice) -> Result<Arc<Plan>> {
         if device.device_type != kDLCPU {
@@ -123,7 +167,7 @@ impl Plan {
                     OpKind::Kernel { func, raw }
                 }
             };
-            ops.push(OpPlan { node: nid, kind, args });
+            ops.push(OpPlan { node: nid, kind, args, num_inputs: node.inputs.len() });
         }
         let input_entries: Vec<usize> = graph.arg_nodes.iter().map(|&n| graph.entry_id(n, 0)).collect();
         let input_names = graph.arg_nodes.iter().enumerate().map(|(i, &n)| (graph.nodes[n].name.clone(), i)).collect();
@@ -134,7 +178,6 @@ impl Plan {
         for &eid in &input_entries {
             inputs_per_slot[graph.entries[eid].storage_id] += 1;
         }
-        let (arena_offsets, arena_bytes) = storage.arena_layout()?;
         let entry_bytes =
             graph.entries.iter().map(|e| crate::dtype::tensor_bytes(&e.shape, e.dtype)).collect::<Result<Vec<_>>>()?;
         // Every entry fits its slot: what lets the executor hand kernels and copies an entry's
@@ -143,11 +186,13 @@ impl Plan {
             assert!(storage.slots[e.storage_id].bytes >= entry_bytes[eid], "entry {eid} is larger than its slot");
         }
         let linked = linked_params(&library, &storage)?;
+        let (alias_root, producer, liveness_layout) = aliases(&graph, &storage, &ops, &input_entries);
         Ok(Arc::new(Plan {
             linked,
             entry_bytes,
-            arena_offsets,
-            arena_bytes,
+            alias_root,
+            producer,
+            liveness_layout,
             graph,
             storage,
             ops,

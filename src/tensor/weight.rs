@@ -9,7 +9,8 @@
 use super::buffer::{Buffer, FileMap};
 use crate::error::{Error, Result};
 use std::any::Any;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 
 enum Backing {
     /// Memory of this runtime, frozen.
@@ -40,6 +41,13 @@ impl Weight {
     /// A weight holding a copy of `bytes`.
     pub fn copy_of(bytes: &[u8]) -> Result<Weight> {
         Buffer::from_bytes(bytes).map(Weight::freeze)
+    }
+
+    /// A weight holding a copy of `bytes`, zero-padded to at least `len` bytes.
+    pub fn padded(bytes: &[u8], len: usize) -> Result<Weight> {
+        let mut buffer = Buffer::zeroed(len.max(bytes.len()))?;
+        buffer.write(0, bytes)?;
+        Ok(Weight::freeze(buffer))
     }
 
     /// A weight that is the range `bytes` of `map` (no copy).
@@ -102,5 +110,70 @@ impl Weight {
 impl std::fmt::Debug for Weight {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Weight({} bytes at {:p})", self.len, self.ptr)
+    }
+}
+
+/// Derived weights by content, so executors whose weight-only operators compute the same bytes
+/// (the batch-1 and batch-8 builds of a model sharing weights, say) hold them once. Entries are
+/// weak: a weight no executor holds any more is freed, and its entry swept.
+static DERIVED: Mutex<Option<ByContent>> = Mutex::new(None);
+
+/// (content hash, length) -> weights with that hash and length.
+type ByContent = HashMap<(u64, usize), Vec<Weak<Weight>>>;
+
+/// The weight already holding exactly these bytes (compared in full, not assumed from the hash),
+/// or `weight` itself, now findable by others.
+pub fn intern(weight: Weight) -> Arc<Weight> {
+    let key = (content_hash(weight.bytes()), weight.len());
+    let mut guard = DERIVED.lock().unwrap_or_else(|e| e.into_inner());
+    let table = guard.get_or_insert_with(HashMap::new);
+    let same =
+        table.get(&key).and_then(|list| list.iter().filter_map(Weak::upgrade).find(|w| w.bytes() == weight.bytes()));
+    if let Some(existing) = same {
+        return existing;
+    }
+    let weight = Arc::new(weight);
+    // Sweep entries of weights gone, so the table stays the size of what is alive.
+    if table.len() > 64 && table.len().is_power_of_two() {
+        table.retain(|_, list| {
+            list.retain(|w| w.strong_count() > 0);
+            !list.is_empty()
+        });
+    }
+    let list = table.entry(key).or_default();
+    list.retain(|w| w.strong_count() > 0);
+    list.push(Arc::downgrade(&weight));
+    weight
+}
+
+/// A fast 64-bit hash of `bytes` (multiply-rotate over 8-byte words); equal bytes are compared
+/// before anything is shared, so collisions cost a comparison, never a wrong weight.
+fn content_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut words = bytes.chunks_exact(8);
+    let mut h = bytes.len() as u64;
+    for w in words.by_ref() {
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(K);
+    }
+    for &b in words.remainder() {
+        h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_bytes_are_held_once() {
+        let a = intern(Weight::copy_of(&[1, 2, 3, 4, 5, 6, 7, 8, 9]).unwrap());
+        let b = intern(Weight::copy_of(&[1, 2, 3, 4, 5, 6, 7, 8, 9]).unwrap());
+        let c = intern(Weight::copy_of(&[1, 2, 3, 4, 5, 6, 7, 8, 0]).unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        let weak = Arc::downgrade(&a);
+        drop((a, b));
+        assert!(weak.upgrade().is_none(), "the table must not keep weights alive");
     }
 }

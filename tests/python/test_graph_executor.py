@@ -1,5 +1,6 @@
 """The graph executor from TVM 0.16's own Python package, on this runtime; outputs are compared
 with upstream's, recorded by scripts/make_fixtures.py."""
+import json
 import numpy as np
 import pytest
 
@@ -84,12 +85,45 @@ def test_share_params_across_batch_sizes(tvm):
     m1.load_params(f1.params())
     m8 = graph_executor.create(f8.graph_json(), tvm.runtime.load_module(f8.lib_path), dev)
     m8.share_params(m1, f8.params())
+    shared = json.loads(m8.module["get_memory_usage"]())
+    assert shared["weights_owned"] == 0 and shared["weights_shared"] > 400_000, shared
     del m1
     m8.set_input(**f8.inputs)
     m8.run()
     check_outputs(m8, f8, "shared")
-    usage = m8.module["get_memory_usage"]()
-    assert '"weights_owned": 0' in usage, usage
+    # The source is gone: m8 is the weights' only holder now, and made no copy of them.
+    alone = json.loads(m8.module["get_memory_usage"]())
+    assert (alone["weights_owned"], alone["weights_shared"]) == (shared["weights_shared"], 0), alone
+
+
+def test_weight_only_operators_fold_and_python_set_input_params_still_reaches_them(tvm):
+    from tvm.contrib import graph_executor
+
+    fx = Fixture("mlp_unbound_b1")
+    dev = tvm.cpu()
+    lib = tvm.runtime.load_module(fx.lib_path)
+    m = graph_executor.create(fx.graph_json(), lib, dev)
+    m.load_params(fx.params())
+    usage = json.loads(m.module["get_memory_usage"]())
+    assert usage["ops_folded"] > 0 and usage["weights_derived"] > 0, usage
+    m.set_input(**fx.inputs)
+    m.run()
+    check_outputs(m, fx, "folded")
+    m.module["set_fold_weights"](0)
+    assert json.loads(m.module["get_memory_usage"]())["ops_folded"] == 0
+    m.run()
+    check_outputs(m, fx, "not folded")
+    m.module["set_fold_weights"](1)
+    # Python's set_input(**params) writes each weight through get_input's array: what is derived
+    # from them must follow (here: halved weights, compared with an executor that folds nothing).
+    params = {k: v.numpy() / 2 for k, v in tvm.runtime.load_param_dict(fx.params()).items()}
+    plain = graph_executor.create(fx.graph_json(), lib, dev)
+    plain.module["set_fold_weights"](0)
+    for g in (m, plain):
+        g.set_input(**fx.inputs, **params)
+        g.run()
+    assert np.array_equal(m.get_output(0).numpy(), plain.get_output(0).numpy())
+    assert not np.array_equal(m.get_output(0).numpy(), fx.outputs[0])
 
 
 def test_params_round_trip(tvm):

@@ -51,8 +51,10 @@ fn print_json(v: &Value) {
 fn memory_json(ex: &GraphExecutor) -> Value {
     let m = ex.memory_usage();
     json!({"weights_owned": m.weights_owned, "weights_shared": m.weights_shared, "weights_mapped": m.weights_mapped,
-           "activations": m.activations,
-           "activations_shared": m.activations_shared, "workspace": tvm_runtime::backend::workspace::pooled_bytes()})
+           "weights_derived": m.weights_derived, "activations": m.activations,
+           "activations_shared": m.activations_shared, "activation_bound": m.activation_bound,
+           "ops_folded": m.ops_folded, "ops_total": m.ops_total,
+           "workspace": tvm_runtime::backend::workspace::pooled_bytes()})
 }
 
 /// Recorded inputs (name, file) and reference outputs (files).
@@ -315,13 +317,19 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
     );
     let mem = &report["memory"];
     println!(
-        "memory   weights owned {} B, shared {} B, mapped {} B, activations {} B, shared arena {} B, workspace {} B",
+        "memory   weights owned {} B, shared {} B, mapped {} B, derived {} B; activations {} B (bound {} B), shared arena {} B, workspace {} B",
         mem["weights_owned"],
         mem["weights_shared"],
         mem["weights_mapped"],
+        mem["weights_derived"],
         mem["activations"],
+        mem["activation_bound"],
         mem["activations_shared"],
         mem["workspace"]
+    );
+    println!(
+        "folded   {} of {} operators (they read only weights: run once at load)",
+        mem["ops_folded"], mem["ops_total"]
     );
     Ok(())
 }
@@ -549,10 +557,15 @@ pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
         .map(|(k, (mi, m))| json!({"executor": k, "model": models[*mi].name, "memory": memory_json(exec(m))}))
         .collect();
     let get = |r: &Value, key: &str| r["memory"][key].as_u64().unwrap_or(0);
+    // Shared weights, and weights derived from them (equal bytes are held once), count once.
+    let once = |key: &str| rows.iter().map(|r| get(r, key)).max().unwrap_or(0);
     let shared_total: u64 = rows.iter().map(|r| get(r, "weights_owned") + get(r, "activations")).sum::<u64>()
-        + rows.iter().map(|r| get(r, "weights_shared")).max().unwrap_or(0);
-    let unshared_total: u64 =
-        rows.iter().map(|r| get(r, "weights_owned") + get(r, "weights_shared") + get(r, "activations")).sum();
+        + once("weights_shared")
+        + once("weights_derived");
+    let unshared_total: u64 = rows
+        .iter()
+        .map(|r| get(r, "weights_owned") + get(r, "weights_shared") + get(r, "weights_derived") + get(r, "activations"))
+        .sum();
     let report = json!({"executors": rows, "total_bytes": shared_total, "unshared_total_bytes": unshared_total});
     if json_out {
         print_json(&report);
@@ -560,11 +573,12 @@ pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
     }
     for r in &rows {
         println!(
-            "executor {:>2} {:<24} weights owned {:>10} B  shared {:>10} B  activations {:>10} B",
+            "executor {:>2} {:<24} weights owned {:>8} B  shared {:>8} B  derived {:>8} B  activations {:>8} B",
             r["executor"],
             r["model"].as_str().unwrap(),
             get(r, "weights_owned"),
             get(r, "weights_shared"),
+            get(r, "weights_derived"),
             get(r, "activations")
         );
     }

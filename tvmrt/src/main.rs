@@ -73,6 +73,10 @@ pub struct ModelArgs {
     /// Make up the weights the model has no values for (each fill is printed), instead of failing
     #[arg(long, value_enum, value_name = "HOW")]
     pub fill_weights: Option<WeightFill>,
+    /// Run every operator at every run, as upstream does, instead of running the operators that
+    /// read only weights once at load (also TVM_RT_FOLD_WEIGHTS=0)
+    #[arg(long)]
+    pub no_fold: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

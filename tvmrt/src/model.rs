@@ -20,6 +20,8 @@ pub struct Model {
     pub params: Option<Vec<u8>>,
     pub params_path: Option<PathBuf>,
     pub map_params: bool,
+    /// Fold the operators that read only weights (`--no-fold` turns it off).
+    pub fold: bool,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -79,13 +81,31 @@ impl Model {
         };
         let params = params_path.as_deref().map(read).transpose()?;
         let name = dir.file_name().and_then(|s| s.to_str()).unwrap_or("model").to_string();
-        Ok(Model { name, dir, bundled, lib, graph_json, params, params_path, map_params: args.map_params })
+        Ok(Model {
+            name,
+            dir,
+            bundled,
+            lib,
+            graph_json,
+            params,
+            params_path,
+            map_params: args.map_params,
+            fold: !args.no_fold,
+        })
     }
 
     /// A new executor: from the factory when the library has one and no graph was given, else
     /// from the graph; then the params file, if any. Names in the params file that are not inputs
     /// of the graph are an error: a mismatch would otherwise leave weights unset.
     pub fn executor(&self, debug: bool) -> Result<ObjRef<Module>> {
+        let m = self.bound_executor(debug)?;
+        if !self.fold {
+            exec(&m).set_fold_weights(false)?;
+        }
+        Ok(m)
+    }
+
+    fn bound_executor(&self, debug: bool) -> Result<ObjRef<Module>> {
         let m = match self.lib.node::<Factory>() {
             Some(f) if f.graph_json() == self.graph_json && !debug => f.create_executor(&self.lib, DLDevice::CPU)?,
             _ => {

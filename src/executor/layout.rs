@@ -1,0 +1,269 @@
+//! Where each entry's bytes live in one executor, given which input slots hold weights.
+//!
+//! Operators that read nothing but weights (directly or through other such operators) are
+//! *folded*: run once, when the weights are known, and their results kept as derived weights
+//! (only those an operator that still runs, or a graph output, reads; a debug executor keeps all).
+//! Every other operator output is placed in one activation arena by liveness: two values share
+//! bytes only when no operator needs both, so the arena approaches the largest sum of values live
+//! at any one time, rather than the graph's storage ids' sum.
+
+#![forbid(unsafe_code)]
+
+use super::plan::Plan;
+use crate::error::{Error, Result};
+use crate::memory_plan::SlotRole;
+
+/// Kernels may assume TVM's allocation alignment for every tensor.
+const ALIGN: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Home {
+    /// Its storage slot: graph inputs (weights, data) and `__nop` aliases of them.
+    Slot,
+    /// This offset of the activation arena, written by every run.
+    Arena(usize),
+    /// A derived weight: computed when the weights were bound, read-only since.
+    Derived,
+    /// Computed while folding only to derive others; not kept.
+    Transient,
+}
+
+/// What decides a layout besides the plan.
+pub struct Facts<'a> {
+    /// Per storage slot: holds a weight that cannot change (bound read-only, not redirected).
+    pub constant_slot: &'a [bool],
+    /// Per entry: redirected to caller memory (`set_output_zero_copy`), so written by every run.
+    pub redirected: &'a [bool],
+    /// Fold weight-only operators.
+    pub fold: bool,
+    /// Keep every folded result, not only those read later (debug executors show each node's).
+    pub keep_all: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    /// Per entry.
+    pub homes: Vec<Home>,
+    /// Per operator: folded (never run by `run`).
+    pub folded: Vec<bool>,
+    pub arena_bytes: usize,
+    /// The liveness bound: graph inputs that are not weights, plus the largest sum of arena
+    /// values live at one operator. No layout of these values can be smaller.
+    pub bound: usize,
+}
+
+impl Layout {
+    pub fn new(plan: &Plan, f: &Facts<'_>) -> Result<Layout> {
+        let g = &plan.graph;
+        let slot_role = |e: usize| &plan.storage.slots[g.entries[e].storage_id].role;
+        let in_slot: Vec<bool> = (0..g.num_entries()).map(|e| *slot_role(e) == SlotRole::Input).collect();
+        let mut folded = vec![false; plan.ops.len()];
+        if f.fold && plan.liveness_layout {
+            let mut constant: Vec<bool> =
+                (0..g.num_entries()).map(|e| in_slot[e] && f.constant_slot[g.entries[e].storage_id]).collect();
+            for (i, op) in plan.ops.iter().enumerate() {
+                // An operator without inputs may have state of its own (a random generator): it runs.
+                let foldable = !op.inputs().is_empty()
+                    && op.inputs().iter().all(|&e| constant[e])
+                    && op.outputs().iter().all(|&e| !f.redirected[e]);
+                if foldable {
+                    folded[i] = true;
+                    op.outputs().iter().for_each(|&e| constant[e] = true);
+                }
+            }
+        }
+        let inputs: usize = plan
+            .storage
+            .slots
+            .iter()
+            .zip(f.constant_slot)
+            .filter(|(s, &constant)| s.role == SlotRole::Input && !constant)
+            .map(|(s, _)| s.bytes)
+            .sum();
+
+        let values = Values::new(plan, &in_slot, &folded);
+        let bound = inputs + values.peak();
+        if !plan.liveness_layout {
+            let (offsets, arena_bytes) = plan.storage.arena_layout()?;
+            let homes = (0..g.num_entries())
+                .map(|e| match offsets[g.entries[e].storage_id] {
+                    Some(at) => Home::Arena(at),
+                    None => Home::Slot,
+                })
+                .collect();
+            return Ok(Layout { homes, folded, arena_bytes, bound });
+        }
+
+        // Folded results read by something that runs (or shown to the caller) are kept.
+        let root = &plan.alias_root;
+        let mut keep = vec![f.keep_all; g.num_entries()];
+        for (i, op) in plan.ops.iter().enumerate() {
+            if !folded[i] {
+                op.inputs().iter().for_each(|&e| keep[root[e]] = true);
+            }
+        }
+        plan.output_entries.iter().for_each(|&e| keep[root[e]] = true);
+
+        let (offsets, arena_bytes) = values.place()?;
+        let homes = (0..g.num_entries())
+            .map(|e| {
+                let r = root[e];
+                if in_slot[e] {
+                    Home::Slot
+                } else if let Some(at) = offsets[r] {
+                    Home::Arena(at)
+                } else if keep[r] {
+                    Home::Derived
+                } else {
+                    Home::Transient
+                }
+            })
+            .collect();
+        Ok(Layout { homes, folded, arena_bytes, bound })
+    }
+
+    pub fn folds_anything(&self) -> bool {
+        self.folded.iter().any(|&f| f)
+    }
+
+    /// Checks the layout's promises (for tests and the fuzzers): every arena value aligned and
+    /// inside the arena, no two values an operator needs at once sharing a byte, the arena no
+    /// smaller than the bound, and nothing an operator that runs reads left unkept.
+    pub fn verify(&self, plan: &Plan) -> std::result::Result<(), String> {
+        let g = &plan.graph;
+        let in_slot: Vec<bool> =
+            (0..g.num_entries()).map(|e| plan.storage.slots[g.entries[e].storage_id].role == SlotRole::Input).collect();
+        for (e, home) in self.homes.iter().enumerate() {
+            if let Home::Arena(at) = *home {
+                if at % ALIGN != 0 || at + plan.entry_bytes[e] > self.arena_bytes {
+                    return Err(format!(
+                        "entry {e} at {at} (+{}) in an arena of {}",
+                        plan.entry_bytes[e], self.arena_bytes
+                    ));
+                }
+            }
+        }
+        for (i, op) in plan.ops.iter().enumerate() {
+            if !self.folded[i] && op.args.iter().any(|&e| self.homes[e] == Home::Transient) {
+                return Err(format!("operator {i} runs on a folded result that was not kept"));
+            }
+        }
+        if !plan.liveness_layout {
+            return Ok(());
+        }
+        let values = Values::new(plan, &in_slot, &self.folded);
+        if self.arena_bytes < values.peak() {
+            return Err(format!("arena of {} below the peak of {}", self.arena_bytes, values.peak()));
+        }
+        let at = |r: usize| match self.homes[r] {
+            Home::Arena(at) => Ok(at),
+            other => Err(format!("value {r} is {other:?}, not in the arena")),
+        };
+        for (k, a) in values.list.iter().enumerate() {
+            for b in &values.list[k + 1..] {
+                let (sa, sb) = (at(a.0)?, at(b.0)?);
+                let live_together = a.2 <= b.3 && b.2 <= a.3;
+                if live_together && sa < sb + b.1 && sb < sa + a.1 {
+                    return Err(format!("values {} and {} overlap while both are live", a.0, b.0));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The values operators write during a run: alias roots, with the span of operators that need them.
+struct Values {
+    /// Per value: root entry, bytes, first and last operator index needing it (inclusive).
+    list: Vec<(usize, usize, usize, usize)>,
+    num_entries: usize,
+}
+
+impl Values {
+    fn new(plan: &Plan, in_slot: &[bool], folded: &[bool]) -> Values {
+        let g = &plan.graph;
+        let root = &plan.alias_root;
+        let n = g.num_entries();
+        // Alias roots written by an operator that runs.
+        let mut span: Vec<Option<(usize, usize)>> = vec![None; n];
+        let mut bytes = vec![0usize; n];
+        for e in 0..n {
+            bytes[root[e]] = bytes[root[e]].max(plan.entry_bytes[e]);
+        }
+        for (i, op) in plan.ops.iter().enumerate() {
+            if folded[i] {
+                continue;
+            }
+            for &e in op.outputs() {
+                let r = root[e];
+                if !in_slot[r] && span[r].is_none() {
+                    span[r] = Some((i, i));
+                }
+            }
+            for &e in op.inputs() {
+                if let Some((_, last)) = &mut span[root[e]] {
+                    *last = (*last).max(i);
+                }
+            }
+        }
+        // Outputs are read after the run, by the caller.
+        for &e in &plan.output_entries {
+            if let Some((_, last)) = &mut span[root[e]] {
+                *last = plan.ops.len();
+            }
+        }
+        let list = span.iter().enumerate().filter_map(|(r, s)| s.map(|(b, d)| (r, bytes[r], b, d))).collect();
+        Values { list, num_entries: n }
+    }
+
+    /// The largest sum of values live at one operator.
+    fn peak(&self) -> usize {
+        let steps = self.list.iter().map(|v| v.3 + 2).max().unwrap_or(0);
+        let mut delta = vec![0isize; steps];
+        for &(_, bytes, birth, death) in &self.list {
+            delta[birth] += bytes as isize;
+            delta[death + 1] -= bytes as isize;
+        }
+        let mut live = 0isize;
+        delta
+            .iter()
+            .map(|d| {
+                live += d;
+                live
+            })
+            .max()
+            .unwrap_or(0) as usize
+    }
+
+    /// Offsets (per root entry) in one arena, largest values first, each at the lowest offset free
+    /// of every value whose span overlaps its own; and the arena's size.
+    fn place(&self) -> Result<(Vec<Option<usize>>, usize)> {
+        let too_big = || Error::value("the activations of this graph add up to more memory than can be addressed");
+        let mut order: Vec<usize> = (0..self.list.len()).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse(self.list[i].1), self.list[i].2));
+        let mut offsets = vec![None; self.num_entries];
+        // Placed values: (start, end, birth, death).
+        let mut placed: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(order.len());
+        let mut end = 0usize;
+        let mut busy = Vec::new();
+        for i in order {
+            let (r, bytes, birth, death) = self.list[i];
+            let size = bytes.checked_next_multiple_of(ALIGN).ok_or_else(too_big)?.max(ALIGN);
+            busy.clear();
+            busy.extend(placed.iter().filter(|p| p.2 <= death && birth <= p.3).map(|p| (p.0, p.1)));
+            busy.sort_unstable();
+            let mut at = 0usize;
+            for &(s, e) in &busy {
+                if at.checked_add(size).ok_or_else(too_big)? <= s {
+                    break;
+                }
+                at = at.max(e);
+            }
+            let stop = at.checked_add(size).ok_or_else(too_big)?;
+            placed.push((at, stop, birth, death));
+            offsets[r] = Some(at);
+            end = end.max(stop);
+        }
+        Ok((offsets, end))
+    }
+}

@@ -1,0 +1,252 @@
+//! Operators that read only weights run once, when the weights are bound: outputs stay upstream's
+//! byte for byte, writing a weight derives again, equal results are held once across executors,
+//! the debug executor still shows every node; activations are laid out by liveness.
+
+mod common;
+use common::*;
+use tvm_runtime::dlpack::DLDevice;
+use tvm_runtime::executor::layout::Home;
+use tvm_runtime::executor::plan::Plan;
+use tvm_runtime::executor::GraphExecutor;
+use tvm_runtime::module::Module;
+use tvm_runtime::object::ObjRef;
+
+fn folded(m: &ObjRef<Module>) -> usize {
+    exec(m).memory_usage().ops_folded
+}
+
+fn run_outputs(m: &ObjRef<Module>) -> Vec<Vec<u8>> {
+    exec(m).run().unwrap();
+    (0..exec(m).plan().num_outputs()).map(|k| exec(m).output(k).unwrap().to_vec()).collect()
+}
+
+/// Addresses of the derived weights an executor reads.
+fn derived_addresses(m: &ObjRef<Module>) -> Vec<usize> {
+    let ex = exec(m);
+    let st = ex.lock();
+    let mut out: Vec<usize> = (0..ex.plan().graph.num_entries())
+        .filter(|&e| st.layout().homes[e] == Home::Derived)
+        .map(|e| st.entry_data(e) as usize)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The first input of a folded operator: a weight whose value something is derived from.
+fn weight_feeding_a_fold(m: &ObjRef<Module>) -> usize {
+    let ex = exec(m);
+    let st = ex.lock();
+    let plan = ex.plan();
+    let op = plan.ops.iter().enumerate().find(|&(i, _)| st.layout().folded[i]).expect("a folded operator").1;
+    plan.input_entries.iter().position(|&e| op.inputs().contains(&e)).expect("reads a graph input")
+}
+
+#[test]
+fn every_fixture_gives_upstreams_bytes_with_folding_on_and_off() {
+    let mut folding_seen = Vec::new();
+    for f in Fixture::all() {
+        let lib = f.load_lib();
+        for fold in [true, false] {
+            for (how, m) in [("factory", f.executor_from_factory(&lib)), ("create", f.executor_from_create(&lib))] {
+                exec(&m).set_fold_weights(fold).unwrap();
+                f.set_inputs(&m);
+                exec(&m).run().unwrap();
+                f.check_outputs(&m, &format!("{how}, fold {fold}"));
+                exec(&m).run().unwrap();
+                f.check_outputs(&m, &format!("{how}, fold {fold}, second run"));
+                let ex = exec(&m);
+                ex.lock().layout().verify(ex.plan()).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+                let usage = ex.memory_usage();
+                if fold && usage.ops_folded > 0 {
+                    assert!(usage.weights_derived > 0, "{}: {usage:?}", f.name);
+                    folding_seen.push(f.name.clone());
+                } else {
+                    assert_eq!((usage.ops_folded, usage.weights_derived), (0, 0), "{}: {usage:?}", f.name);
+                }
+            }
+        }
+    }
+    for name in ["mlp_unbound_b1", "mlp_unbound_b8", "lstm_seq8", "lstm_seq16"] {
+        assert!(folding_seen.iter().any(|n| n == name), "{name} folds nothing: {folding_seen:?}");
+    }
+}
+
+#[test]
+fn writing_a_weight_derives_again_and_loading_it_back_restores() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let (on, off) = (f.executor_from_create(&lib), f.executor_from_create(&lib));
+    exec(&off).set_fold_weights(false).unwrap();
+    let before = folded(&on);
+    assert!(before > 0);
+    let w = weight_feeding_a_fold(&on);
+    let eid = exec(&on).plan().input_entries[w];
+    let n = exec(&on).plan().entry_bytes[eid];
+    // A new value: the float32 weights scaled by 2 (an exponent step, exact).
+    let scaled: Vec<u8> = exec(&on)
+        .input(w)
+        .unwrap()
+        .to_vec()
+        .chunks_exact(4)
+        .flat_map(|c| (f32::from_ne_bytes(c.try_into().unwrap()) * 2.0).to_ne_bytes())
+        .collect();
+    assert_eq!(scaled.len(), n);
+    for m in [&on, &off] {
+        exec(m).set_input_bytes(w, &scaled).unwrap();
+        f.set_inputs(m);
+    }
+    let (a, b) = (run_outputs(&on), run_outputs(&off));
+    assert_eq!(a, b, "a written weight must reach what is derived from it");
+    assert_ne!(a[0], f.outputs[0].data, "the new weight changes the output");
+    assert!(folded(&on) < before, "what reads a writable weight runs every time");
+    // Loading params makes the weights read-only again: folded, from the values loaded.
+    let name = exec(&on).plan().input_name(w).to_string();
+    let shape = exec(&on).plan().graph.entries[eid].shape.clone();
+    let dtype = exec(&on).plan().graph.entries[eid].dtype;
+    let array = tvm_runtime::tensor::NDArray::from_bytes(&shape, dtype, &scaled).unwrap();
+    let blob = tvm_runtime::params::save([(name.as_str(), &*array)]);
+    for m in [&on, &off] {
+        exec(m).load_params(&f.params()).unwrap();
+        exec(m).run().unwrap();
+        f.check_outputs(m, "params loaded back");
+        exec(m).load_params(&blob).unwrap();
+    }
+    assert_eq!(folded(&on), before);
+    assert_eq!(run_outputs(&on), a, "a loaded weight must reach what is derived from it");
+    assert_eq!(run_outputs(&off), a);
+}
+
+#[test]
+fn writing_through_get_input_reaches_derived_results() {
+    // TVM's Python `set_input(**params)` writes weights through the array `get_input` returns.
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let (on, off) = (f.executor_from_create(&lib), f.executor_from_create(&lib));
+    exec(&off).set_fold_weights(false).unwrap();
+    let w = weight_feeding_a_fold(&on);
+    for m in [&on, &off] {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        let view = exec(m).input(w).unwrap();
+        let zeros = vec![0u8; view.nbytes()];
+        // SAFETY: nothing runs on this executor meanwhile.
+        unsafe { view.copy_from_bytes(&zeros) }.unwrap();
+    }
+    let (a, b) = (run_outputs(&on), run_outputs(&off));
+    assert_eq!(a, b);
+    assert_ne!(a[0], f.outputs[0].data, "zeroed weights change the output");
+}
+
+#[test]
+fn equal_derived_weights_are_held_once_across_executors_and_batch_sizes() {
+    let f1 = Fixture::load("mlp_unbound_b1");
+    let f8 = Fixture::load("mlp_unbound_b8");
+    let (lib1, lib8) = (f1.load_lib(), f8.load_lib());
+    let a = f1.executor_from_create(&lib1);
+    let b = f8.executor_without_params(&lib8);
+    exec(&b).share_params(exec(&a), &f1.params()).unwrap();
+    // Loaded on its own: equal bytes, found by content.
+    let c = f1.executor_from_create(&lib1);
+    let (da, db, dc) = (derived_addresses(&a), derived_addresses(&b), derived_addresses(&c));
+    assert!(!da.is_empty());
+    assert_eq!(da, db, "the batch-8 build derives the same bytes from the same weights");
+    assert_eq!(da, dc);
+    for (f, m) in [(&f1, &a), (&f8, &b), (&f1, &c)] {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        f.check_outputs(m, "derived weights held once");
+    }
+    // A different weight derives different bytes: not shared.
+    let w = weight_feeding_a_fold(&c);
+    let ones = vec![1u8; exec(&c).plan().entry_bytes[exec(&c).plan().input_entries[w]]];
+    exec(&c).set_input_bytes(w, &ones).unwrap();
+    exec(&c).run().unwrap();
+    assert_ne!(derived_addresses(&c), da);
+    assert_eq!(derived_addresses(&a), da);
+}
+
+fn debug_executor(f: &Fixture, lib: &ObjRef<Module>, fold: bool) -> GraphExecutor {
+    let plan = Plan::new(&f.graph_json(), lib.clone(), DLDevice::CPU).unwrap();
+    let ex = GraphExecutor::new_debug(plan).unwrap();
+    ex.load_params(&f.params()).unwrap();
+    ex.set_fold_weights(fold).unwrap();
+    for t in &f.inputs {
+        ex.set_input_bytes(ex.plan().input_index(&t.name).unwrap(), &t.data).unwrap();
+    }
+    ex
+}
+
+#[test]
+fn the_debug_executor_shows_every_node_as_without_folding() {
+    for name in ["mlp_unbound_b1", "lstm_seq8"] {
+        let f = Fixture::load(name);
+        let lib = f.load_lib();
+        let (on, off) = (debug_executor(&f, &lib, true), debug_executor(&f, &lib, false));
+        assert!(on.memory_usage().ops_folded > 0);
+        let g = &on.plan().graph;
+        for node in 0..g.nodes.len() {
+            on.execute_node(node).unwrap();
+            off.execute_node(node).unwrap();
+            for k in 0..g.num_node_outputs(node) {
+                let (a, b) = (on.node_output(node, k).unwrap(), off.node_output(node, k).unwrap());
+                assert!(a.to_vec() == b.to_vec(), "{name}: node {node} ('{}') output {k}", g.nodes[node].name);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_graph_output_derived_from_weights_only_reads_as_computed() {
+    // The MLP's graph with one more output: the result of its first folded operator.
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let probe = f.executor_from_create(&lib);
+    let node = {
+        let ex = exec(&probe);
+        let st = ex.lock();
+        ex.plan().ops.iter().enumerate().find(|&(i, _)| st.layout().folded[i]).unwrap().1.node
+    };
+    let mut json: serde_json::Value = serde_json::from_str(&f.graph_json()).unwrap();
+    json["heads"].as_array_mut().unwrap().push(serde_json::json!([node, 0, 0]));
+    let graph = json.to_string();
+    let make = |fold: bool| {
+        let plan = Plan::new(&graph, lib.clone(), DLDevice::CPU).unwrap();
+        let m = Module::new(GraphExecutor::new(plan).unwrap());
+        exec(&m).set_fold_weights(fold).unwrap();
+        exec(&m).load_params(&f.params()).unwrap();
+        f.set_inputs(&m);
+        m
+    };
+    let (on, off) = (make(true), make(false));
+    assert!(folded(&on) > 0);
+    let (a, b) = (run_outputs(&on), run_outputs(&off));
+    assert_eq!(a, b);
+    assert_eq!(a[0], f.outputs[0].data);
+    // A copy: writing it changes no weight.
+    let out = exec(&on).output(1).unwrap();
+    // SAFETY: a fresh array of ours, used by nothing else.
+    unsafe { out.copy_from_bytes(&vec![0u8; out.nbytes()]) }.unwrap();
+    assert_eq!(run_outputs(&on), a);
+}
+
+#[test]
+fn activations_are_laid_out_to_the_liveness_bound_and_stay_apart() {
+    for f in Fixture::all() {
+        let lib = f.load_lib();
+        let m = f.executor_from_create(&lib);
+        f.set_inputs(&m);
+        exec(&m).run().unwrap();
+        let ex = exec(&m);
+        let st = ex.lock();
+        let layout = st.layout();
+        layout.verify(ex.plan()).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        assert!(
+            layout.arena_bytes
+                <= ex.plan().storage.bytes_of(tvm_runtime::memory_plan::SlotRole::Activation)
+                    + 64 * ex.plan().ops.len(),
+            "{}",
+            f.name
+        );
+    }
+}
