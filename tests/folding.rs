@@ -228,6 +228,13 @@ fn a_graph_output_derived_from_weights_only_reads_as_computed() {
     // SAFETY: a fresh array of ours, used by nothing else.
     unsafe { out.copy_from_bytes(&vec![0u8; out.nbytes()]) }.unwrap();
     assert_eq!(run_outputs(&on), a);
+    // Redirected to caller memory, it is written there by the run.
+    let dst = tvm_runtime::tensor::NDArray::empty(out.shape(), out.dtype(), DLDevice::CPU).unwrap();
+    exec(&on).set_output_zero_copy(1, dst.raw()).unwrap();
+    let before = folded(&on);
+    exec(&on).run().unwrap();
+    assert_eq!(dst.to_vec(), a[1]);
+    assert!(folded(&on) < before, "a redirected result is computed by every run");
 }
 
 #[test]
@@ -249,4 +256,38 @@ fn activations_are_laid_out_to_the_liveness_bound_and_stay_apart() {
             f.name
         );
     }
+}
+
+#[test]
+fn a_weight_only_operator_that_fails_fails_run_with_its_message() {
+    // Declare the first folded operator's output float64: its own argument check rejects it.
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let probe = f.executor_from_create(&lib);
+    let (node, out) = {
+        let ex = exec(&probe);
+        let st = ex.lock();
+        let op = ex.plan().ops.iter().enumerate().find(|&(i, _)| st.layout().folded[i]).unwrap().1;
+        (op.node, op.outputs()[0])
+    };
+    let mut json: serde_json::Value = serde_json::from_str(&f.graph_json()).unwrap();
+    json["attrs"]["dltype"][1][out] = "float64".into();
+    let m = GraphExecutor::create(&json.to_string(), lib, DLDevice::CPU).unwrap();
+    let ex = exec(&m);
+    // Loading succeeds (upstream's does: the operator runs at `run`); `run` reports the failure,
+    // at every try, folded or not.
+    ex.load_params(&f.params()).unwrap();
+    f.set_inputs(&m);
+    let names_it = |e: tvm_runtime::Error| {
+        let e = e.to_c_message();
+        assert!(e.contains(&format!("(node {node} ")) && e.contains("failed"), "{e}");
+    };
+    names_it(ex.run().unwrap_err());
+    names_it(ex.run().unwrap_err());
+    names_it(ex.set_fold_weights(true).unwrap_err());
+    ex.set_fold_weights(false).unwrap();
+    names_it(ex.run().unwrap_err());
+    // Still usable: inputs and outputs read and write.
+    f.set_inputs(&m);
+    assert_eq!(ex.output(0).unwrap().shape(), &f.outputs[0].shape[..]);
 }

@@ -584,7 +584,11 @@ impl Instance {
         self.check_external(eid, src)?;
         let sid = self.plan.graph.entries[eid].storage_id;
         self.slot_override[sid] = Some(src.data_ptr().cast());
-        self.stale = true;
+        // Only a weight redirected changes what can be folded: rebinding a data input before every
+        // run costs no new layout.
+        if matches!(self.slots[sid], SlotMemory::Weight(_)) {
+            self.stale = true;
+        }
         self.refresh();
         Ok(())
     }
@@ -597,6 +601,10 @@ impl Instance {
         let mut stack = vec![eid];
         while let Some(e) = stack.pop() {
             self.entry_override[e] = Some(ptr);
+            // A folded result redirected must be written by every run again.
+            if matches!(self.layout.homes.get(e), Some(Home::Derived | Home::Transient)) {
+                self.stale = true;
+            }
             // The producer of `e`, if it is a __nop, reads an alias that must move too.
             let producer = graph.node_row_ptr.partition_point(|&start| start <= e) - 1;
             if let crate::graph::NodeKind::Op(a) = &graph.nodes[producer].kind {
@@ -607,7 +615,6 @@ impl Instance {
                 }
             }
         }
-        self.stale = true;
         self.refresh();
         Ok(())
     }
