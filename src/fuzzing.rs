@@ -29,8 +29,8 @@ use crate::object::ObjRef;
 use crate::packed::ArgsBuilder;
 use crate::tensor::Weight;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -215,7 +215,13 @@ fn run_graph(json: &str, seed: &Seed) -> bool {
     let redirected = vec![false; graph.num_entries()];
     for constant in [false, true] {
         let constant_slot = vec![constant; plan.storage.slots.len()];
-        let facts = Facts { constant_slot: &constant_slot, redirected: &redirected, fold: true, keep_all: false };
+        let facts = Facts {
+            constant_slot: &constant_slot,
+            weight_slot: &constant_slot,
+            redirected: &redirected,
+            fold: true,
+            keep_all: false,
+        };
         if let Ok(layout) = Layout::new(&plan, &facts) {
             if let Err(e) = layout.verify(&plan) {
                 panic!("layout broken: {e}");

@@ -291,3 +291,28 @@ fn a_weight_only_operator_that_fails_fails_run_with_its_message() {
     f.set_inputs(&m);
     assert_eq!(ex.output(0).unwrap().shape(), &f.outputs[0].shape[..]);
 }
+
+#[test]
+fn weights_mapped_from_a_file_are_folded_only_when_asked() {
+    // Mapped weights are shared across processes through the page cache and load in no time:
+    // derived results would be private memory of each process, computed at load.
+    let f = Fixture::load("lstm_seq8");
+    let path = std::env::temp_dir().join(format!("tvmrt-fold-{}.params", std::process::id()));
+    std::fs::write(&path, tvm_runtime::params::align(&f.params()).unwrap()).unwrap();
+    let lib = f.load_lib();
+    let m = f.executor_without_params(&lib);
+    let ex = exec(&m);
+    // SAFETY: the file is this test's own and stays unchanged until it is removed at the end.
+    let (mapped, copied) = unsafe { ex.load_params_from_file(path.to_str().unwrap()) }.unwrap();
+    assert_eq!((mapped, copied), (4, 0));
+    assert_eq!((folded(&m), ex.memory_usage().weights_derived), (0, 0));
+    f.set_inputs(&m);
+    ex.run().unwrap();
+    f.check_outputs(&m, "mapped, not folded");
+    ex.set_fold_weights(true).unwrap();
+    assert!(folded(&m) > 0 && ex.memory_usage().weights_derived > 0);
+    ex.run().unwrap();
+    f.check_outputs(&m, "mapped, folded on request");
+    drop(m);
+    std::fs::remove_file(&path).unwrap();
+}

@@ -152,8 +152,8 @@ pub struct Instance {
     /// Per slot: the weight the derived weights were computed from.
     derived_from: Vec<Option<Weak<Weight>>>,
     activations: Activations,
-    /// Fold weight-only operators (`set_fold_weights`, `TVM_RT_FOLD_WEIGHTS=0` turns it off).
-    fold: bool,
+    /// Which weight-only operators to fold (`set_fold_weights`, `TVM_RT_FOLD_WEIGHTS`).
+    fold: Folding,
     /// Keep every folded result (debug executors read any node's output).
     keep_derived: bool,
     /// The node `execute_node` ran last (debug executors).
@@ -165,11 +165,37 @@ pub struct Instance {
 // only used behind the executor's mutex.
 unsafe impl Send for Instance {}
 
-/// Whether executors fold weight-only operators unless told otherwise (`TVM_RT_FOLD_WEIGHTS=0`
-/// turns it off for the process).
-pub fn fold_by_default() -> bool {
-    static DEFAULT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DEFAULT.get_or_init(|| std::env::var("TVM_RT_FOLD_WEIGHTS").map_or(true, |v| v.trim() != "0"))
+/// Which operators reading only weights run once, at load, rather than at every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Folding {
+    /// None: every operator runs at every run, as upstream.
+    Off,
+    /// Those whose weights are not mapped from a file. Mapped weights are there to be shared
+    /// across processes through the page cache and to load in no time; their derived results would
+    /// be memory of each process, and the time to compute them would be paid at load.
+    Unmapped,
+    /// All of them.
+    All,
+}
+
+impl Folding {
+    /// The process default: `Unmapped`, or `TVM_RT_FOLD_WEIGHTS=0` (off) or `=1` (all).
+    pub fn by_default() -> Folding {
+        static DEFAULT: std::sync::OnceLock<Folding> = std::sync::OnceLock::new();
+        *DEFAULT.get_or_init(|| match std::env::var("TVM_RT_FOLD_WEIGHTS").as_deref().map(str::trim) {
+            Ok("0") => Folding::Off,
+            Ok("1") => Folding::All,
+            _ => Folding::Unmapped,
+        })
+    }
+
+    fn folds(self, weight: &Weight) -> bool {
+        match self {
+            Folding::Off => false,
+            Folding::Unmapped => !weight.is_mapped(),
+            Folding::All => true,
+        }
+    }
 }
 
 impl Instance {
@@ -234,7 +260,7 @@ impl Instance {
             derived: Vec::new(),
             derived_from: vec![None; n_slots],
             activations: Activations::None,
-            fold: fold_by_default(),
+            fold: Folding::by_default(),
             keep_derived,
             last_executed: None,
         };
@@ -269,8 +295,8 @@ impl Instance {
         &self.slots[sid]
     }
 
-    /// Turns folding of weight-only operators on or off for this executor.
-    pub fn set_fold(&mut self, fold: bool) {
+    /// Which weight-only operators this executor folds.
+    pub fn set_fold(&mut self, fold: Folding) {
         if self.fold != fold {
             self.fold = fold;
             self.stale = true;
@@ -303,15 +329,25 @@ impl Instance {
         }
         let plan = self.plan.clone();
         let constant_slot: Vec<bool> = (0..self.slots.len())
-            .map(|sid| self.slot_override[sid].is_none() && matches!(self.slots[sid], SlotMemory::Weight(_)))
+            .map(|sid| match &self.slots[sid] {
+                SlotMemory::Weight(w) => self.slot_override[sid].is_none() && self.fold.folds(w),
+                _ => false,
+            })
             .collect();
         let redirected: Vec<bool> = self.entry_override.iter().map(Option::is_some).collect();
+        let mut weight_slot: Vec<bool> = self.slots.iter().map(|m| matches!(m, SlotMemory::Weight(_))).collect();
+        for (i, &eid) in plan.input_entries.iter().enumerate() {
+            if self.param_names.contains(plan.input_name(i)) {
+                weight_slot[plan.graph.entries[eid].storage_id] = true;
+            }
+        }
         let layout = Layout::new(
             &plan,
             &layout::Facts {
                 constant_slot: &constant_slot,
+                weight_slot: &weight_slot,
                 redirected: &redirected,
-                fold: self.fold,
+                fold: self.fold != Folding::Off,
                 keep_all: self.keep_derived,
             },
         )?;
@@ -329,21 +365,22 @@ impl Instance {
             (None, None) => true,
             _ => false,
         });
+        // Memory for the new layout first: nothing changes if there is none.
+        let activations = self.activations_for(layout.arena_bytes)?;
         let refold = layout.folded != self.layout.folded || layout.homes != self.layout.homes || !same_sources;
         if refold {
             let derived = if layout.folds_anything() { self.fold_weights(&layout) } else { Ok(Vec::new()) };
             match derived {
                 Ok(d) => self.derived = d,
                 Err(e) => {
+                    // Folding pointed tensors at scratch memory now freed: back to the old layout.
                     self.refresh();
                     return Err(e);
                 }
             }
             self.derived_from = sources;
         }
-        // Memory for the new layout before it replaces the old, so the tensors never address an
-        // arena smaller than their layout says.
-        self.activations = self.activations_for(layout.arena_bytes)?;
+        self.activations = activations;
         for (call, &folded) in self.calls.iter_mut().zip(&layout.folded) {
             call.folded = folded;
         }

@@ -30,8 +30,11 @@ pub enum Home {
 
 /// What decides a layout besides the plan.
 pub struct Facts<'a> {
-    /// Per storage slot: holds a weight that cannot change (bound read-only, not redirected).
+    /// Per storage slot: holds a weight that cannot change (bound read-only, not redirected) and
+    /// may be folded.
     pub constant_slot: &'a [bool],
+    /// Per storage slot: holds a weight (folded from or not): not part of the liveness bound.
+    pub weight_slot: &'a [bool],
     /// Per entry: redirected to caller memory (`set_output_zero_copy`), so written by every run.
     pub redirected: &'a [bool],
     /// Fold weight-only operators.
@@ -76,8 +79,8 @@ impl Layout {
             .storage
             .slots
             .iter()
-            .zip(f.constant_slot)
-            .filter(|(s, &constant)| s.role == SlotRole::Input && !constant)
+            .zip(f.weight_slot)
+            .filter(|(s, &weight)| s.role == SlotRole::Input && !weight)
             .map(|(s, _)| s.bytes)
             .sum();
 

@@ -18,6 +18,7 @@ use crate::packed::PackedFunc;
 use crate::params;
 use crate::tensor::{NDArray, RawTensor, Weight};
 use factory::Param;
+pub use instance::Folding;
 use instance::Instance;
 use instance::SlotMemory;
 use plan::Plan;
@@ -197,11 +198,12 @@ impl GraphExecutor {
         self.lock().run()
     }
 
-    /// Turns folding of weight-only operators on or off (on unless `TVM_RT_FOLD_WEIGHTS=0`).
-    /// Off, every operator runs at every run, as upstream's executor does.
+    /// Turns folding of weight-only operators on (all of them, those on weights mapped from a
+    /// file too) or off (every operator runs at every run, as upstream's executor does). By
+    /// default, operators on mapped weights are not folded (see [`Folding`]).
     pub fn set_fold_weights(&self, fold: bool) -> Result<()> {
         let mut st = self.lock();
-        st.set_fold(fold);
+        st.set_fold(if fold { Folding::All } else { Folding::Off });
         st.prepare()
     }
 

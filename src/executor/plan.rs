@@ -60,8 +60,6 @@ pub struct Plan {
     pub linked: Vec<Option<Arc<Weight>>>,
     /// Per entry: the entry whose memory it is (itself, or what a `__nop` reshape aliases).
     pub alias_root: Vec<usize>,
-    /// Per entry: the operator that writes it (none for graph inputs).
-    pub producer: Vec<Option<usize>>,
     /// Whether activations may be laid out by liveness rather than by the graph's storage ids:
     /// every `__nop` shares its input's storage id and no storage id mixes inputs with outputs.
     pub liveness_layout: bool,
@@ -106,21 +104,12 @@ fn linked_params(library: &ObjRef<Module>, storage: &StoragePlan) -> Result<Vec<
         .collect()
 }
 
-/// Each entry's alias root and producing operator, and whether the graph's aliasing is simple
-/// enough to lay out by liveness (Relay's always is).
-fn aliases(
-    graph: &Graph,
-    storage: &StoragePlan,
-    ops: &[OpPlan],
-    input_entries: &[usize],
-) -> (Vec<usize>, Vec<Option<usize>>, bool) {
+/// Each entry's alias root, and whether the graph's aliasing is simple enough to lay out by
+/// liveness (Relay's always is).
+fn aliases(graph: &Graph, storage: &StoragePlan, ops: &[OpPlan], input_entries: &[usize]) -> (Vec<usize>, bool) {
     let mut root: Vec<usize> = (0..graph.num_entries()).collect();
-    let mut producer = vec![None; graph.num_entries()];
     let mut simple = input_entries.iter().all(|&e| storage.slots[graph.entries[e].storage_id].role == SlotRole::Input);
-    for (i, op) in ops.iter().enumerate() {
-        for &out in op.outputs() {
-            producer[out] = Some(i);
-        }
+    for op in ops {
         if let (OpKind::Nop, [input], [out]) = (&op.kind, op.inputs(), op.outputs()) {
             // Ops come in graph order, so the input's root is final.
             if graph.entries[*input].storage_id == graph.entries[*out].storage_id {
@@ -132,7 +121,7 @@ fn aliases(
             simple = false;
         }
     }
-    (root, producer, simple)
+    (root, simple)
 }
 
 impl Plan {
@@ -186,12 +175,11 @@ impl Plan {
             assert!(storage.slots[e.storage_id].bytes >= entry_bytes[eid], "entry {eid} is larger than its slot");
         }
         let linked = linked_params(&library, &storage)?;
-        let (alias_root, producer, liveness_layout) = aliases(&graph, &storage, &ops, &input_entries);
+        let (alias_root, liveness_layout) = aliases(&graph, &storage, &ops, &input_entries);
         Ok(Arc::new(Plan {
             linked,
             entry_bytes,
             alias_root,
-            producer,
             liveness_layout,
             graph,
             storage,
