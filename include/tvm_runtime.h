@@ -36,12 +36,15 @@
  *   so every tensor is aligned; upstream TVM still loads the result. The file must not be truncated
  *   or rewritten while executors use weights mapped from it (as with any file mapping: reads of a
  *   truncated mapping fault).
- * - Weight-only operators run once: an operator whose inputs are all weights (loaded, shared, mapped
- *   or a factory's; directly or through other such operators) runs when the weights are bound, and
- *   its result is kept read-only (equal results of any executors in the process are held once);
- *   run executes the rest. Writing such a weight (set_input, get_input's view) makes what reads it
- *   run at every run again; load_params derives again. set_fold_weights(0) turns this off for one
- *   executor, TVM_RT_FOLD_WEIGHTS=0 for the process. Outputs are the same bytes either way.
+ * - Weight-only operators run once: an operator whose inputs are all weights (loaded, shared, a
+ *   factory's or a library's; directly or through other such operators) runs when the weights are
+ *   bound, and its result is kept read-only (equal results of any executors in the process are held
+ *   once); run executes the rest. Writing such a weight (set_input, get_input's view) makes what
+ *   reads it run at every run again; load_params derives again. Weights mapped from a file
+ *   (load_params_from_file) are not folded unless asked: their derived results would be private to
+ *   each process. set_fold_weights(1) folds everything, set_fold_weights(0) nothing, for one
+ *   executor; TVM_RT_FOLD_WEIGHTS=1 or =0 sets the process default. Outputs are the same bytes
+ *   either way.
  * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "weights_mapped",
  *   "weights_derived", "activations", "activations_shared", "activation_bound", "ops_folded",
  *   "ops_total", "workspace"}, sizes in bytes (weights_derived: results of the operators run once;

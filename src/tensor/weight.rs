@@ -116,19 +116,23 @@ impl std::fmt::Debug for Weight {
 /// Derived weights by content, so executors whose weight-only operators compute the same bytes
 /// (the batch-1 and batch-8 builds of a model sharing weights, say) hold them once. Entries are
 /// weak: a weight no executor holds any more is freed, and its entry swept.
-static DERIVED: Mutex<Option<ByContent>> = Mutex::new(None);
+static DERIVED: Mutex<Option<ByLength>> = Mutex::new(None);
 
-/// (content hash, length) -> weights with that hash and length.
-type ByContent = HashMap<(u64, usize), Vec<Weak<Weight>>>;
+/// Length -> weights of that length.
+type ByLength = HashMap<usize, Vec<Weak<Weight>>>;
 
-/// The weight already holding exactly these bytes (compared in full, not assumed from the hash),
-/// or `weight` itself, now findable by others.
+/// The weight already holding exactly these bytes, or `weight` itself, now findable by others.
+///
+/// Candidates are the live weights of the same length, compared byte for byte: different
+/// contents almost always differ within their first bytes, so a comparison costs little unless
+/// the bytes are equal, where comparing in full is the verification sharing needs anyway. (A
+/// content hash would read every byte of every weight, shared or not.)
 pub fn intern(weight: Weight) -> Arc<Weight> {
-    let key = (content_hash(weight.bytes()), weight.len());
     let mut guard = DERIVED.lock().unwrap_or_else(|e| e.into_inner());
     let table = guard.get_or_insert_with(HashMap::new);
-    let same =
-        table.get(&key).and_then(|list| list.iter().filter_map(Weak::upgrade).find(|w| w.bytes() == weight.bytes()));
+    let same = table
+        .get(&weight.len())
+        .and_then(|list| list.iter().filter_map(Weak::upgrade).find(|w| w.bytes() == weight.bytes()));
     if let Some(existing) = same {
         return existing;
     }
@@ -140,25 +144,10 @@ pub fn intern(weight: Weight) -> Arc<Weight> {
             !list.is_empty()
         });
     }
-    let list = table.entry(key).or_default();
+    let list = table.entry(weight.len()).or_default();
     list.retain(|w| w.strong_count() > 0);
     list.push(Arc::downgrade(&weight));
     weight
-}
-
-/// A fast 64-bit hash of `bytes` (multiply-rotate over 8-byte words); equal bytes are compared
-/// before anything is shared, so collisions cost a comparison, never a wrong weight.
-fn content_hash(bytes: &[u8]) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut words = bytes.chunks_exact(8);
-    let mut h = bytes.len() as u64;
-    for w in words.by_ref() {
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(K);
-    }
-    for &b in words.remainder() {
-        h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
-    }
-    h
 }
 
 #[cfg(test)]
