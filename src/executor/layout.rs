@@ -209,10 +209,12 @@ impl Values {
                 }
             }
         }
-        // Outputs are read after the run, by the caller.
+        // Outputs are read by the caller between runs, through views too: they keep their bytes
+        // to themselves for the whole run, so a view shows the last result until the operator that
+        // writes it runs again.
         for &e in &plan.output_entries {
-            if let Some((_, last)) = &mut span[root[e]] {
-                *last = plan.ops.len();
+            if let Some(s) = &mut span[root[e]] {
+                *s = (0, plan.ops.len());
             }
         }
         let list = span.iter().enumerate().filter_map(|(r, s)| s.map(|(b, d)| (r, bytes[r], b, d))).collect();
