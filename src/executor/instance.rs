@@ -1,6 +1,8 @@
-//! The per-executor state: slot memory, the entry tensors kernels read and write, and the
-//! prepared argument arrays of every operator. Memory is bound per storage slot, so every entry
-//! planned into a slot (a `__nop` reshape of a weight included) sees the same bytes.
+//! The per-executor state: input slot memory, the derived weights and activation arena of its
+//! layout (see `layout`), the entry tensors kernels read and write, and the prepared argument
+//! arrays of every operator. Inputs are bound per storage slot, so every entry planned into a slot
+//! (a `__nop` reshape of a weight included) sees the same bytes; operator outputs live where the
+//! layout puts their alias root.
 //!
 //! This file builds the raw `DLTensor`s and calls kernels: the executor's unsafe corner.
 
