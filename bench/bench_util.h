@@ -53,4 +53,36 @@ static inline TVMModuleHandle create_graph_executor(const char* json, TVMModuleH
   return r.v_handle;
 }
 
+/* Calls module function `name` with n arguments; exits on failure. */
+static inline void call_packed(TVMModuleHandle m, const char* name, TVMValue* v, int* c, int n) {
+  TVMFunctionHandle f;
+  TVMValue r;
+  int rc;
+  CHECK(TVMModGetFunction(m, name, 0, &f));
+  CHECK(TVMFuncCall(f, v, c, n, &r, &rc));
+  TVMFuncFree(f);
+}
+
+/* Gives executor ex its weights: load_params(blob) when src is NULL, else share_params(src, blob). */
+static inline void bind_weights(TVMModuleHandle ex, TVMModuleHandle src, TVMByteArray* blob) {
+  TVMValue v[2];
+  int c[2] = {kTVMModuleHandle, kTVMBytes};
+  v[0].v_handle = src;
+  v[1].v_handle = blob;
+  if (src) call_packed(ex, "share_params", v, c, 2);
+  else call_packed(ex, "load_params", v + 1, c + 1, 1);
+}
+
+/* VmRSS and VmData of this process, in kB. */
+static inline void vm_kb(long* rss, long* data) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  *rss = *data = 0;
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "VmRSS: %ld", rss);
+    sscanf(line, "VmData: %ld", data);
+  }
+  fclose(f);
+}
+
 #endif

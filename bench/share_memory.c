@@ -9,14 +9,8 @@
 #include "bench_util.h"
 
 static void mem(const char* step) {
-  FILE* f = fopen("/proc/self/status", "r");
-  char line[256];
-  long rss = 0, data = 0;
-  while (fgets(line, sizeof line, f)) {
-    sscanf(line, "VmRSS: %ld", &rss);
-    sscanf(line, "VmData: %ld", &data);
-  }
-  fclose(f);
+  long rss, data;
+  vm_kb(&rss, &data);
   printf("%-28s VmRSS %8ld kB  VmData %8ld kB\n", step, rss, data);
 }
 
@@ -29,15 +23,6 @@ static TVMModuleHandle create(const char* dir, TVMModuleHandle* lib_out) {
   TVMModuleHandle ex = create_graph_executor(json, *lib_out);
   free(json);
   return ex;
-}
-
-static void call_fn(TVMModuleHandle m, const char* name, TVMValue* v, int* c, int n) {
-  TVMFunctionHandle f;
-  TVMValue r;
-  int rc;
-  CHECK(TVMModGetFunction(m, name, 0, &f));
-  CHECK(TVMFuncCall(f, v, c, n, &r, &rc));
-  TVMFuncFree(f);
 }
 
 int main(int argc, char** argv) {
@@ -54,26 +39,18 @@ int main(int argc, char** argv) {
   TVMModuleHandle* ex = calloc(k, sizeof *ex);
   for (int i = 0; i < k; i++) {
     ex[i] = create(other && i == k - 1 ? other : dir, &libs[i]);
-    TVMValue v[2];
-    int c[2];
-    if (i == 0) {
-      v[0].v_handle = &blob;
-      c[0] = kTVMBytes;
-      call_fn(ex[i], "load_params", v, c, 1);
-    } else {
-      v[0].v_handle = ex[0];
-      c[0] = kTVMModuleHandle;
-      v[1].v_handle = &blob;
-      c[1] = kTVMBytes;
-      call_fn(ex[i], "share_params", v, c, 2);
-      if (arena) call_fn(ex[i], "share_activations", v, c, 1);
+    bind_weights(ex[i], i ? ex[0] : NULL, &blob);
+    if (i && arena) {
+      TVMValue v = {.v_handle = ex[0]};
+      int c = kTVMModuleHandle;
+      call_packed(ex[i], "share_activations", &v, &c, 1);
     }
   }
   free(params);
   char label[64];
   snprintf(label, sizeof label, "%d executors created", k);
   mem(label);
-  for (int i = 0; i < k; i++) call_fn(ex[i], "run", NULL, NULL, 0);
+  for (int i = 0; i < k; i++) call_packed(ex[i], "run", NULL, NULL, 0);
   snprintf(label, sizeof label, "%d executors ran", k);
   mem(label);
   for (int i = 0; i < k; i++) {

@@ -9,24 +9,9 @@
 #include "bench_util.h"
 
 static void vm(const char* label) {
-  FILE* f = fopen("/proc/self/status", "r");
-  char line[256];
-  long rss = 0, data = 0;
-  while (fgets(line, sizeof line, f)) {
-    sscanf(line, "VmRSS: %ld", &rss);
-    sscanf(line, "VmData: %ld", &data);
-  }
-  fclose(f);
+  long rss, data;
+  vm_kb(&rss, &data);
   printf("vm %s %ld %ld\n", label, data, rss);
-}
-
-static void call0(TVMModuleHandle m, const char* name, TVMValue* v, int* c, int n) {
-  TVMFunctionHandle f;
-  TVMValue r;
-  int rc;
-  CHECK(TVMModGetFunction(m, name, 0, &f));
-  CHECK(TVMFuncCall(f, v, c, n, &r, &rc));
-  TVMFuncFree(f);
 }
 
 static void report(TVMModuleHandle m, const char* label) {
@@ -61,20 +46,8 @@ int main(int argc, char** argv) {
   TVMModuleHandle* ex = calloc(k + 1, sizeof *ex);
   for (int i = 0; i <= k; i++) {
     ex[i] = create_graph_executor(i ? json_other : json_first, i ? lib_other : lib_first);
-    TVMValue v[2];
-    int c[2];
-    if (i == 0) {
-      v[0].v_handle = &blob;
-      c[0] = kTVMBytes;
-      call0(ex[i], "load_params", v, c, 1);
-    } else {
-      v[0].v_handle = ex[0];
-      c[0] = kTVMModuleHandle;
-      v[1].v_handle = &blob;
-      c[1] = kTVMBytes;
-      call0(ex[i], "share_params", v, c, 2);
-    }
-    call0(ex[i], "run", NULL, NULL, 0);
+    bind_weights(ex[i], i ? ex[0] : NULL, &blob);
+    call_packed(ex[i], "run", NULL, NULL, 0);
     char label[32];
     snprintf(label, sizeof label, "%d", i);
     vm(label);

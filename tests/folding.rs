@@ -139,6 +139,21 @@ fn writing_through_get_input_reaches_derived_results() {
 }
 
 #[test]
+fn equal_derived_weights_are_held_once_across_sequence_lengths() {
+    let (f8, f16) = (Fixture::load("lstm_seq8"), Fixture::load("lstm_seq16"));
+    let a = f8.executor_from_create(&f8.load_lib());
+    let b = f16.executor_without_params(&f16.load_lib());
+    exec(&b).share_params(exec(&a), &f8.params()).unwrap();
+    assert!(!derived_addresses(&a).is_empty());
+    assert_eq!(derived_addresses(&a), derived_addresses(&b));
+    for (f, m) in [(&f8, &a), (&f16, &b)] {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        f.check_outputs(m, "derived weights shared across sequence lengths");
+    }
+}
+
+#[test]
 fn equal_derived_weights_are_held_once_across_executors_and_batch_sizes() {
     let f1 = Fixture::load("mlp_unbound_b1");
     let f8 = Fixture::load("mlp_unbound_b8");
