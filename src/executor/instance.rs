@@ -324,7 +324,8 @@ impl Instance {
     }
 
     /// Brings the layout up to date with the bindings: decides what to fold, runs the folded
-    /// operators if their weights changed, and sizes the activation arena.
+    /// operators if their weights changed (if one fails, nothing is folded), and sizes the
+    /// activation arena.
     pub fn prepare(&mut self) -> Result<()> {
         if !self.stale {
             return Ok(());
@@ -343,16 +344,20 @@ impl Instance {
                 weight_slot[plan.graph.entries[eid].storage_id] = true;
             }
         }
-        let layout = Layout::new(
-            &plan,
-            &layout::Facts {
-                constant_slot: &constant_slot,
-                weight_slot: &weight_slot,
-                redirected: &redirected,
-                fold: self.fold != Folding::Off,
-                keep_all: self.keep_derived,
-            },
-        )?;
+        let keep_all = self.keep_derived;
+        let layout_with = |fold: bool| {
+            Layout::new(
+                &plan,
+                &layout::Facts {
+                    constant_slot: &constant_slot,
+                    weight_slot: &weight_slot,
+                    redirected: &redirected,
+                    fold,
+                    keep_all,
+                },
+            )
+        };
+        let mut layout = layout_with(self.fold != Folding::Off)?;
         let sources: Vec<Option<Weak<Weight>>> = self
             .slots
             .iter()
@@ -367,19 +372,27 @@ impl Instance {
             (None, None) => true,
             _ => false,
         });
-        // Memory for the new layout first: nothing changes if there is none.
-        let activations = self.activations_for(layout.arena_bytes)?;
         let refold = layout.folded != self.layout.folded || layout.homes != self.layout.homes || !same_sources;
-        if refold {
-            let derived = if layout.folds_anything() { self.fold_weights(&layout) } else { Ok(Vec::new()) };
-            match derived {
-                Ok(d) => self.derived = d,
-                Err(e) => {
-                    // Folding pointed tensors at scratch memory now freed: back to the old layout.
-                    self.refresh();
-                    return Err(e);
-                }
+        let mut derived = None;
+        if refold && layout.folds_anything() {
+            match self.fold_weights(&layout) {
+                Ok(d) => derived = Some(d),
+                // An operator failed on the weights (or memory ran out): fold nothing, so every
+                // operator runs at `run`, which reports the failure where upstream does.
+                Err(_) => layout = layout_with(false)?,
             }
+        }
+        // Memory for the layout before anything is committed: nothing changes if there is none.
+        let activations = match self.activations_for(layout.arena_bytes) {
+            Ok(a) => a,
+            Err(e) => {
+                // Folding pointed tensors at scratch memory now freed: back to the old layout.
+                self.refresh();
+                return Err(e);
+            }
+        };
+        if refold {
+            self.derived = derived.unwrap_or_default();
             self.derived_from = sources;
         }
         self.activations = activations;

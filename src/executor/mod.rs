@@ -207,9 +207,9 @@ impl GraphExecutor {
         st.prepare()
     }
 
-    /// Folds weight-only operators and lays out activations now, so the first run does not. A
-    /// failure (an operator failing on the weights) is left for `run` to report, as upstream
-    /// reports it there.
+    /// Folds weight-only operators and lays out activations now, so the first run does not. An
+    /// operator failing on the weights leaves them unfolded (`run` reports it, as upstream's does);
+    /// a layout that cannot get its memory is left for `run` to report too.
     pub fn prepare_early(&self) {
         let _ = self.lock().prepare();
     }
