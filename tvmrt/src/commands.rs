@@ -451,12 +451,15 @@ pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {
             json!({"index": k, "node": plan.output_name(k), "dtype": e.dtype.to_string(), "shape": e.shape.to_vec()})
         })
         .collect();
+    let folded = ex.lock().layout().folded.clone();
     let ops: Vec<Value> = plan
         .ops
         .iter()
-        .map(|op| {
+        .zip(&folded)
+        .map(|(op, &folded)| {
             let (shapes, func) = arg_desc(ex, op.node);
-            json!({"node": op.node, "name": g.nodes[op.node].name, "function": func, "arguments": shapes})
+            json!({"node": op.node, "name": g.nodes[op.node].name, "function": func, "arguments": shapes,
+                   "folded": folded})
         })
         .collect();
     let slots: Vec<Value> = plan
@@ -497,10 +500,11 @@ pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {
     }
     for op in &ops {
         println!(
-            "operator   node {:>3} {} ({})",
+            "operator   node {:>3} {} ({}){}",
             op["node"],
             op["function"].as_str().unwrap(),
-            op["arguments"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect::<Vec<_>>().join(", ")
+            op["arguments"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect::<Vec<_>>().join(", "),
+            if op["folded"] == true { " folded: runs once, at load" } else { "" }
         );
     }
     for s in &slots {
@@ -513,7 +517,10 @@ pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {
         );
     }
     let weights = mem["weights_owned"].as_u64().unwrap_or(0) + mem["weights_shared"].as_u64().unwrap_or(0);
-    println!("memory     weights {weights} B, activations {} B", mem["activations"]);
+    println!(
+        "memory     weights {weights} B, derived {} B, activations {} B",
+        mem["weights_derived"], mem["activations"]
+    );
     Ok(())
 }
 

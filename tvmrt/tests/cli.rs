@@ -108,6 +108,16 @@ fn inspect_lists_inputs_outputs_operators_and_storage() {
     assert_eq!(inputs.iter().filter(|i| i["weight"] == true).count(), 4);
     assert_eq!(r["outputs"].as_array().unwrap().len(), 2);
     assert!(r["operators"].as_array().unwrap().iter().any(|o| o["function"] == "__nop"));
+    // The weight's layout transform and the bias reshape read only weights: folded.
+    let folded: Vec<&str> = r["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["folded"] == true)
+        .map(|o| o["function"].as_str().unwrap())
+        .collect();
+    assert!(folded.contains(&"__nop") && folded.iter().any(|f| f.contains("layout_transform")), "{folded:?}");
+    assert!(r["memory"]["weights_derived"].as_u64().unwrap() > 0);
     let storage = r["storage"].as_array().unwrap();
     assert!(storage.iter().any(|s| s["role"] == "input") && storage.iter().any(|s| s["role"] == "activation"));
     let weights = r["memory"]["weights_owned"].as_u64().unwrap();
