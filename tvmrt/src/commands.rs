@@ -377,11 +377,12 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
     };
-    let mut rows: Vec<(usize, String, f64, Vec<String>)> = (0..n_ops)
+    let folded = ex.lock().layout().folded.clone();
+    let mut rows: Vec<(usize, String, f64, Vec<String>, bool)> = (0..n_ops)
         .map(|i| {
             let node = ex.plan().ops[i].node;
             let (shapes, func) = arg_desc(ex, node);
-            (node, func, median(&mut per_op[i].clone()), shapes)
+            (node, func, median(&mut per_op[i].clone()), shapes, folded[i])
         })
         .collect();
     let total_us: f64 = rows.iter().map(|r| r.2).sum();
@@ -404,9 +405,9 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
     }
     let ops: Vec<Value> = rows
         .iter()
-        .map(|(node, func, us, shapes)| {
+        .map(|(node, func, us, shapes, folded)| {
             json!({"node": node, "name": func, "median_us": us, "share": if total_us > 0.0 { us / total_us } else { 0.0 },
-                   "arguments": shapes})
+                   "arguments": shapes, "folded": folded})
         })
         .collect();
     let report = json!({"model": model_label(&model), "runs": repeat, "run_ms": stats(&whole),
@@ -416,9 +417,12 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
         return Ok(());
     }
     println!("{:>10} {:>7}  {:<60} arguments", "median us", "share", "operator");
-    for (node, func, us, shapes) in &rows {
+    for (node, func, us, shapes, folded) in &rows {
         let share = if total_us > 0.0 { 100.0 * us / total_us } else { 0.0 };
-        println!("{us:>10.2} {share:>6.1}%  {:<60} {}", format!("{func} (node {node})"), shapes.join(", "));
+        // A folded operator does not run: its row is the cost of skipping it.
+        let at =
+            if *folded { format!("{func} (node {node}, folded at load)") } else { format!("{func} (node {node})") };
+        println!("{us:>10.2} {share:>6.1}%  {at:<60} {}", shapes.join(", "));
     }
     println!(
         "sum of operators {}; whole run median {} over {repeat} runs",
