@@ -164,10 +164,9 @@ impl Layout {
         };
         for (k, a) in values.list.iter().enumerate() {
             for b in &values.list[k + 1..] {
-                let (sa, sb) = (at(a.0)?, at(b.0)?);
-                let live_together = a.2 <= b.3 && b.2 <= a.3;
-                if live_together && sa < sb + b.1 && sb < sa + a.1 {
-                    return Err(format!("values {} and {} overlap while both are live", a.0, b.0));
+                let (sa, sb) = (at(a.root)?, at(b.root)?);
+                if a.live_with(b) && sa < sb + b.bytes && sb < sa + a.bytes {
+                    return Err(format!("values {} and {} overlap while both are live", a.root, b.root));
                 }
             }
         }
@@ -175,10 +174,26 @@ impl Layout {
     }
 }
 
-/// The values operators write during a run: alias roots, with the span of operators that need them.
+/// A value an operator writes during a run (an alias root) and the operators that need it.
+#[derive(Debug, Clone, Copy)]
+struct Value {
+    root: usize,
+    bytes: usize,
+    /// First and last operator needing it, inclusive (the last can be past every operator: the
+    /// caller reads graph outputs after the run).
+    first: usize,
+    last: usize,
+}
+
+impl Value {
+    fn live_with(&self, other: &Value) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+}
+
+/// The values of a run.
 struct Values {
-    /// Per value: root entry, bytes, first and last operator index needing it (inclusive).
-    list: Vec<(usize, usize, usize, usize)>,
+    list: Vec<Value>,
     num_entries: usize,
 }
 
@@ -187,7 +202,7 @@ impl Values {
         let g = &plan.graph;
         let root = &plan.alias_root;
         let n = g.num_entries();
-        // Alias roots written by an operator that runs.
+        // Alias roots written by an operator that runs: (first, last) operator needing them.
         let mut span: Vec<Option<(usize, usize)>> = vec![None; n];
         let mut bytes = vec![0usize; n];
         for e in 0..n {
@@ -217,17 +232,21 @@ impl Values {
                 *s = (0, plan.ops.len());
             }
         }
-        let list = span.iter().enumerate().filter_map(|(r, s)| s.map(|(b, d)| (r, bytes[r], b, d))).collect();
+        let list = span
+            .iter()
+            .enumerate()
+            .filter_map(|(r, s)| s.map(|(first, last)| Value { root: r, bytes: bytes[r], first, last }))
+            .collect();
         Values { list, num_entries: n }
     }
 
     /// The largest sum of values live at one operator.
     fn peak(&self) -> usize {
-        let steps = self.list.iter().map(|v| v.3 + 2).max().unwrap_or(0);
+        let steps = self.list.iter().map(|v| v.last + 2).max().unwrap_or(0);
         let mut delta = vec![0isize; steps];
-        for &(_, bytes, birth, death) in &self.list {
-            delta[birth] += bytes as isize;
-            delta[death + 1] -= bytes as isize;
+        for v in &self.list {
+            delta[v.first] += v.bytes as isize;
+            delta[v.last + 1] -= v.bytes as isize;
         }
         let mut live = 0isize;
         delta
@@ -241,34 +260,33 @@ impl Values {
     }
 
     /// Offsets (per root entry) in one arena, largest values first, each at the lowest offset free
-    /// of every value whose span overlaps its own; and the arena's size.
+    /// of every value live with it; and the arena's size.
     fn place(&self) -> Result<(Vec<Option<usize>>, usize)> {
         let too_big = || Error::value("the activations of this graph add up to more memory than can be addressed");
-        let mut order: Vec<usize> = (0..self.list.len()).collect();
-        order.sort_by_key(|&i| (std::cmp::Reverse(self.list[i].1), self.list[i].2));
+        let mut order: Vec<&Value> = self.list.iter().collect();
+        order.sort_by_key(|v| (std::cmp::Reverse(v.bytes), v.first));
         let mut offsets = vec![None; self.num_entries];
-        // Placed values: (start, end, birth, death).
-        let mut placed: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(order.len());
-        let mut end = 0usize;
+        // Placed so far: (start, end, value).
+        let mut placed: Vec<(usize, usize, &Value)> = Vec::with_capacity(order.len());
         let mut busy = Vec::new();
-        for i in order {
-            let (r, bytes, birth, death) = self.list[i];
-            let size = bytes.checked_next_multiple_of(ALIGN).ok_or_else(too_big)?.max(ALIGN);
+        let mut arena = 0usize;
+        for v in order {
+            let size = v.bytes.checked_next_multiple_of(ALIGN).ok_or_else(too_big)?.max(ALIGN);
             busy.clear();
-            busy.extend(placed.iter().filter(|p| p.2 <= death && birth <= p.3).map(|p| (p.0, p.1)));
+            busy.extend(placed.iter().filter(|p| p.2.live_with(v)).map(|p| (p.0, p.1)));
             busy.sort_unstable();
             let mut at = 0usize;
-            for &(s, e) in &busy {
-                if at.checked_add(size).ok_or_else(too_big)? <= s {
+            for &(start, end) in &busy {
+                if at.checked_add(size).ok_or_else(too_big)? <= start {
                     break;
                 }
-                at = at.max(e);
+                at = at.max(end);
             }
-            let stop = at.checked_add(size).ok_or_else(too_big)?;
-            placed.push((at, stop, birth, death));
-            offsets[r] = Some(at);
-            end = end.max(stop);
+            let end = at.checked_add(size).ok_or_else(too_big)?;
+            placed.push((at, end, v));
+            offsets[v.root] = Some(at);
+            arena = arena.max(end);
         }
-        Ok((offsets, end))
+        Ok((offsets, arena))
     }
 }
