@@ -42,9 +42,9 @@
  *   once); run executes the rest. Writing such a weight (set_input, get_input's view) makes what
  *   reads it run at every run again; load_params derives again. Weights mapped from a file
  *   (load_params_from_file) are not folded unless asked: their derived results would be private to
- *   each process. set_fold_weights(1) folds everything, set_fold_weights(0) nothing, for one
- *   executor; TVM_RT_FOLD_WEIGHTS=1 or =0 sets the process default. Outputs are the same bytes
- *   either way.
+ *   each process; a debug executor folds nothing, so it runs and times every node as upstream's.
+ *   set_fold_weights(1) folds everything, set_fold_weights(0) nothing, for one executor;
+ *   TVM_RT_FOLD_WEIGHTS=1 or =0 sets the process default. Outputs are the same bytes either way.
  * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "weights_mapped",
  *   "weights_derived", "activations", "activations_shared", "activation_bound", "ops_folded",
  *   "ops_total", "workspace"}, sizes in bytes (weights_derived: results of the operators run once;

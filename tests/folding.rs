@@ -197,6 +197,10 @@ fn the_debug_executor_shows_every_node_as_without_folding() {
     for name in ["mlp_unbound_b1", "lstm_seq8"] {
         let f = Fixture::load(name);
         let lib = f.load_lib();
+        let plan = Plan::new(&f.graph_json(), lib.clone(), DLDevice::CPU).unwrap();
+        let default = GraphExecutor::new_debug(plan).unwrap();
+        default.load_params(&f.params()).unwrap();
+        assert_eq!(default.memory_usage().ops_folded, 0, "a debug executor runs every node unless told");
         let (on, off) = (debug_executor(&f, &lib, true), debug_executor(&f, &lib, false));
         assert!(on.memory_usage().ops_folded > 0);
         let g = &on.plan().graph;

@@ -262,7 +262,8 @@ impl Instance {
             derived: Vec::new(),
             derived_from: vec![None; n_slots],
             activations: Activations::None,
-            fold: Folding::by_default(),
+            // A debug executor runs and times every node, as upstream's, unless told to fold.
+            fold: if keep_derived { Folding::Off } else { Folding::by_default() },
             keep_derived,
             last_executed: None,
         };

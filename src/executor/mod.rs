@@ -80,8 +80,9 @@ impl GraphExecutor {
         GraphExecutor::with_debug(plan, false)
     }
 
-    /// A debug executor: the same, plus per-node timing and outputs (it keeps every result derived
-    /// from weights, so any node's output can be read).
+    /// A debug executor: the same, plus per-node timing and outputs. It folds nothing unless told
+    /// to (`set_fold_weights`), so every node runs and is timed as upstream's; folding, it keeps
+    /// every result derived from weights, so any node's output can still be read.
     pub fn new_debug(plan: Arc<Plan>) -> Result<GraphExecutor> {
         GraphExecutor::with_debug(plan, true)
     }
@@ -200,7 +201,8 @@ impl GraphExecutor {
 
     /// Turns folding of weight-only operators on (all of them, those on weights mapped from a
     /// file too) or off (every operator runs at every run, as upstream's executor does). By
-    /// default, operators on mapped weights are not folded (see [`Folding`]).
+    /// default, operators on mapped weights are not folded (see [`Folding`]), and a debug executor
+    /// folds nothing.
     pub fn set_fold_weights(&self, fold: bool) -> Result<()> {
         let mut st = self.lock();
         st.set_fold(if fold { Folding::All } else { Folding::Off });
