@@ -46,11 +46,13 @@
  *   set_fold_weights(1) folds everything, set_fold_weights(0) nothing, for one executor;
  *   TVM_RT_FOLD_WEIGHTS=1 or =0 sets the process default. Outputs are the same bytes either way.
  * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "weights_mapped",
- *   "weights_derived", "activations", "activations_shared", "activation_bound", "ops_folded",
- *   "ops_total", "workspace"}, sizes in bytes (weights_derived: results of the operators run once;
- *   activations: this executor's inputs and its activation arena, laid out by liveness;
- *   activation_bound: the least any layout of them could take; activations_shared: the arena of
- *   share_activations; workspace: all threads' kernel scratch pools).
+ *   "weights_derived", "activations", "activations_shared", "activation_arena", "activation_bound",
+ *   "ops_folded", "ops_total", "workspace"}, sizes in bytes (weights_derived: results of the
+ *   operators run once; activations: this executor's inputs and its own activation arena;
+ *   activation_arena: the arena its layout needs, laid out by liveness, own or shared;
+ *   activation_bound: its inputs plus the least any layout of the arena could take;
+ *   activations_shared: the arena of share_activations; workspace: all threads' kernel scratch
+ *   pools).
  * - Memory returns: large buffers are unmapped when freed; when the last executor goes, the calling
  *   thread's idle workspaces and worker threads are released too.
  * - set_input with an unknown name fails (upstream ignored it); get_input with an unknown name

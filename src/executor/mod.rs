@@ -49,6 +49,9 @@ pub struct MemoryUsage {
     /// Weights derived from weights by the operators folded at load (held once per process for
     /// each distinct content, counted in every executor that uses them).
     pub weights_derived: usize,
+    /// The activation arena this executor's layout needs (in `activations`, or in the shared
+    /// arena of `activations_shared`).
+    pub activation_arena: usize,
     /// The liveness bound of what the activation memory holds: inputs that are not weights plus
     /// the largest sum of operator outputs live at one time. No layout can be smaller.
     pub activation_bound: usize,
@@ -424,6 +427,7 @@ impl GraphExecutor {
         m.activations_shared = st.arena().map_or(0, |a| a.len());
         m.weights_derived = st.derived_bytes();
         let layout = st.layout();
+        m.activation_arena = layout.arena_bytes;
         m.activation_bound = layout.bound;
         m.ops_folded = layout.folded.iter().filter(|&&f| f).count();
         m.ops_total = plan.ops.len();

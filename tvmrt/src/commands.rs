@@ -52,7 +52,8 @@ fn memory_json(ex: &GraphExecutor) -> Value {
     let m = ex.memory_usage();
     json!({"weights_owned": m.weights_owned, "weights_shared": m.weights_shared, "weights_mapped": m.weights_mapped,
            "weights_derived": m.weights_derived, "activations": m.activations,
-           "activations_shared": m.activations_shared, "activation_bound": m.activation_bound,
+           "activations_shared": m.activations_shared, "activation_arena": m.activation_arena,
+           "activation_bound": m.activation_bound,
            "ops_folded": m.ops_folded, "ops_total": m.ops_total,
            "workspace": tvm_runtime::backend::workspace::pooled_bytes()})
 }
