@@ -7,7 +7,7 @@
 //! This file builds the raw `DLTensor`s and calls kernels: the executor's unsafe corner.
 
 use super::arena::Arena;
-use super::layout::{self, Home, Layout};
+use super::layout::{self, Folding, Home, Layout};
 use super::plan::{OpKind, Plan};
 use crate::dlpack::{kTVMDLTensorHandle, kTVMNullptr, DLTensor, TVMBackendPackedCFunc, TVMValue};
 use crate::error::{Error, Result};
@@ -166,39 +166,6 @@ pub struct Instance {
 // the plan's shapes), or memory a caller bound with zero-copy and promised to keep; the instance is
 // only used behind the executor's mutex.
 unsafe impl Send for Instance {}
-
-/// Which operators reading only weights run once, at load, rather than at every run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Folding {
-    /// None: every operator runs at every run, as upstream.
-    Off,
-    /// Those whose weights are not mapped from a file. Mapped weights are there to be shared
-    /// across processes through the page cache and to load in no time; their derived results would
-    /// be memory of each process, and the time to compute them would be paid at load.
-    Unmapped,
-    /// All of them.
-    All,
-}
-
-impl Folding {
-    /// The process default: `Unmapped`, or `TVM_RT_FOLD_WEIGHTS=0` (off) or `=1` (all).
-    pub fn by_default() -> Folding {
-        static DEFAULT: std::sync::OnceLock<Folding> = std::sync::OnceLock::new();
-        *DEFAULT.get_or_init(|| match std::env::var("TVM_RT_FOLD_WEIGHTS").as_deref().map(str::trim) {
-            Ok("0") => Folding::Off,
-            Ok("1") => Folding::All,
-            _ => Folding::Unmapped,
-        })
-    }
-
-    fn folds(self, weight: &Weight) -> bool {
-        match self {
-            Folding::Off => false,
-            Folding::Unmapped => !weight.is_mapped(),
-            Folding::All => true,
-        }
-    }
-}
 
 impl Instance {
     /// A new instance. Memory comes when first needed: input slots when set or loaded (so a weight

@@ -12,6 +12,7 @@
 use super::plan::Plan;
 use crate::error::{Error, Result};
 use crate::memory_plan::SlotRole;
+use crate::tensor::Weight;
 
 /// Kernels may assume TVM's allocation alignment for every tensor.
 const ALIGN: usize = 64;
@@ -26,6 +27,39 @@ pub enum Home {
     Derived,
     /// Computed while folding only to derive others; not kept.
     Transient,
+}
+
+/// Which operators reading only weights run once, at load, rather than at every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Folding {
+    /// None: every operator runs at every run, as upstream.
+    Off,
+    /// Those whose weights are not mapped from a file. Mapped weights are there to be shared
+    /// across processes through the page cache and to load in no time; their derived results would
+    /// be memory of each process, and the time to compute them would be paid at load.
+    Unmapped,
+    /// All of them.
+    All,
+}
+
+impl Folding {
+    /// The process default: `Unmapped`, or `TVM_RT_FOLD_WEIGHTS=0` (off) or `=1` (all).
+    pub fn by_default() -> Folding {
+        static DEFAULT: std::sync::OnceLock<Folding> = std::sync::OnceLock::new();
+        *DEFAULT.get_or_init(|| match std::env::var("TVM_RT_FOLD_WEIGHTS").as_deref().map(str::trim) {
+            Ok("0") => Folding::Off,
+            Ok("1") => Folding::All,
+            _ => Folding::Unmapped,
+        })
+    }
+
+    pub(crate) fn folds(self, weight: &Weight) -> bool {
+        match self {
+            Folding::Off => false,
+            Folding::Unmapped => !weight.is_mapped(),
+            Folding::All => true,
+        }
+    }
 }
 
 /// What decides a layout besides the plan.
