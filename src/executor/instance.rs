@@ -273,14 +273,16 @@ impl Instance {
         }
     }
 
-    /// The current layout (as of the last [`Instance::prepare`]) and the derived weights it holds.
+    /// The current layout (as of the last [`Instance::prepare`]).
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
-    /// Bytes of the distinct derived weights this executor holds.
+    /// Bytes of the distinct derived weights this executor holds (two results with equal bytes
+    /// are one weight).
     pub fn derived_bytes(&self) -> usize {
-        self.derived.iter().flatten().map(|w| w.len()).sum()
+        let mut seen = HashSet::new();
+        self.derived.iter().flatten().filter(|w| seen.insert(Arc::as_ptr(w))).map(|w| w.len()).sum()
     }
 
     /// Bytes of this executor's own activation arena.
