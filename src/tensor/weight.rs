@@ -137,7 +137,8 @@ pub fn intern(weight: Weight) -> Arc<Weight> {
         return existing;
     }
     let weight = Arc::new(weight);
-    // Sweep entries of weights gone, so the table stays the size of what is alive.
+    // Sweep entries of weights gone each time the table reaches a power of two: it stays within
+    // about twice the lengths alive.
     if table.len() > 64 && table.len().is_power_of_two() {
         table.retain(|_, list| {
             list.retain(|w| w.strong_count() > 0);
