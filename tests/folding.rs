@@ -11,6 +11,13 @@ use tvm_runtime::executor::GraphExecutor;
 use tvm_runtime::module::Module;
 use tvm_runtime::object::ObjRef;
 
+/// Two executors of `f` with its params loaded: one folding (the default), one not.
+fn folding_and_not(f: &Fixture, lib: &ObjRef<Module>) -> (ObjRef<Module>, ObjRef<Module>) {
+    let (on, off) = (f.executor_from_create(lib), f.executor_from_create(lib));
+    exec(&off).set_fold_weights(false).unwrap();
+    (on, off)
+}
+
 fn folded(m: &ObjRef<Module>) -> usize {
     exec(m).memory_usage().ops_folded
 }
@@ -76,8 +83,7 @@ fn every_fixture_gives_upstreams_bytes_with_folding_on_and_off() {
 fn writing_a_weight_derives_again_and_loading_it_back_restores() {
     let f = Fixture::load("mlp_unbound_b1");
     let lib = f.load_lib();
-    let (on, off) = (f.executor_from_create(&lib), f.executor_from_create(&lib));
-    exec(&off).set_fold_weights(false).unwrap();
+    let (on, off) = folding_and_not(&f, &lib);
     let before = folded(&on);
     assert!(before > 0);
     let w = weight_feeding_a_fold(&on);
@@ -122,8 +128,7 @@ fn writing_through_get_input_reaches_derived_results() {
     // TVM's Python `set_input(**params)` writes weights through the array `get_input` returns.
     let f = Fixture::load("mlp_unbound_b1");
     let lib = f.load_lib();
-    let (on, off) = (f.executor_from_create(&lib), f.executor_from_create(&lib));
-    exec(&off).set_fold_weights(false).unwrap();
+    let (on, off) = folding_and_not(&f, &lib);
     let w = weight_feeding_a_fold(&on);
     for m in [&on, &off] {
         f.set_inputs(m);
@@ -316,8 +321,7 @@ fn weights_mapped_from_a_file_are_folded_only_when_asked() {
     // Mapped weights are shared across processes through the page cache and load in no time:
     // derived results would be private memory of each process, computed at load.
     let f = Fixture::load("lstm_seq8");
-    let path = std::env::temp_dir().join(format!("tvmrt-fold-{}.params", std::process::id()));
-    std::fs::write(&path, tvm_runtime::params::align(&f.params()).unwrap()).unwrap();
+    let path = f.aligned_params_file("fold.params");
     let lib = f.load_lib();
     let m = f.executor_without_params(&lib);
     let ex = exec(&m);

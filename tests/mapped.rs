@@ -3,10 +3,6 @@
 mod common;
 use common::*;
 
-fn temp(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("tvmrt-{}-{name}", std::process::id()))
-}
-
 /// The address ranges at which `path` is mapped in this process.
 fn mappings_of(path: &std::path::Path) -> Vec<(usize, usize)> {
     let canon = std::fs::canonicalize(path).unwrap();
@@ -25,8 +21,7 @@ fn mappings_of(path: &std::path::Path) -> Vec<(usize, usize)> {
 #[test]
 fn aligned_weights_are_used_in_place_from_the_file() {
     let f = Fixture::load("lstm_seq8");
-    let path = temp("lstm.params");
-    std::fs::write(&path, tvm_runtime::params::align(&f.params()).unwrap()).unwrap();
+    let path = f.aligned_params_file("lstm.params");
     let lib = f.load_lib();
     let m = f.executor_without_params(&lib);
     let ex = exec(&m);
@@ -64,7 +59,7 @@ fn aligned_weights_are_used_in_place_from_the_file() {
 #[test]
 fn unaligned_weights_are_copied() {
     let f = Fixture::load("mlp_unbound_b1");
-    let path = temp("mlp.params");
+    let path = temp_path("mlp.params");
     std::fs::write(&path, f.params()).unwrap();
     let lib = f.load_lib();
     let m = f.executor_without_params(&lib);

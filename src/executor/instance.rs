@@ -265,6 +265,18 @@ impl Instance {
         &self.slots[sid]
     }
 
+    /// Per storage slot: holds an input known as a parameter (loaded, shared, a factory's).
+    pub fn param_slots(&self) -> Vec<bool> {
+        let plan = &self.plan;
+        let mut out = vec![false; self.slots.len()];
+        for (i, &eid) in plan.input_entries.iter().enumerate() {
+            if self.param_names.contains(plan.input_name(i)) {
+                out[plan.graph.entries[eid].storage_id] = true;
+            }
+        }
+        out
+    }
+
     /// Which weight-only operators this executor folds.
     pub fn set_fold(&mut self, fold: Folding) {
         if self.fold != fold {
@@ -308,12 +320,9 @@ impl Instance {
             })
             .collect();
         let redirected: Vec<bool> = self.entry_override.iter().map(Option::is_some).collect();
-        let mut weight_slot: Vec<bool> = self.slots.iter().map(|m| matches!(m, SlotMemory::Weight(_))).collect();
-        for (i, &eid) in plan.input_entries.iter().enumerate() {
-            if self.param_names.contains(plan.input_name(i)) {
-                weight_slot[plan.graph.entries[eid].storage_id] = true;
-            }
-        }
+        let param_slot = self.param_slots();
+        let weight_slot: Vec<bool> =
+            self.slots.iter().zip(&param_slot).map(|(m, &param)| param || matches!(m, SlotMemory::Weight(_))).collect();
         let keep_all = self.keep_derived;
         let layout_with = |fold: bool| {
             Layout::new(
@@ -381,10 +390,6 @@ impl Instance {
         let plan = self.plan.clone();
         let n = plan.graph.num_entries();
         let root = &plan.alias_root;
-        let mut bytes = vec![0usize; n];
-        for e in 0..n {
-            bytes[root[e]] = bytes[root[e]].max(plan.entry_bytes[e]);
-        }
         let mut scratch: Vec<Option<Buffer>> = (0..n).map(|_| None).collect();
         // The last folded operator reading each result: results kept only to derive others are
         // freed after it.
@@ -393,7 +398,7 @@ impl Instance {
             for &e in op.outputs() {
                 let r = root[e];
                 if layout.homes[e] != Home::Slot && scratch[r].is_none() {
-                    scratch[r] = Some(Buffer::zeroed(bytes[r])?);
+                    scratch[r] = Some(Buffer::zeroed(plan.root_bytes[r])?);
                 }
             }
             op.inputs().iter().for_each(|&e| last_read[root[e]] = Some(i));

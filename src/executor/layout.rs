@@ -238,10 +238,6 @@ impl Values {
         let n = g.num_entries();
         // Alias roots written by an operator that runs: (first, last) operator needing them.
         let mut span: Vec<Option<(usize, usize)>> = vec![None; n];
-        let mut bytes = vec![0usize; n];
-        for e in 0..n {
-            bytes[root[e]] = bytes[root[e]].max(plan.entry_bytes[e]);
-        }
         for (i, op) in plan.ops.iter().enumerate() {
             if folded[i] {
                 continue;
@@ -269,7 +265,7 @@ impl Values {
         let list = span
             .iter()
             .enumerate()
-            .filter_map(|(r, s)| s.map(|(first, last)| Value { root: r, bytes: bytes[r], first, last }))
+            .filter_map(|(r, s)| s.map(|(first, last)| Value { root: r, bytes: plan.root_bytes[r], first, last }))
             .collect();
         Values { list, num_entries: n }
     }

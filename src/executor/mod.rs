@@ -406,13 +406,8 @@ impl GraphExecutor {
     pub fn memory_usage(&self) -> MemoryUsage {
         let st = self.lock();
         let plan = &self.plan;
-        let weight_slots: std::collections::HashSet<usize> = (0..plan.num_inputs())
-            .filter(|&i| st.param_names.contains(plan.input_name(i)))
-            .map(|i| plan.graph.entries[plan.input_entries[i]].storage_id)
-            .collect();
         let mut m = MemoryUsage::default();
-        for sid in 0..plan.storage.slots.len() {
-            let is_weight = weight_slots.contains(&sid);
+        for (sid, is_weight) in st.param_slots().into_iter().enumerate() {
             match st.slot(sid) {
                 SlotMemory::Unbound => {}
                 SlotMemory::Weight(w) if w.is_mapped() => m.weights_mapped += w.len(),

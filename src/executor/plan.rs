@@ -60,6 +60,8 @@ pub struct Plan {
     pub linked: Vec<Option<Arc<Weight>>>,
     /// Per entry: the entry whose memory it is (itself, or what a `__nop` reshape aliases).
     pub alias_root: Vec<usize>,
+    /// Per alias root: the bytes its largest alias needs (0 for entries that are not roots).
+    pub root_bytes: Vec<usize>,
     /// Whether activations may be laid out by liveness rather than by the graph's storage ids:
     /// every `__nop` shares its input's storage id and no storage id mixes inputs with outputs.
     pub liveness_layout: bool,
@@ -176,10 +178,15 @@ impl Plan {
         }
         let linked = linked_params(&library, &storage)?;
         let (alias_root, liveness_layout) = aliases(&graph, &storage, &ops, &input_entries);
+        let mut root_bytes = vec![0usize; graph.num_entries()];
+        for (e, &r) in alias_root.iter().enumerate() {
+            root_bytes[r] = root_bytes[r].max(entry_bytes[e]);
+        }
         Ok(Arc::new(Plan {
             linked,
             entry_bytes,
             alias_root,
+            root_bytes,
             liveness_layout,
             graph,
             storage,

@@ -24,6 +24,11 @@ pub struct Fixture {
     pub outputs: Vec<Tensor>,
 }
 
+/// A path in the temporary folder, unique to this test process.
+pub fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("tvmrt-{}-{name}", std::process::id()))
+}
+
 pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
@@ -72,6 +77,14 @@ impl Fixture {
 
     pub fn params(&self) -> Vec<u8> {
         std::fs::read(self.dir.join("params.bin")).unwrap()
+    }
+
+    /// The params rewritten with every tensor 64-byte aligned (mappable in place), in a file of
+    /// this test process named after `name`.
+    pub fn aligned_params_file(&self, name: &str) -> PathBuf {
+        let path = temp_path(name);
+        std::fs::write(&path, tvm_runtime::params::align(&self.params()).unwrap()).unwrap();
+        path
     }
 
     pub fn load_lib(&self) -> ObjRef<Module> {
