@@ -40,6 +40,7 @@ fn build_cxx() {
     cc::Build::new()
         .cpp(true)
         .file(crate_dir.join("cxx/runtime.cc"))
+        .file(crate_dir.join("cxx/threading.cc"))
         .include(crate_dir.join("include"))
         .flag("-std=c++17")
         .flag("-fvisibility=hidden")

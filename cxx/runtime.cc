@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bridge.h"
 #include "tvm_runtime.h"
 
 #define TVMRT_EXPORT __attribute__((visibility("default")))
@@ -303,10 +304,13 @@ class TvmLogDebugSettings {
 
 using namespace tvm::runtime;
 
+// Shared with the other C++ files of this layer (declared in bridge.h).
+[[noreturn]] void tvmrt::ThrowLastError() { throw InternalError("libtvm_runtime.so", 0, TVMGetLastError()); }
+
 namespace {
 
 // Throws the thread's last C error as upstream would: an InternalError.
-[[noreturn]] void ThrowLastError() { throw InternalError("libtvm_runtime.so", 0, TVMGetLastError()); }
+[[noreturn]] void ThrowLastError() { tvmrt::ThrowLastError(); }
 
 void Check(int rc) {
   if (rc != 0) ThrowLastError();
@@ -338,8 +342,6 @@ void ClearRet(TVMRetValueLayout* rv) {
 }
 
 extern "C" void tvmrt_cxx_call_packed(const Object* obj, TVMArgs args, TVMRetValueLayout* rv);
-extern "C" int tvmrt_object_is_native(const void* obj);
-extern "C" int tvmrt_module_from_host(void* obj, TVMModuleHandle* out);
 
 // A module of this runtime for a host's module (new count); this runtime's own as they are.
 Object* NativeModule(Object* module) {
@@ -356,7 +358,7 @@ Object* ToHost(Object* obj);
 Object* ToNative(Object* obj);
 
 // Static type indices of upstream 0.16 that this layer converts at the boundary.
-constexpr uint32_t kStringIndex = 3, kArrayIndex = 4, kMapIndex = 5, kShapeTupleIndex = 6;
+constexpr uint32_t kModuleIndex = 1, kStringIndex = 3, kArrayIndex = 4, kMapIndex = 5, kShapeTupleIndex = 6;
 
 // A host's own PackedFuncObj (a C++ lambda behind upstream's PackedFuncSubObj) called from C: the
 // C callback of a function made with TVMFuncCreateFromCFunc. Its exceptions stop here.
@@ -372,7 +374,8 @@ int CallHostFunction(TVMValue* values, int* codes, int num_args, TVMRetValueHand
     // The host reads arrays and maps with upstream's layouts.
     for (int i = 0; i < num_args; ++i) {
       auto* o = static_cast<Object*>(args[i].v_handle);
-      if (codes[i] == kTVMObjectHandle && o && (o->type_index_ == kArrayIndex || o->type_index_ == kMapIndex)) {
+      bool container = codes[i] == kTVMObjectHandle && o && (o->type_index_ == kArrayIndex || o->type_index_ == kMapIndex);
+      if (container || (codes[i] == kTVMModuleHandle && o)) {
         IncRef(o);
         converted.push_back(ToHost(o));
         args[i].v_handle = converted.back();
@@ -687,6 +690,14 @@ int64_t SizeOfNative(Object* array) {
 // (recursively), anything else as it is. Takes one count of `obj`, returns one.
 Object* ToHost(Object* obj) {
   if (!obj || !tvmrt_object_is_native(obj)) return obj;
+  if (obj->type_index_ == kModuleIndex) {
+    // A stand-in for one of the host's own modules: the host gets its object back.
+    auto* host = static_cast<Object*>(tvmrt_module_host_object(obj));
+    if (!host) return obj;
+    IncRef(host);
+    DecRef(obj);
+    return host;
+  }
   if (obj->type_index_ == kArrayIndex) {
     int64_t n = SizeOfNative(obj);
     std::vector<Object*> items;
@@ -797,6 +808,9 @@ namespace {
 // Whether argument `i` must be rebuilt before this runtime reads it (see the loop below).
 bool NeedsConversion(const TVMValue& v, int code) {
   if (!v.v_handle) return false;
+  // A temporary passed by rvalue reference (the address of the host's ObjectRef): read as the
+  // object it holds, which may be one of the host's own.
+  if (code == kTVMObjectRValueRefArg) return true;
   if (code == kTVMObjectHandle) {
     return static_cast<Object*>(v.v_handle)->type_index_ == kStringIndex || !tvmrt_object_is_native(v.v_handle);
   }
@@ -818,7 +832,9 @@ void SetRet(TVMRetValueLayout* rv, TVMValue ret, int code) {
       break;
     }
     case kTVMObjectHandle:
-      // Arrays and maps reach the host with upstream's layouts, which its inline code reads.
+    case kTVMModuleHandle:
+      // Arrays and maps reach the host with upstream's layouts, which its inline code reads, and
+      // its own modules as themselves.
       rv->value_.v_handle = ToHost(static_cast<Object*>(ret.v_handle));
       break;
     default:
@@ -852,6 +868,11 @@ extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs ar
     }
   } held;
   for (int i = 0; i < args.num_args; ++i) {
+    if (codes[i] == kTVMObjectRValueRefArg) {
+      Object* referred = values[i].v_handle ? *static_cast<Object**>(values[i].v_handle) : nullptr;
+      values[i].v_handle = referred;
+      codes[i] = referred ? kTVMObjectHandle : kTVMNullptr;
+    }
     if (codes[i] == kTVMObjectHandle && values[i].v_handle &&
         static_cast<Object*>(values[i].v_handle)->type_index_ == kStringIndex) {
       // A String object (perhaps the host's own): passed on as its characters.
@@ -948,7 +969,7 @@ bool IsRustModule(const ModuleNode* node) { return *reinterpret_cast<const void*
 
 }  // namespace
 
-extern "C" TVMRT_EXPORT const void* tvmrt_cxx_module_vptr() { return RustModuleVptr(); }
+extern "C" TVMRT_EXPORT const void* tvmrt_cxx_module_vptr(void) { return RustModuleVptr(); }
 
 void ModuleNode::SaveToFile(const String&, const String&) {
   throw InternalError("libtvm_runtime.so", 0, std::string("Module[") + type_key() + "] does not support SaveToFile");
@@ -1180,38 +1201,15 @@ NDArray NDArray::FromDLPack(DLManagedTensor* tensor) {
 // ---------------------------------------------------------------------------------------------
 // The object protocol: static types from the core, types hosts define allocated here.
 
-namespace {
-constexpr uint32_t kStaticIndexEnd = 12;
-struct DynamicType {
-  std::string key;
-  uint32_t parent;
-};
-std::mutex type_mutex;
-std::vector<DynamicType>& DynamicTypes() {
-  static auto* types = new std::vector<DynamicType>();
-  return *types;
-}
-}  // namespace
+// The type table lives in the core (src/object/type_table.rs), shared with the C API.
 
 uint32_t Object::TypeKey2Index(const std::string& key) {
-  {
-    std::lock_guard<std::mutex> lock(type_mutex);
-    auto& types = DynamicTypes();
-    for (size_t i = 0; i < types.size(); ++i)
-      if (types[i].key == key) return kStaticIndexEnd + static_cast<uint32_t>(i);
-  }
   unsigned index = 0;
   Check(TVMObjectTypeKey2Index(key.c_str(), &index));
   return index;
 }
 
 std::string Object::TypeIndex2Key(uint32_t tindex) {
-  if (tindex >= kStaticIndexEnd) {
-    std::lock_guard<std::mutex> lock(type_mutex);
-    auto& types = DynamicTypes();
-    if (tindex - kStaticIndexEnd < types.size()) return types[tindex - kStaticIndexEnd].key;
-    throw InternalError("libtvm_runtime.so", 0, "IndexError: unknown type index " + std::to_string(tindex));
-  }
   char* key = nullptr;
   Check(TVMObjectTypeIndex2Key(tindex, &key));
   std::string out(key);
@@ -1222,27 +1220,17 @@ std::string Object::TypeIndex2Key(uint32_t tindex) {
 size_t Object::TypeIndex2KeyHash(uint32_t tindex) { return std::hash<std::string>()(TypeIndex2Key(tindex)); }
 
 uint32_t Object::GetOrAllocRuntimeTypeIndex(const std::string& key, uint32_t static_tindex, uint32_t parent_tindex,
-                                            uint32_t, bool) {
-  std::lock_guard<std::mutex> lock(type_mutex);
-  auto& types = DynamicTypes();
-  for (size_t i = 0; i < types.size(); ++i)
-    if (types[i].key == key) return kStaticIndexEnd + static_cast<uint32_t>(i);
-  // A static index asked for by a host type names one of the core's: nothing to allocate.
-  if (static_tindex < kStaticIndexEnd) return static_tindex;
-  types.push_back(DynamicType{key, parent_tindex});
-  return kStaticIndexEnd + static_cast<uint32_t>(types.size() - 1);
+                                            uint32_t num_child_slots, bool child_slots_can_overflow) {
+  uint32_t index = 0;
+  Check(tvmrt_type_index_alloc(key.c_str(), static_tindex, parent_tindex, num_child_slots,
+                               child_slots_can_overflow, &index));
+  return index;
 }
 
 bool Object::DerivedFrom(uint32_t parent_tindex) const {
-  uint32_t t = type_index_;
-  if (t == parent_tindex || parent_tindex == 0) return true;
-  std::lock_guard<std::mutex> lock(type_mutex);
-  auto& types = DynamicTypes();
-  while (t >= kStaticIndexEnd && t - kStaticIndexEnd < types.size()) {
-    t = types[t - kStaticIndexEnd].parent;
-    if (t == parent_tindex) return true;
-  }
-  return false;
+  int derived = 0;
+  Check(TVMObjectDerivedFrom(type_index_, parent_tindex, &derived));
+  return derived != 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1296,23 +1284,46 @@ detail::TvmLogDebugSettings detail::TvmLogDebugSettings::ParseSpec(const char* o
   if (spec.empty() || spec == "0") return settings;
   settings.dlog_enabled_ = true;
   if (spec == "1") return settings;
-  std::istringstream entries(spec);
-  std::string entry;
-  while (std::getline(entries, entry, ',')) {
-    if (entry.empty()) continue;
-    size_t eq = entry.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size()) {
-      throw InternalError("libtvm_runtime.so", 0,
-                          "TVM_LOG_DEBUG: '" + entry + "' is not FILE=LEVEL (in '" + spec + "')");
+  // Entries are FILE=LEVEL separated by commas, read the way upstream reads them (getline to '='
+  // then to ','), so an ill-formed spec is reported at the position upstream reports: where the
+  // stream stands after the failing read, or, once it reached the end, the length of the spec
+  // less what the last read took.
+  size_t at = 0;
+  bool at_end = false;
+  // Reads up to `delim` (consumed) or to the end; false when nothing is left to read.
+  auto read_until = [&](char delim, std::string* out) {
+    if (at_end || at >= spec.size()) {
+      at_end = true;
+      out->clear();
+      return false;
     }
-    std::string level = entry.substr(eq + 1);
+    size_t stop = spec.find(delim, at);
+    if (stop == std::string::npos) {
+      *out = spec.substr(at);
+      at = spec.size();
+      at_end = true;
+    } else {
+      *out = spec.substr(at, stop - at);
+      at = stop + 1;
+    }
+    return true;
+  };
+  auto position = [&](const std::string& last_read) { return at_end ? spec.size() - last_read.size() : at; };
+  auto ill_formed = [&](const std::string& last_read, const std::string& what) {
+    throw InternalError("libtvm_runtime.so", 0,
+                        "TVM_LOG_DEBUG ill-formed at position " + std::to_string(position(last_read)) + ": " + what);
+  };
+  std::string name, level;
+  while (read_until('=', &name)) {
+    if (name.empty()) ill_formed(name, "empty filename");
+    name = CanonicalFile(name);
+    if (!read_until(',', &level)) ill_formed(level, "expecting \"=<level>\" after \"" + name + "\"");
+    if (level.empty()) ill_formed(level, "empty level after \"" + name + "\"");
     char* end = nullptr;
     long value = std::strtol(level.c_str(), &end, 10);
-    if (end == level.c_str() || *end != '\0') {
-      throw InternalError("libtvm_runtime.so", 0, "TVM_LOG_DEBUG: level '" + level + "' is not a number");
-    }
-    std::string file = entry.substr(0, eq);
-    settings.vlog_level_map_[file == "DEFAULT" ? file : CanonicalFile(file)] = static_cast<int>(value);
+    if (end != level.c_str() + level.size()) ill_formed(level, "invalid level: \"" + level + "\"");
+    // The first setting of a file wins, as upstream's.
+    settings.vlog_level_map_.emplace(name, static_cast<int>(value));
   }
   return settings;
 }
@@ -1397,7 +1408,8 @@ NDArray NDArray::NewFromDLTensor(DLTensor* dl_tensor, const DLDevice& dev) {
 // ---------------------------------------------------------------------------------------------
 // Host modules held by the core (capi/host_module.rs): their virtuals, behind the exception edge.
 
-extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_get_function(Object* obj, const char* name, TVMFunctionHandle* out) {
+extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_get_function(void* host, const char* name, TVMFunctionHandle* out) {
+  auto* obj = static_cast<Object*>(host);
   try {
     auto* node = static_cast<ModuleNode*>(obj);
     String key = MakeString(name);
@@ -1414,7 +1426,8 @@ extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_get_function(Object* obj, cons
   }
 }
 
-extern "C" TVMRT_EXPORT const char* tvmrt_cxx_host_module_type_key(Object* obj) {
+extern "C" TVMRT_EXPORT const char* tvmrt_cxx_host_module_type_key(void* host) {
+  auto* obj = static_cast<Object*>(host);
   try {
     return static_cast<ModuleNode*>(obj)->type_key();
   } catch (...) {
@@ -1425,13 +1438,14 @@ extern "C" TVMRT_EXPORT const char* tvmrt_cxx_host_module_type_key(Object* obj) 
 // ---------------------------------------------------------------------------------------------
 // The imports_ mirror of the core's modules (cxx_imports.rs).
 
-extern "C" TVMRT_EXPORT void tvmrt_cxx_set_imports(void* vector, Object* const* modules, size_t n) {
+extern "C" TVMRT_EXPORT void tvmrt_cxx_set_imports(void* vector, void* const* handles, size_t n) {
+  auto* const* modules = reinterpret_cast<Object* const*>(handles);
   auto* imports = static_cast<std::vector<Module>*>(vector);
   std::vector<Module> fresh;
   fresh.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     IncRef(modules[i]);
-    fresh.emplace_back(modules[i]);
+    fresh.emplace_back(ToHost(modules[i]));
   }
   imports->swap(fresh);
 }

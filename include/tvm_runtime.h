@@ -419,7 +419,7 @@ int TVMObjectTypeKey2Index(const char *type_key, uint32_t *out_tindex);
 // The key of a type index, as a `malloc`ed string the caller frees with `free`.
 int TVMObjectTypeIndex2Key(uint32_t tindex, char **out_type_key);
 
-// Whether type `child` derives from `parent` (every type derives from the root, 0).
+// Whether type `child` is `parent` or derives from it.
 int TVMObjectDerivedFrom(uint32_t child_type_index, uint32_t parent_type_index, int *is_derived);
 
 // Byte arrays returned by `TVMFuncCall` live in thread-local storage: nothing to free.

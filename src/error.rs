@@ -99,16 +99,21 @@ impl Error {
         }
     }
 
-    /// The full text for `TVMGetLastError`: `"<Kind>: <message>"`. A foreign message that already
-    /// starts with a kind keeps it, so Python raises the class the callee meant.
+    /// The full text for `TVMGetLastError`: `"InternalError: <message>"`, the class upstream's
+    /// runtime reports its own failures with (its checks throw `InternalError`, which TVM's Python
+    /// raises as `tvm.error.InternalError`, a `RuntimeError`: what hosts written against it
+    /// catch). A foreign message that already starts with a kind keeps it, so Python raises the
+    /// class the callee meant, as upstream's does; a kernel's bare message is a `TVMError`. [`Error::kind`] keeps the finer kind for Rust.
     pub fn to_c_message(&self) -> String {
-        if let Some(inner) = self.foreign_root() {
-            if has_kind_prefix(inner) {
+        match self.foreign_root() {
+            Some(inner) if has_kind_prefix(inner) => {
                 let (kind, rest) = inner.split_once(": ").unwrap_or((inner, ""));
-                return format!("{kind}: {}{rest}", self.context_prefix());
+                format!("{kind}: {}{rest}", self.context_prefix())
             }
+            // A kernel's own failure ("Assert fail: ..."): upstream reports it as a TVMError.
+            Some(_) => format!("{}: {}", ErrorKind::TVMError, self),
+            None => format!("{}: {}", ErrorKind::InternalError, self),
         }
-        format!("{}: {}", self.kind(), self)
     }
 
     /// Whether the thread's last error already holds this failure (a Python exception).
@@ -165,7 +170,8 @@ mod tests {
     #[test]
     fn c_message_has_kind_and_context() {
         let e = Error::key("no input named 'x'").context("set_input");
-        assert_eq!(e.to_c_message(), "KeyError: set_input: no input named 'x'");
+        assert_eq!(e.to_c_message(), "InternalError: set_input: no input named 'x'");
+        assert_eq!(e.kind(), ErrorKind::KeyError);
     }
 
     #[test]
@@ -174,5 +180,9 @@ mod tests {
         assert_eq!(e.to_c_message(), "ValueError: node 3: bad");
         let e = Error::foreign("Assert fail: num_args == 2").context("node 3");
         assert_eq!(e.to_c_message(), "TVMError: node 3: Assert fail: num_args == 2");
+        assert_eq!(
+            Error::io("f", std::io::ErrorKind::NotFound.into()).to_c_message().split(':').next(),
+            Some("InternalError")
+        );
     }
 }

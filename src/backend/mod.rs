@@ -1,5 +1,6 @@
 //! What compiled kernels call back into: scratch memory and parallel launches.
 
+pub mod affinity;
 pub mod thread_pool;
 pub mod workspace;
 

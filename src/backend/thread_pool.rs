@@ -6,6 +6,7 @@
 //! thread: the cores are busy already, and N host threads running N executors then use N + the
 //! pool's workers threads, not N pools' worth (upstream gives each launching thread a pool).
 
+use super::affinity::{self, Mode, Placement};
 use crate::dlpack::{ParallelLambdaFn as FTVMParallelLambda, TVMParallelGroupEnv};
 use crate::error::{Error, Result};
 use crate::last_error;
@@ -106,8 +107,12 @@ pub struct Pool {
 
 /// The process's pool; held for the whole of a launch.
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
-/// Threads set by `runtime.config_threadpool` (0: the default).
+/// Threads set by `threading::Configure` / `runtime.config_threadpool` (0: the default).
 static CONFIGURED: AtomicUsize = AtomicUsize::new(0);
+/// Where the pool's threads run (set with `CONFIGURED`; read when the pool starts).
+static PLACEMENT: Mutex<Placement> = Mutex::new(Placement { cores: Vec::new(), one_per_thread: false });
+/// `threading::SetMaxConcurrency` (0: from the environment).
+static MAX_CONCURRENCY: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static IN_WORKER: Cell<bool> = const { Cell::new(false) };
@@ -129,9 +134,14 @@ impl Pool {
             shutdown: AtomicBool::new(false),
         });
         let mut pool = Pool { shared, workers: Vec::with_capacity(threads.saturating_sub(1)) };
+        let placement = PLACEMENT.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for id in 1..threads {
             let s = pool.shared.clone();
-            let spawned = std::thread::Builder::new().name(format!("tvm-worker-{id}")).spawn(move || worker(s, id));
+            let cores = placement.cores_of(id);
+            let spawned = std::thread::Builder::new().name(format!("tvm-worker-{id}")).spawn(move || {
+                affinity::pin_current_thread(&cores);
+                worker(s, id)
+            });
             match spawned {
                 Ok(handle) => pool.workers.push(handle),
                 // Dropping `pool` stops and joins the workers started so far.
@@ -253,9 +263,44 @@ pub fn release() {
     choice::forget();
 }
 
-/// Sets the pool's size for every thread (0 = the default); the pool is rebuilt on the next launch.
-pub fn configure(threads: usize) {
-    CONFIGURED.store(threads, Ordering::Relaxed);
+/// Upstream's `threading::MaxConcurrency`: `SetMaxConcurrency`'s value, else `TVM_NUM_THREADS`,
+/// else `OMP_NUM_THREADS`, else the physical cores. Pools never use more threads.
+pub fn max_concurrency() -> usize {
+    match MAX_CONCURRENCY.load(Ordering::Relaxed) {
+        0 => *DEFAULT_THREADS,
+        n => n,
+    }
+}
+
+/// `threading::SetMaxConcurrency` (0: back to the environment's).
+pub fn set_max_concurrency(n: usize) {
+    MAX_CONCURRENCY.store(n, Ordering::Relaxed);
+}
+
+/// Upstream's `threading::Configure` (and `runtime.config_threadpool`): how many threads launches
+/// use and where they run. `threads` 0 takes the mode's count of cores (the listed ones for the
+/// two listing modes, all for the default); never more than [`max_concurrency`]. The calling
+/// thread, which runs task 0 of its launches, is pinned to the mode's cores, as upstream pins it.
+/// Returns the threads launches now use.
+pub fn configure(mode: Mode, threads: usize, listed: &[usize]) -> Result<usize> {
+    let cores = affinity::cores_for(mode, listed)?;
+    let wanted = match (threads, mode) {
+        (0, Mode::Default) => max_concurrency(),
+        (0, _) => cores.len(),
+        (n, _) => n,
+    };
+    let used = wanted.clamp(1, max_concurrency());
+    let placement = Placement { one_per_thread: mode == Mode::OneCorePerThread, cores };
+    affinity::pin_current_thread(&placement.cores_of(0));
+    *PLACEMENT.lock().unwrap_or_else(|e| e.into_inner()) = placement;
+    CONFIGURED.store(used, Ordering::Relaxed);
+    *POOL.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    Ok(used)
+}
+
+/// `threading::ResetThreadPool`: stops the workers; the next launch starts them with the current
+/// configuration.
+pub fn reset() {
     *POOL.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
@@ -494,7 +539,9 @@ mod tests {
 
     fn sized(threads: usize) -> std::sync::MutexGuard<'static, ()> {
         let g = SIZE.lock().unwrap_or_else(|e| e.into_inner());
-        configure(threads);
+        // More threads than cores is what these tests exercise: lift the cap first.
+        set_max_concurrency(threads);
+        configure(Mode::Default, threads, &[]).unwrap();
         g
     }
 
@@ -513,7 +560,8 @@ mod tests {
             }
         }
         assert!(unsafe { parallel_launch(lambda, std::ptr::null_mut(), 9) }.is_err());
-        configure(0);
+        set_max_concurrency(0);
+        configure(Mode::Default, 0, &[]).unwrap();
     }
 
     /// Splits 1000 items among `num_task` tasks as generated code does.
@@ -539,7 +587,8 @@ mod tests {
             unsafe { parallel_launch(count_items, items.as_ptr().cast_mut().cast(), 0) }.unwrap();
         }
         assert!(items.iter().all(|i| i.load(Ordering::Relaxed) == 300));
-        configure(0);
+        set_max_concurrency(0);
+        configure(Mode::Default, 0, &[]).unwrap();
     }
 
     #[test]
@@ -564,6 +613,7 @@ mod tests {
         let pool = POOL.lock().unwrap();
         assert_eq!(pool.as_ref().map(Pool::threads), Some(2), "one pool of the configured size");
         drop(pool);
-        configure(0);
+        set_max_concurrency(0);
+        configure(Mode::Default, 0, &[]).unwrap();
     }
 }

@@ -84,3 +84,15 @@ pub unsafe extern "C" fn tvmrt_module_from_host(obj: *mut c_void, out_handle: *m
         unsafe { out(out_handle, m.into_raw().cast(), "tvmrt_module_from_host") }
     })
 }
+
+/// The host's own module that `module` stands for (borrowed), or null when `module` is not a
+/// stand-in: the C++ layer hands a host its own object back, so its casts to its own class hold.
+#[no_mangle]
+pub unsafe extern "C" fn tvmrt_module_host_object(module: *mut c_void) -> *mut c_void {
+    let found = std::panic::catch_unwind(|| {
+        // SAFETY: the C++ layer passes a live module handle.
+        let m = unsafe { crate::object::payload_of::<Module>(module.cast()) }?;
+        m.node::<HostModule>().map(|h| h.obj.cast::<c_void>())
+    });
+    found.ok().flatten().unwrap_or(std::ptr::null_mut())
+}

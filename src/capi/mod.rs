@@ -12,6 +12,8 @@ pub mod function;
 pub mod host_module;
 pub mod module;
 pub mod object;
+/// cbindgen:ignore
+pub mod threading;
 
 use crate::error::{Error, Result};
 use crate::last_error;

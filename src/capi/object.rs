@@ -3,7 +3,8 @@
 use super::{c_str, function::is_ret_bytes, guard, out, TVMObjectHandle};
 use crate::dlpack::TVMByteArray;
 use crate::error::Error;
-use crate::object::{self, release, ObjectHeader};
+use crate::object::type_table::table;
+use crate::object::{release, ObjectHeader};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::Ordering;
 
@@ -49,7 +50,7 @@ pub unsafe extern "C" fn TVMObjectTypeKey2Index(type_key: *const c_char, out_tin
         // SAFETY: caller's string and out-pointer.
         unsafe {
             let key = c_str(type_key, "type key")?;
-            out(out_tindex, object::type_key_to_index(key)?, "TVMObjectTypeKey2Index")
+            out(out_tindex, table().key_to_index(key)?, "TVMObjectTypeKey2Index")
         }
     })
 }
@@ -58,7 +59,7 @@ pub unsafe extern "C" fn TVMObjectTypeKey2Index(type_key: *const c_char, out_tin
 #[no_mangle]
 pub unsafe extern "C" fn TVMObjectTypeIndex2Key(tindex: u32, out_type_key: *mut *mut c_char) -> c_int {
     guard(|| {
-        let key = CString::new(object::type_index_to_key(tindex)?).expect("keys have no NUL");
+        let key = CString::new(table().index_to_key(tindex)?).map_err(|_| Error::value("type key with NUL"))?;
         // SAFETY: strdup copies into malloc'ed memory that the caller frees.
         let p = unsafe { libc::strdup(key.as_ptr()) };
         if p.is_null() {
@@ -69,7 +70,7 @@ pub unsafe extern "C" fn TVMObjectTypeIndex2Key(tindex: u32, out_type_key: *mut 
     })
 }
 
-/// Whether type `child` derives from `parent` (every type derives from the root, 0).
+/// Whether type `child` is `parent` or derives from it.
 #[no_mangle]
 pub unsafe extern "C" fn TVMObjectDerivedFrom(
     child_type_index: u32,
@@ -77,7 +78,7 @@ pub unsafe extern "C" fn TVMObjectDerivedFrom(
     is_derived: *mut c_int,
 ) -> c_int {
     guard(|| {
-        let d = object::derived_from(child_type_index, parent_type_index) as c_int;
+        let d = table().derived_from(child_type_index, parent_type_index)? as c_int;
         // SAFETY: caller's out-pointer.
         unsafe { out(is_derived, d, "TVMObjectDerivedFrom") }
     })
@@ -100,4 +101,26 @@ pub unsafe extern "C" fn TVMByteArrayFree(arr: *mut TVMByteArray) -> c_int {
 pub unsafe extern "C" fn tvmrt_object_is_native(obj: *const c_void) -> c_int {
     // SAFETY: the C++ layer passes live object handles.
     std::panic::catch_unwind(|| unsafe { crate::object::is_native(obj.cast()) } as c_int).unwrap_or(0)
+}
+
+/// The index of a host's object type, allocated on first use with upstream's rules (the C++
+/// layer's `Object::GetOrAllocRuntimeTypeIndex`; `static_tindex` is 12, upstream's `kDynamic`, for a dynamic one).
+#[no_mangle]
+pub unsafe extern "C" fn tvmrt_type_index_alloc(
+    type_key: *const c_char,
+    static_tindex: u32,
+    parent_tindex: u32,
+    num_child_slots: u32,
+    child_slots_can_overflow: c_int,
+    out_tindex: *mut u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the C++ layer's string and out-pointer.
+        unsafe {
+            let key = c_str(type_key, "type key")?;
+            let index =
+                table().alloc(key, static_tindex, parent_tindex, num_child_slots, child_slots_can_overflow != 0)?;
+            out(out_tindex, index, "tvmrt_type_index_alloc")
+        }
+    })
 }

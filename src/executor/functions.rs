@@ -27,6 +27,7 @@ pub const NAMES: &[&str] = &[
     "share_activations",
     "load_params_from_file",
     "set_fold_weights",
+    "set_strict_inputs",
 ];
 
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
@@ -79,7 +80,9 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             this,
             |ex, a| {
                 a.expect_count("set_input_zero_copy", 2, 2)?;
-                let i = ex.input_index(key(a, 0)?)?;
+                let Some(i) = input_to_set(ex, a, 0)? else {
+                    return Ok(RetValue::None);
+                };
                 ex.set_input_zero_copy(i, a.tensor(1)?).map(Into::into)
             },
             "set_input_zero_copy",
@@ -89,11 +92,12 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             |ex, a| {
                 a.expect_count("set_output_zero_copy", 2, 2)?;
                 let i = match key(a, 0)? {
-                    Key::Name(n) => *ex
-                        .plan
-                        .output_keys
-                        .get(n)
-                        .ok_or_else(|| Error::key(format!("no output named '{n}' (use \"<node>:<index>\")")))?,
+                    Key::Name(n) => match ex.plan.output_keys.get(n) {
+                        Some(&i) => i,
+                        // Upstream skips a name that is no output.
+                        None if !ex.strict_inputs() => return Ok(RetValue::None),
+                        None => return Err(Error::key(format!("no output named '{n}' (use \"<node>:<index>\")"))),
+                    },
                     Key::Index(i) => i,
                 };
                 ex.set_output_zero_copy(i, a.tensor(1)?).map(Into::into)
@@ -117,6 +121,10 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             this,
             |ex, a| {
                 a.expect_count("get_input", 1, 1)?;
+                // Upstream answers None for a negative index, as for an unknown name.
+                if !a.is_name(0) && a.int(0)? < 0 {
+                    return Ok(RetValue::None);
+                }
                 match key(a, 0)? {
                     // Upstream answers None for an unknown name; Python relies on it.
                     Key::Name(n) => match ex.plan.input_index(n) {
@@ -188,6 +196,15 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_memory_usage",
         ),
+        "set_strict_inputs" => wrap(
+            this,
+            |ex, a| {
+                a.expect_count("set_strict_inputs", 1, 1)?;
+                ex.set_strict_inputs(a.int(0)? != 0);
+                Ok(RetValue::None)
+            },
+            "set_strict_inputs",
+        ),
         "set_fold_weights" => wrap(
             this,
             |ex, a| {
@@ -215,9 +232,20 @@ fn executor_of(m: &ObjRef<Module>) -> Result<&GraphExecutor> {
         .ok_or_else(|| Error::type_err(format!("the module is a {}, not a GraphExecutor", m.type_key())))
 }
 
+/// The input `set_input` and `run_from_inputs` write: `None` for a name that is not an input,
+/// which upstream skips (an error in strict mode).
+fn input_to_set(ex: &GraphExecutor, a: &Args<'_>, k: usize) -> Result<Option<usize>> {
+    match key(a, k)? {
+        Key::Name(n) if !ex.strict_inputs() && ex.plan.input_index(n).is_none() => Ok(None),
+        key => ex.input_index(key).map(Some),
+    }
+}
+
 fn set_input(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
     a.expect_count("set_input", 2, 2)?;
-    let i = ex.input_index(key(a, 0)?)?;
+    let Some(i) = input_to_set(ex, a, 0)? else {
+        return Ok(RetValue::None);
+    };
     if a.code(1) == crate::dlpack::kTVMBytes {
         return ex.set_input_bytes(i, a.bytes(1)?).map(Into::into);
     }
@@ -232,6 +260,7 @@ fn run_from_inputs(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
     }
     let device = DLDevice { device_type: a.int32(0)?, device_id: a.int32(1)? };
     for k in (2..a.len()).step_by(2) {
+        // Upstream fails on an unknown name here, unlike `set_input`.
         let i = ex.input_index(key(a, k)?)?;
         ex.set_input(i, a.tensor(k + 1)?)?;
     }

@@ -611,6 +611,13 @@ impl Instance {
         self.check_external(eid, src)?;
         let sid = self.plan.graph.entries[eid].storage_id;
         self.slot_override[sid] = Some(src.data_ptr().cast());
+        // The latest binding wins: outputs that alias this input (a `__nop` of it) bound to caller
+        // memory before now read the input's new memory, as upstream's do.
+        for (e, entry) in self.plan.graph.entries.iter().enumerate() {
+            if entry.storage_id == sid && self.entry_override[e].take().is_some() {
+                self.stale |= matches!(self.layout.homes.get(e), Some(Home::Derived | Home::Transient));
+            }
+        }
         // Only a weight redirected changes what can be folded: rebinding a data input before every
         // run costs no new layout.
         if matches!(self.slots[sid], SlotMemory::Weight(_)) {
@@ -620,7 +627,10 @@ impl Instance {
         Ok(())
     }
 
-    /// Redirects output entry `eid` (and the entries it aliases through `__nop`) to caller memory.
+    /// Redirects output entry `eid` to caller memory, and the operator results it aliases
+    /// through `__nop` (so their producer writes there, and every reader follows). A `__nop` of a
+    /// graph input stops the walk: the input keeps its memory, and the output, which no operator
+    /// writes, shows the caller's bytes, as upstream's.
     pub fn bind_output_external(&mut self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
         self.check_external(eid, dst)?;
         let ptr = dst.data_ptr().cast();
@@ -637,7 +647,9 @@ impl Instance {
             if let crate::graph::NodeKind::Op(a) = &graph.nodes[producer].kind {
                 if a.func_name == "__nop" {
                     if let Some(&(src, idx)) = graph.nodes[producer].inputs.first() {
-                        stack.push(graph.entry_id(src, idx));
+                        if matches!(graph.nodes[src].kind, crate::graph::NodeKind::Op(_)) {
+                            stack.push(graph.entry_id(src, idx));
+                        }
                     }
                 }
             }

@@ -23,7 +23,7 @@ use instance::SlotMemory;
 pub use layout::Folding;
 use plan::Plan;
 use std::any::Any;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub struct GraphExecutor {
@@ -31,6 +31,15 @@ pub struct GraphExecutor {
     state: Mutex<Instance>,
     /// A debug executor also answers the per-node functions of `debug`.
     debug: bool,
+    /// `set_input` refuses another shape or dtype and unknown names (`set_strict_inputs`,
+    /// `TVM_RT_STRICT_INPUTS=1`); off, it copies by byte size and ignores them, as upstream's.
+    strict_inputs: AtomicBool,
+}
+
+/// The process default of strict inputs: `TVM_RT_STRICT_INPUTS=1`.
+fn strict_inputs_default() -> bool {
+    static DEFAULT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DEFAULT.get_or_init(|| std::env::var("TVM_RT_STRICT_INPUTS").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// What an executor holds, in bytes (`get_memory_usage`).
@@ -93,7 +102,7 @@ impl GraphExecutor {
     fn with_debug(plan: Arc<Plan>, debug: bool) -> Result<GraphExecutor> {
         let state = Mutex::new(Instance::new(plan.clone(), debug)?);
         LIVE_EXECUTORS.fetch_add(1, Ordering::AcqRel);
-        Ok(GraphExecutor { plan, state, debug })
+        Ok(GraphExecutor { plan, state, debug, strict_inputs: AtomicBool::new(strict_inputs_default()) })
     }
 
     pub fn is_debug(&self) -> bool {
@@ -130,18 +139,37 @@ impl GraphExecutor {
         }
     }
 
-    /// Copies `src` into input `index`; shape and dtype must match.
+    pub fn strict_inputs(&self) -> bool {
+        self.strict_inputs.load(Ordering::Relaxed)
+    }
+
+    pub fn set_strict_inputs(&self, strict: bool) {
+        self.strict_inputs.store(strict, Ordering::Relaxed);
+    }
+
+    /// Copies `src` into input `index`. As upstream's, any shape and dtype of the input's byte size
+    /// is accepted (hosts keep inputs as flat buffers); in strict mode they must match.
     pub fn set_input(&self, index: usize, src: RawTensor<'_>) -> Result<()> {
         let eid = self.plan.check_input(index)?;
         let e = &self.plan.graph.entries[eid];
-        if src.dtype() != e.dtype || src.shape() != &*e.shape {
-            return Err(Error::value(format!(
+        let what = || {
+            format!(
                 "input '{}' is {} {:?}, got {} {:?}",
                 self.plan.input_name(index),
                 e.dtype,
                 e.shape,
                 src.dtype(),
                 src.shape()
+            )
+        };
+        if self.strict_inputs() && (src.dtype() != e.dtype || src.shape() != &*e.shape) {
+            return Err(Error::value(format!("{} (strict inputs)", what())));
+        }
+        let (given, held) = (src.nbytes()?, self.plan.entry_bytes[eid]);
+        if given != held {
+            return Err(Error::internal(format!(
+                "{}: {given} bytes given for {held}, the size in bytes must exactly match",
+                what()
             )));
         }
         self.lock().write_entry_matched(eid, src)

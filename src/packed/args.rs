@@ -82,8 +82,9 @@ impl<'a> Args<'a> {
         self.codes
     }
 
+    /// The type code of argument `i` (14, an object by rvalue reference, reads as 8 or 4).
     pub fn code(&self, i: usize) -> i32 {
-        self.codes.get(i).copied().unwrap_or(-1)
+        self.get(i).map_or(-1, |(_, c)| c)
     }
 
     /// Fails unless there are exactly `n` arguments (or within `lo..=hi`).
@@ -96,8 +97,20 @@ impl<'a> Args<'a> {
         Ok(())
     }
 
+    /// Argument `i` and its code. An object passed by rvalue reference (code 14: the address of
+    /// the caller's object slot, how C++ hosts pass temporaries) reads as the object it refers to
+    /// (code 8), so every accessor takes it where it takes an object, as upstream's do.
     fn get(&self, i: usize) -> Result<(TVMValue, i32)> {
         match (self.values.get(i), self.codes.get(i)) {
+            (Some(v), Some(&kTVMObjectRValueRefArg)) => {
+                // SAFETY: code 14 carries the address of the caller's object slot, live for the call.
+                let obj = unsafe { v.v_handle.cast::<*mut c_void>().as_ref() }.copied().unwrap_or(std::ptr::null_mut());
+                Ok(if obj.is_null() {
+                    (TVMValue::NULL, kTVMNullptr)
+                } else {
+                    (TVMValue { v_handle: obj }, kTVMObjectHandle)
+                })
+            }
             (Some(v), Some(c)) => Ok((*v, *c)),
             _ => Err(Error::index(format!("argument {i} missing: only {} given", self.len()))),
         }
@@ -224,24 +237,21 @@ impl<'a> Args<'a> {
         }
     }
 
-    /// An object-like argument (codes 8, 9, 10, 13; 14 is borrowed too), with a new count.
+    /// An object-like argument (codes 8, 9, 10, 13, 14), with a new count.
     pub fn object(&self, i: usize) -> Result<Option<AnyObject>> {
         let (_, c) = self.get(i)?;
         match c {
-            kTVMObjectHandle
-            | kTVMModuleHandle
-            | kTVMPackedFuncHandle
-            | kTVMNDArrayHandle
-            | kTVMObjectRValueRefArg
-            | kTVMNullptr => self.borrowed_object(i),
+            kTVMObjectHandle | kTVMModuleHandle | kTVMPackedFuncHandle | kTVMNDArrayHandle | kTVMNullptr => {
+                self.borrowed_object(i)
+            }
             _ => Err(self.mismatch(i, "object")),
         }
     }
 
     fn borrowed_object(&self, i: usize) -> Result<Option<AnyObject>> {
         let (v, c) = self.get(i)?;
-        // SAFETY: per code, `v_handle` is an object header, an NDArray's DLTensor (header 16 bytes
-        // before it), or the address of the caller's object slot; all live for the call.
+        // SAFETY: per code, `v_handle` is an object header or an NDArray's DLTensor (header 16
+        // bytes before it), live for the call.
         unsafe {
             let header: *mut ObjectHeader = match c {
                 kTVMNullptr => return Ok(None),
@@ -251,13 +261,6 @@ impl<'a> Args<'a> {
                         return Ok(None);
                     }
                     v.v_handle.cast::<u8>().sub(NDARRAY_TENSOR_OFFSET).cast()
-                }
-                kTVMObjectRValueRefArg => {
-                    let slot = v.v_handle.cast::<*mut ObjectHeader>();
-                    if slot.is_null() {
-                        return Ok(None);
-                    }
-                    *slot
                 }
                 _ => return Err(self.mismatch(i, "object")),
             };

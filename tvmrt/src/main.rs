@@ -164,7 +164,7 @@ fn parse_named_file(s: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// An error as `--json` prints it: on stdout, with the kind TVM's Python package would raise.
+/// An error as `--json` prints it: on stdout, with its kind.
 fn json_error(kind: &str, message: &str) -> String {
     serde_json::to_string_pretty(&json!({"error": {"kind": kind, "message": message}})).expect("serialisable")
 }
@@ -200,12 +200,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let msg = e.to_c_message();
             if json {
-                let (kind, message) = msg.split_once(": ").unwrap_or(("TVMError", &msg));
-                println!("{}", json_error(kind, message));
+                // The runtime's own kind of failure (the C API reports upstream's class instead).
+                println!("{}", json_error(&e.kind().to_string(), &e.to_string()));
             } else {
-                eprintln!("tvmrt: {msg}");
+                eprintln!("tvmrt: {}", e.to_c_message());
             }
             ExitCode::FAILURE
         }

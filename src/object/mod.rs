@@ -4,12 +4,14 @@
 //!
 //! `ObjRef<T>` is the owning smart pointer (like `Arc`), `AnyObject` its type-erased form.
 
-use crate::error::{Error, Result};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicI32, Ordering};
+
+/// cbindgen:ignore
+pub mod type_table;
 
 /// Static type indices of TVM 0.16.
 pub mod type_index {
@@ -28,33 +30,9 @@ pub mod type_index {
     pub const STATIC_END: u32 = 12;
 }
 
-/// Type keys in index order; `runtime.Object` is listed but, as upstream, not resolvable by key.
-pub const TYPE_KEYS: [&str; type_index::STATIC_END as usize] = [
-    "runtime.Object",
-    "runtime.Module",
-    "runtime.NDArray",
-    "runtime.String",
-    "Array",
-    "Map",
-    "runtime.ShapeTuple",
-    "runtime.PackedFunc",
-    "runtime.disco.DRef",
-    "runtime.RPCObjectRef",
-    "runtime.Closure",
-    "runtime.ADT",
-];
-
-pub fn type_key_to_index(key: &str) -> Result<u32> {
-    TYPE_KEYS
-        .iter()
-        .position(|k| *k == key)
-        .filter(|&i| i != 0)
-        .map(|i| i as u32)
-        .ok_or_else(|| Error::value(format!("Cannot find type {key}")))
-}
-
-pub fn type_index_to_key(index: u32) -> Result<&'static str> {
-    TYPE_KEYS.get(index as usize).copied().ok_or_else(|| Error::index(format!("unknown type index {index}")))
+/// The key of a type index, for messages ("?" when unknown).
+pub fn type_key_of(index: u32) -> String {
+    type_table::table().index_to_key(index).map_or_else(|_| "?".to_string(), str::to_string)
 }
 
 /// Whether the object at `obj` is a cell of this runtime (its deleter is one of ours), as opposed
@@ -66,11 +44,6 @@ pub unsafe fn is_native(obj: *const ObjectHeader) -> bool {
     // SAFETY: per the contract.
     let Some(header) = (unsafe { obj.as_ref() }) else { return false };
     header.deleter.is_some_and(|deleter| NATIVE_DELETERS.iter().any(|&d| d as usize == deleter as usize))
-}
-
-/// Every type derives from the root; the static types have no other parents.
-pub fn derived_from(child: u32, parent: u32) -> bool {
-    child == parent || parent == type_index::OBJECT
 }
 
 #[repr(C)]
@@ -406,13 +379,13 @@ impl Drop for AnyObject {
 
 impl std::fmt::Debug for AnyObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Object({}, {:p})", type_index_to_key(self.type_index()).unwrap_or("?"), self.ptr)
+        write!(f, "Object({}, {:p})", type_key_of(self.type_index()), self.ptr)
     }
 }
 
 impl<T: ObjectType> std::fmt::Debug for ObjRef<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ObjRef({}, {:p})", type_index_to_key(T::TYPE_INDEX).unwrap_or("?"), self.ptr)
+        write!(f, "ObjRef({}, {:p})", type_key_of(T::TYPE_INDEX), self.ptr)
     }
 }
 
@@ -443,13 +416,5 @@ mod tests {
         assert_eq!(drops.load(Ordering::SeqCst), 0);
         drop(back);
         assert_eq!(drops.load(Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn keys() {
-        assert_eq!(type_key_to_index("runtime.NDArray").unwrap(), 2);
-        assert_eq!(type_key_to_index("Map").unwrap(), 5);
-        assert!(type_key_to_index("runtime.Object").is_err());
-        assert!(type_key_to_index("relay.Expr").is_err());
     }
 }

@@ -1,0 +1,57 @@
+// The private calls between the Rust core and the C++ layer, in both directions: every `tvmrt_*`
+// symbol either side defines for the other, declared once. None is part of the public C API
+// (include/tvm_runtime.h leaves them out); their contracts are in the Rust definitions named here.
+#ifndef TVMRT_CXX_BRIDGE_H_
+#define TVMRT_CXX_BRIDGE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tvm_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- Defined in Rust, called by C++. ----
+
+// src/capi/object.rs: whether `obj` is an object of the Rust core (else a host's).
+int tvmrt_object_is_native(const void* obj);
+// src/capi/object.rs: the index of a host's type, allocated with upstream's rules.
+int tvmrt_type_index_alloc(const char* key, uint32_t static_tindex, uint32_t parent_tindex,
+                           uint32_t num_child_slots, int child_slots_can_overflow, uint32_t* out);
+// src/capi/host_module.rs: a core module standing for a host's module (new count).
+int tvmrt_module_from_host(void* obj, TVMModuleHandle* out);
+// src/capi/host_module.rs: the host module a stand-in holds (borrowed), or null.
+void* tvmrt_module_host_object(void* module);
+// src/capi/threading.rs: the pool behind threading::Configure and friends.
+int tvmrt_threading_configure(int mode, int nthreads, const uint32_t* cores, size_t n, int* used);
+int tvmrt_threading_cores(int mode, const uint32_t* cores, size_t n, uint32_t* out, size_t cap);
+int tvmrt_threading_max_concurrency(void);
+void tvmrt_threading_set_max_concurrency(int value);
+int tvmrt_threading_num_threads(void);
+void tvmrt_threading_reset(void);
+
+// ---- Defined in C++ (cxx/runtime.cc), called by Rust. ----
+
+// The vtable pointer core modules carry 8 bytes before their object header.
+const void* tvmrt_cxx_module_vptr(void);
+// Calls a host module's virtual GetFunction / type_key.
+int tvmrt_cxx_host_module_get_function(void* obj, const char* name, TVMFunctionHandle* out);
+const char* tvmrt_cxx_host_module_type_key(void* obj);
+// Rebuilds / destroys the std::vector<Module> mirror of a core module's imports.
+void tvmrt_cxx_set_imports(void* vector, void* const* modules, size_t n);
+void tvmrt_cxx_drop_imports(void* vector);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#ifdef __cplusplus
+namespace tvmrt {
+// Throws the thread's last C error as a tvm::runtime::InternalError (cxx/runtime.cc).
+[[noreturn]] void ThrowLastError();
+}  // namespace tvmrt
+#endif
+
+#endif  // TVMRT_CXX_BRIDGE_H_
