@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <thread>
@@ -45,12 +46,13 @@ TVMRT_EXPORT int32_t NumThreads();
 namespace {
 [[noreturn]] void Fail() { tvmrt::ThrowLastError(); }
 
-// The cores of `mode` (the listed ones for the listing modes), fastest first.
+// The cores of `mode` (the listed ones for the listing modes).
 std::vector<unsigned> CoresFor(int mode, const std::vector<unsigned>& listed) {
-  int n = tvmrt_threading_cores(mode, listed.data(), listed.size(), nullptr, 0);
+  // Every core a cpu_set_t can name: one call fills them all.
+  std::vector<unsigned> cores(std::max<size_t>(CPU_SETSIZE, listed.size()));
+  int n = tvmrt_threading_cores(mode, listed.data(), listed.size(), cores.data(), cores.size());
   if (n < 0) Fail();
-  std::vector<unsigned> cores(n);
-  if (tvmrt_threading_cores(mode, listed.data(), listed.size(), cores.data(), cores.size()) < 0) Fail();
+  cores.resize(std::min<size_t>(n, cores.size()));
   return cores;
 }
 

@@ -2,6 +2,8 @@
 // compiled unchanged and linked against libtvm_runtime.so. CTest runs the same binary against this
 // library and against upstream's (LD_LIBRARY_PATH), so any difference shows as a failure of one.
 // usage: test_cxx_host FIXTURES_DIR
+#include "expect.h"
+
 #include <dlpack/dlpack.h>
 #include <tvm/runtime/container/array.h>
 #include <tvm/runtime/container/map.h>
@@ -24,14 +26,6 @@ using tvm::runtime::NDArray;
 using tvm::runtime::PackedFunc;
 using tvm::runtime::Registry;
 
-static int failures = 0;
-#define EXPECT(cond, what)                                                     \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #cond, what); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
 
 static std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -417,10 +411,5 @@ int main(int argc, char** argv) {
   Arrays();
   ObjectProtocol();
   Logging();
-  if (failures) {
-    std::fprintf(stderr, "%d checks failed\n", failures);
-    return 1;
-  }
-  std::printf("C++ host ok\n");
-  return 0;
+  return ExitStatus("C++ host ok");
 }

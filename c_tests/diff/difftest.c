@@ -28,18 +28,6 @@ static int Pick(int n) { return (int)(Next() % (uint64_t)n); }
 
 /* ---- What is printed. ---- */
 
-/* Handles and data pointers get small numbers in order of first sight, so transcripts compare. */
-#define MAX_SEEN 4096
-static const void* seen_handles[MAX_SEEN];
-static int n_handles;
-static int IdOf(const void** table, int* n, const void* p) {
-  for (int i = 0; i < *n; ++i)
-    if (table[i] == p) return i;
-  if (*n == MAX_SEEN) return -1;
-  table[*n] = p;
-  return (*n)++;
-}
-
 /* The error class: the first word of TVMGetLastError's message, as Python's FFI maps it. */
 static void PrintError(void) {
   const char* msg = TVMGetLastError();
@@ -92,7 +80,6 @@ static int DataId(const DLTensor* a) {
 /* Arrays are named by their data pointer: upstream hands out the same array object for an entry
  * every time, this library a new view of the same memory (docs/DIFFERENCES.md). */
 static void PrintArray(TVMArrayHandle a) {
-  IdOf(seen_handles, &n_handles, a);
   printf(" data#%d shape=[", DataId(a));
   for (int i = 0; i < a->ndim; ++i) printf(i ? ",%lld" : "%lld", (long long)a->shape[i]);
   printf("] dtype=%d:%d:%d bytes=%016llx", a->dtype.code, a->dtype.bits, a->dtype.lanes,
@@ -526,28 +513,36 @@ static void StepShareParams(Exec* e) {
   printf("\n");
 }
 
+/* A fresh array shaped as output `index` (flat: one dimension of its element count), found by
+ * asking the library for the output; NULL when it has none. */
+static TVMArrayHandle ArrayForOutput(Exec* e, int index, int flat) {
+  TVMValue arg, rv;
+  int code = kDLInt, rc_code;
+  arg.v_int64 = index;
+  if (CallMod(e->mod, "get_output", &arg, &code, 1, &rv, &rc_code) != 0) return NULL;
+  TVMArrayHandle view = rv.v_handle;
+  int64_t elements[1] = {1};
+  for (int i = 0; i < view->ndim; ++i) elements[0] *= view->shape[i];
+  TVMArrayHandle out = flat ? MakeArray(elements, 1, view->dtype) : MakeArray(view->shape, view->ndim, view->dtype);
+  Hold(view);
+  return out;
+}
+
 static void StepCopyOutput(Exec* e) {
   TVMValue args[2], rv;
   int codes[2], rc_code;
   int index = Pick(e->num_outputs);
-  /* Ask the library for the output's shape first, then copy into a fresh array of it. */
+  int wrong = Pick(3) == 0;
+  TVMArrayHandle out = ArrayForOutput(e, index, wrong);
+  if (!out) return;
   args[0].v_int64 = index;
   codes[0] = kDLInt;
-  if (CallMod(e->mod, "get_output", args, codes, 1, &rv, &rc_code) != 0) return;
-  TVMArrayHandle view = rv.v_handle;
-  int wrong = Pick(3) == 0;
-  int64_t flat[1] = {1};
-  for (int i = 0; i < view->ndim; ++i) flat[0] *= view->shape[i];
-  TVMArrayHandle out = wrong ? MakeArray(flat, 1, view->dtype) : MakeArray(view->shape, view->ndim, view->dtype);
-  Hold(view);
   args[1].v_handle = out;
   codes[1] = kTVMNDArrayHandle;
   printf("get_output_into %s index=%d target=%s", e->model, index, wrong ? "flat" : "match");
   int rc = CallMod(e->mod, "get_output", args, codes, 2, &rv, &rc_code);
   PrintResult(rc, rv, rc_code);
-  if (rc == 0) {
-    printf(" out=%016llx", (unsigned long long)Hash(out->data, Bytes(out)));
-  }
+  if (rc == 0) printf(" out=%016llx", (unsigned long long)Hash(out->data, Bytes(out)));
   printf("\n");
   Hold(out);
 }
@@ -556,12 +551,10 @@ static void StepZeroCopyOutput(Exec* e) {
   TVMValue args[2], rv;
   int codes[2], rc_code;
   int index = Pick(e->num_outputs);
+  TVMArrayHandle out = ArrayForOutput(e, index, 0);
+  if (!out) return;
   args[0].v_int64 = index;
   codes[0] = kDLInt;
-  if (CallMod(e->mod, "get_output", args, codes, 1, &rv, &rc_code) != 0) return;
-  TVMArrayHandle view = rv.v_handle;
-  TVMArrayHandle out = MakeArray(view->shape, view->ndim, view->dtype);
-  Hold(view);
   args[1].v_handle = out;
   codes[1] = kTVMNDArrayHandle;
   printf("set_output_zero_copy %s index=%d", e->model, index);

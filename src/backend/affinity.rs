@@ -60,20 +60,22 @@ fn core_frequencies() -> Vec<(usize, u64)> {
         .collect()
 }
 
-/// The cores of `mode` (the listed ones for the two modes that take a list), fastest first.
+/// The cores of `mode`: the listed ones for the two modes that take a list, else those of the
+/// highest (big) or lowest (little) maximum frequency, in core order. Only those two read sysfs.
 pub fn cores_for(mode: Mode, listed: &[usize]) -> Result<Vec<usize>> {
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
     if let Some(&bad) = listed.iter().find(|&&c| c >= available.max(libc::CPU_SETSIZE as usize)) {
         return Err(Error::value(format!("core {bad} does not exist")));
     }
-    let mut freqs = core_frequencies();
-    freqs.sort_by_key(|&(cpu, f)| (std::cmp::Reverse(f), cpu));
-    let max = freqs.first().map_or(0, |f| f.1);
-    let min = freqs.last().map_or(0, |f| f.1);
+    let pick = |fastest: bool| {
+        let freqs = core_frequencies();
+        let want = if fastest { freqs.iter().map(|f| f.1).max() } else { freqs.iter().map(|f| f.1).min() };
+        freqs.iter().filter(|f| Some(f.1) == want).map(|f| f.0).collect()
+    };
     Ok(match mode {
         Mode::Default => Vec::new(),
-        Mode::Big => freqs.iter().filter(|f| f.1 == max).map(|f| f.0).collect(),
-        Mode::Little => freqs.iter().filter(|f| f.1 == min).map(|f| f.0).collect(),
+        Mode::Big => pick(true),
+        Mode::Little => pick(false),
         Mode::OneCorePerThread | Mode::ShareAllCores => listed.to_vec(),
     })
 }

@@ -43,7 +43,7 @@ pub unsafe extern "C" fn tvmrt_threading_configure(
     })
 }
 
-/// The cores `mode` runs on, fastest first, written to `out` (at most `cap`); returns how many
+/// The cores `mode` runs on, written to `out` (at most `cap`); returns how many
 /// there are, or -1 with the error set.
 #[no_mangle]
 pub unsafe extern "C" fn tvmrt_threading_cores(
