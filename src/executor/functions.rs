@@ -80,7 +80,7 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             this,
             |ex, a| {
                 a.expect_count("set_input_zero_copy", 2, 2)?;
-                let Some(i) = input_to_set(ex, a, 0)? else {
+                let Some(i) = target(ex, a, 0, false)? else {
                     return Ok(RetValue::None);
                 };
                 ex.set_input_zero_copy(i, a.tensor(1)?).map(Into::into)
@@ -91,14 +91,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             this,
             |ex, a| {
                 a.expect_count("set_output_zero_copy", 2, 2)?;
-                let i = match key(a, 0)? {
-                    Key::Name(n) => match ex.plan.output_keys.get(n) {
-                        Some(&i) => i,
-                        // Upstream skips a name that is no output.
-                        None if !ex.strict_inputs() => return Ok(RetValue::None),
-                        None => return Err(Error::key(format!("no output named '{n}' (use \"<node>:<index>\")"))),
-                    },
-                    Key::Index(i) => i,
+                let Some(i) = target(ex, a, 0, true)? else {
+                    return Ok(RetValue::None);
                 };
                 ex.set_output_zero_copy(i, a.tensor(1)?).map(Into::into)
             },
@@ -232,18 +226,31 @@ fn executor_of(m: &ObjRef<Module>) -> Result<&GraphExecutor> {
         .ok_or_else(|| Error::type_err(format!("the module is a {}, not a GraphExecutor", m.type_key())))
 }
 
-/// The input `set_input` and `run_from_inputs` write: `None` for a name that is not an input,
-/// which upstream skips (an error in strict mode).
-fn input_to_set(ex: &GraphExecutor, a: &Args<'_>, k: usize) -> Result<Option<usize>> {
-    match key(a, k)? {
-        Key::Name(n) if !ex.strict_inputs() && ex.plan.input_index(n).is_none() => Ok(None),
-        key => ex.input_index(key).map(Some),
-    }
+/// The input (or output) argument `k` names, as upstream's setters resolve it: `None` for a name
+/// that names none, which they skip (an error in strict mode). Outputs are named
+/// `"<node>:<output index>"`, as upstream's output map names them.
+fn target(ex: &GraphExecutor, a: &Args<'_>, k: usize, output: bool) -> Result<Option<usize>> {
+    let key = match key(a, k)? {
+        Key::Name(n) => {
+            let found = if output { ex.plan.output_keys.get(n).copied() } else { ex.plan.input_index(n) };
+            match found {
+                Some(i) => Key::Index(i),
+                None if !ex.strict_inputs() => return Ok(None),
+                None if output => {
+                    return Err(Error::key(format!("no output named '{n}' (use \"<node>:<output index>\")")))
+                }
+                // The lookup below reports it.
+                None => Key::Name(n),
+            }
+        }
+        key => key,
+    };
+    if output { ex.output_index(key) } else { ex.input_index(key) }.map(Some)
 }
 
 fn set_input(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
     a.expect_count("set_input", 2, 2)?;
-    let Some(i) = input_to_set(ex, a, 0)? else {
+    let Some(i) = target(ex, a, 0, false)? else {
         return Ok(RetValue::None);
     };
     if a.code(1) == crate::dlpack::kTVMBytes {

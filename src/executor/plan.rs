@@ -164,7 +164,7 @@ impl Plan {
         let input_names = graph.arg_nodes.iter().enumerate().map(|(i, &n)| (graph.nodes[n].name.clone(), i)).collect();
         let output_entries = graph.heads.iter().map(|&(n, k)| graph.entry_id(n, k)).collect();
         let output_keys =
-            graph.heads.iter().enumerate().map(|(i, &(n, k))| (format!("{}:{k}", graph.nodes[n].name), i)).collect();
+            graph.heads.iter().enumerate().map(|(i, &(n, _))| (format!("{}:{i}", graph.nodes[n].name), i)).collect();
         let mut inputs_per_slot = vec![0; storage.slots.len()];
         for &eid in &input_entries {
             inputs_per_slot[graph.entries[eid].storage_id] += 1;
