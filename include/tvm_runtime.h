@@ -27,8 +27,9 @@
  *   a writable view) first gives this executor a private copy; the other holders are unaffected.
  * - share_activations(other): this executor and other (and whoever shares with other) use one
  *   activation arena sized for the largest. For executors used in turn (batch-1 and batch-8 builds):
- *   a run while another holder runs returns -1 instead of corrupting data, and get_output views are
- *   overwritten by any holder's next run.
+ *   a run while another holder runs returns -1 instead of corrupting data. Outputs stay each
+ *   executor's own (graphs laid out by liveness, as every Relay build; a graph whose __nop nodes or
+ *   storage ids rule that out keeps its outputs in the arena, overwritten by any holder's run).
  * - load_params_from_file(path) maps a params file read-only; weights whose data is 64-byte aligned
  *   in the file are used in place (no copy; one copy in the page cache for all processes), the rest
  *   are copied; returns how many were mapped. Writes to a mapped weight copy it first and never reach

@@ -239,6 +239,38 @@ static void ZeroCopyAliases(const std::string& dir) {
   EXPECT(First(out3_buf) == 4.0f, "the copy of x is written into the buffer bound as \"n3:3\"");
 }
 
+// ---- 4b. get_input / get_output hand out the entry: one array that follows its bindings. ----
+
+static void EntryArrays(const std::string& dir) {
+  Module lib = Module::LoadFromFile(dir + "/lib.so");
+  const PackedFunc* create = Registry::Get("tvm.graph_executor.create");
+  Module g = (*create)(std::string(kAliasGraph), lib, static_cast<int>(kDLCPU), 0);
+  PackedFunc get_output = g.GetFunction("get_output"), get_input = g.GetFunction("get_input");
+  g.GetFunction("set_input")("x", Filled(2));
+  g.GetFunction("run")();
+  NDArray out3 = get_output(3), x = get_input("x");
+  EXPECT(NDArray(get_output(3)).get() == out3.get(), "get_output hands out the same array each time");
+  EXPECT(NDArray(get_input("x")).get() == x.get(), "get_input hands out the same array each time");
+  // Bound with zero-copy, the arrays handed out before show the caller's memory.
+  NDArray out3_buf = Filled(-1), x_buf = Filled(6);
+  g.GetFunction("set_output_zero_copy")(3, out3_buf);
+  g.GetFunction("set_input_zero_copy")("x", x_buf);
+  EXPECT(out3->data == out3_buf->data && First(out3) == -1.0f, "an output array follows its zero-copy binding");
+  EXPECT(x->data == x_buf->data && First(x) == 6.0f, "an input array follows its zero-copy binding");
+  g.GetFunction("run")();
+  EXPECT(First(out3) == 6.0f, "the run writes where the output array points");
+  // load_params into an input bound with zero-copy writes the caller's memory.
+  NDArray w_buf = Filled(0);
+  g.GetFunction("set_input_zero_copy")("w", w_buf);
+  const PackedFunc* save = Registry::Get("runtime.SaveParams");
+  tvm::runtime::Map<String, NDArray> params({{String("w"), Filled(9)}});
+  std::string blob = (*save)(params);
+  g.GetFunction("load_params")(TVMByteArray{blob.data(), blob.size()});
+  EXPECT(First(w_buf) == 9.0f, "load_params writes a zero-copy bound weight's memory");
+  g.GetFunction("run")();
+  EXPECT(First(get_output(1)) == 9.0f, "operators read the loaded weight");
+}
+
 // ---- 5. The packed set_input copies by byte size and ignores names that are not inputs. ----
 
 static void SetInputSemantics(const std::string& dir) {
@@ -345,6 +377,7 @@ int main(int argc, char** argv) {
   HostModuleIdentity(fixtures + "/mlp_b1");
   Temporaries(fixtures + "/mlp_b1");
   ZeroCopyAliases(fixtures + "/mlp_b1");
+  EntryArrays(fixtures + "/mlp_b1");
   SetInputSemantics(fixtures + "/mlp_b1");
   LogDebugSpec();
   Threading();

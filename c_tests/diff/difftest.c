@@ -6,10 +6,14 @@
  * upstream's, each in its own process, and compares the transcripts.
  *
  * Known differences (docs/DIFFERENCES.md) are not generated: calls upstream answers by crashing
- * (null handles), and writes through a view of a weight shared with another executor.
+ * (null handles), writes through a view of a weight, share_params where upstream's use-count
+ * check refuses, params blobs cut inside a tensor, get_output_index. The data pointer of an array
+ * of a weight is not compared either (a copy here).
  *
  * usage: difftest FIXTURES_DIR SEED STEPS [KINDS]
- *   KINDS: the executors to make, digits of MakeExec's kinds (default 0123). */
+ *   KINDS: the executors to make, digits of MakeExec's kinds (default 0123).
+ * The whole message of each error goes to stderr; DIFFTEST_KEPT=1 also prints there, after each
+ * step, a hash of every array kept so far: the first step where the two runtimes' memory differs. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +37,8 @@ static void PrintError(void) {
   const char* msg = TVMGetLastError();
   size_t n = strcspn(msg, ": \n");
   printf(" err=%.*s", (int)n, msg);
+  /* The whole message goes to stderr, for reading a difference (the class alone is compared). */
+  fprintf(stderr, "%s\n", msg);
 }
 
 static uint64_t Hash(const void* data, size_t n) {
@@ -105,6 +111,7 @@ static void Hold(TVMArrayHandle a) {
 static int next_writable = 1;
 static void Keep(TVMArrayHandle a) {
   if (n_kept < MAX_KEPT) {
+    printf(" kept#%d", n_kept);
     kept_writable[n_kept] = next_writable;
     kept[n_kept++] = a;
   } else {
@@ -164,6 +171,7 @@ typedef struct {
 /* An executor under test, and what the generator knows of its model. */
 typedef struct {
   const char* model;
+  char label[32]; /* model#index, how the transcript names it */
   TVMModuleHandle mod;
   /* The host viewed a weight or shared weights in: upstream's share_params into it then fails. */
   int weights_held;
@@ -265,7 +273,8 @@ static void MakeExec(int kind) {
     rc = CallGlobal("tvm.graph_executor.create", args, codes, 4, &rv, &rc_code);
     free(json);
   }
-  printf("make %s rc=%d", e->model, rc);
+  snprintf(e->label, sizeof e->label, "%s#%d", e->model, n_execs);
+  printf("make %s rc=%d", e->label, rc);
   if (rc != 0) {
     PrintError();
     printf("\n");
@@ -405,7 +414,7 @@ static void StepSetInput(Exec* e, int zero_copy) {
   for (int i = 0; i < e->num_inputs; ++i) names[i] = e->inputs[i].name;
   TVMValue args[2], rv;
   int codes[2], rc_code;
-  printf("%s %s", zero_copy ? "set_input_zero_copy" : "set_input", e->model);
+  printf("%s %s", zero_copy ? "set_input_zero_copy" : "set_input", e->label);
   KeyArg(e, &args[0], &codes[0], e->num_inputs, names, e->num_inputs);
   int which = 0;
   if (codes[0] == kTVMStr) {
@@ -421,9 +430,9 @@ static void StepSetInput(Exec* e, int zero_copy) {
   codes[1] = kTVMNDArrayHandle;
   int rc = CallMod(e->mod, zero_copy ? "set_input_zero_copy" : "set_input", args, codes, 2, &rv, &rc_code);
   PrintResult(rc, rv, rc_code);
-  printf("\n");
   /* Zero-copy memory must outlive the binding. */
   Keep(a);
+  printf("\n");
 }
 
 static void StepGet(Exec* e, int output) {
@@ -431,7 +440,7 @@ static void StepGet(Exec* e, int output) {
   for (int i = 0; i < e->num_inputs; ++i) names[i] = e->inputs[i].name;
   TVMValue args[2], rv;
   int codes[2], rc_code;
-  printf("%s %s", output ? "get_output" : "get_input", e->model);
+  printf("%s %s", output ? "get_output" : "get_input", e->label);
   if (output) {
     int choices[4] = {0, e->num_outputs - 1, e->num_outputs, -1};
     args[0].v_int64 = choices[Pick(4)];
@@ -440,13 +449,13 @@ static void StepGet(Exec* e, int output) {
   } else {
     KeyArg(e, &args[0], &codes[0], e->num_inputs, names, e->num_inputs);
   }
-  /* Weights: the alias graph's w, and every input past the data of the models with bound ones. */
-  int weight = !output && ((codes[0] == kTVMStr && strcmp(args[0].v_str, "w") == 0) ||
-                           (codes[0] == kDLInt && (args[0].v_int64 == 0) && strcmp(e->model, "alias") == 0) ||
-                           (codes[0] == kDLInt && args[0].v_int64 >= e->num_inputs));
-  /* Outputs: this library lays activations out by liveness, upstream by the graph's storage ids,
-   * so a write through an output view lands in other entries on each (docs/DIFFERENCES.md). */
-  next_writable = !weight && !output;
+  /* Weights: the alias graph's w (input 0, and output 0, its __nop), and every input past the
+   * data of the models with bound ones. */
+  int alias_w = strcmp(e->model, "alias") == 0 && codes[0] == kDLInt && args[0].v_int64 == 0;
+  int weight = output ? alias_w
+                      : (codes[0] == kTVMStr && strcmp(args[0].v_str, "w") == 0) || alias_w ||
+                            (codes[0] == kDLInt && args[0].v_int64 >= e->num_inputs);
+  next_writable = !weight;
   if (codes[0] == kTVMStr) snprintf(site, sizeof site, "%d:%d:%s", (int)(e - execs), output, args[0].v_str);
   else snprintf(site, sizeof site, "%d:%d:%lld", (int)(e - execs), output, (long long)args[0].v_int64);
   int rc = CallMod(e->mod, output ? "get_output" : "get_input", args, codes, 1, &rv, &rc_code);
@@ -466,7 +475,7 @@ static void StepGet(Exec* e, int output) {
 static void StepSimple(Exec* e, const char* fn) {
   TVMValue rv;
   int rc_code;
-  printf("%s %s", fn, e->model);
+  printf("%s %s", fn, e->label);
   int rc = CallMod(e->mod, fn, NULL, NULL, 0, &rv, &rc_code);
   PrintResult(rc, rv, rc_code);
   printf("\n");
@@ -482,7 +491,7 @@ static void StepLoadParams(Exec* e) {
   TVMByteArray blob = {e->params, cut};
   args[0].v_handle = &blob;
   codes[0] = kTVMBytes;
-  printf("load_params %s bytes=%zu/%zu", e->model, cut, e->params_size);
+  printf("load_params %s bytes=%zu/%zu", e->label, cut, e->params_size);
   int rc = CallMod(e->mod, "load_params", args, codes, 1, &rv, &rc_code);
   PrintResult(rc, rv, rc_code);
   printf("\n");
@@ -497,9 +506,11 @@ static void StepShareParams(Exec* e) {
   /* Upstream refuses to share into an executor a factory made (the factory holds its weights too)
    * and leaves it unable to run; this library shares (docs/DIFFERENCES.md). */
   if (strcmp(e->model, "mlp_b1") == 0 || strcmp(e->model, "multi_io") == 0) return;
-  /* Likewise once the host holds a view of one of its weights, or it shares them already. */
+  /* Likewise once the host holds a view of one of its weights, or it shares them already (as
+   * the source of an earlier share_params too). */
   if (e->weights_held) return;
   e->weights_held = 1;
+  other->weights_held = 1;
   TVMValue args[2], rv;
   int codes[2], rc_code;
   TVMByteArray blob = {e->params, e->params_size};
@@ -507,7 +518,7 @@ static void StepShareParams(Exec* e) {
   codes[0] = kTVMModuleHandle;
   args[1].v_handle = &blob;
   codes[1] = kTVMBytes;
-  printf("share_params %s from executor %d", e->model, (int)(other - execs));
+  printf("share_params %s from executor %d", e->label, (int)(other - execs));
   int rc = CallMod(e->mod, "share_params", args, codes, 2, &rv, &rc_code);
   PrintResult(rc, rv, rc_code);
   printf("\n");
@@ -539,7 +550,7 @@ static void StepCopyOutput(Exec* e) {
   codes[0] = kDLInt;
   args[1].v_handle = out;
   codes[1] = kTVMNDArrayHandle;
-  printf("get_output_into %s index=%d target=%s", e->model, index, wrong ? "flat" : "match");
+  printf("get_output_into %s index=%d target=%s", e->label, index, wrong ? "flat" : "match");
   int rc = CallMod(e->mod, "get_output", args, codes, 2, &rv, &rc_code);
   PrintResult(rc, rv, rc_code);
   if (rc == 0) printf(" out=%016llx", (unsigned long long)Hash(out->data, Bytes(out)));
@@ -557,11 +568,11 @@ static void StepZeroCopyOutput(Exec* e) {
   codes[0] = kDLInt;
   args[1].v_handle = out;
   codes[1] = kTVMNDArrayHandle;
-  printf("set_output_zero_copy %s index=%d", e->model, index);
+  printf("set_output_zero_copy %s index=%d", e->label, index);
   int rc = CallMod(e->mod, "set_output_zero_copy", args, codes, 2, &rv, &rc_code);
   PrintResult(rc, rv, rc_code);
-  printf("\n");
   Keep(out);
+  printf("\n");
 }
 
 /* Writes seeded bytes through an array the library handed out earlier (a view of an executor's
@@ -576,7 +587,7 @@ static void StepWriteView(void) {
   for (size_t i = 0; i < n; ++i) bytes[i] = (uint8_t)(Pick(64) + 32);
   int short_by = Pick(4) == 0;
   int rc = TVMArrayCopyFromBytes(a, bytes, n - (short_by && n ? 1 : 0));
-  printf("copy_from_bytes size=%s rc=%d", short_by ? "short" : "exact", rc);
+  printf("copy_from_bytes kept#%d size=%s rc=%d", k, short_by ? "short" : "exact", rc);
   if (rc != 0) PrintError();
   printf("\n");
   free(bytes);
@@ -585,10 +596,11 @@ static void StepWriteView(void) {
 static void StepArrayCopy(void) {
   if (n_kept < 2) return;
   int k = Pick(n_kept);
-  TVMArrayHandle from = kept[Pick(n_kept)], to = kept[k];
+  int j = Pick(n_kept);
+  TVMArrayHandle from = kept[j], to = kept[k];
   if (!kept_writable[k]) return;
   int rc = TVMArrayCopyFromTo(from, to, NULL);
-  printf("array_copy rc=%d", rc);
+  printf("array_copy kept#%d to kept#%d rc=%d", j, k, rc);
   if (rc != 0) PrintError();
   printf("\n");
 }
@@ -601,7 +613,7 @@ static void StepIndex(Exec* e) {
   const char* names[3] = {e->inputs[0].name, "no_such_name", "x"};
   args[0].v_str = names[Pick(3)];
   codes[0] = kTVMStr;
-  printf("%s %s key=%s", fn, e->model, args[0].v_str);
+  printf("%s %s key=%s", fn, e->label, args[0].v_str);
   int rc = CallMod(e->mod, fn, args, codes, 1, &rv, &rc_code);
   PrintResult(rc, rv, rc_code);
   printf("\n");
@@ -661,6 +673,7 @@ int main(int argc, char** argv) {
   fixtures = argv[1];
   rng_state = strtoull(argv[2], NULL, 10) * 2654435761ull + 88172645463325252ull;
   int steps = atoi(argv[3]);
+  int trace_kept = getenv("DIFFTEST_KEPT") != NULL;
   libs[0] = Load("mlp_b1");
   libs[1] = Load("mlp_unbound_b1");
   libs[2] = libs[0];
@@ -687,6 +700,14 @@ int main(int argc, char** argv) {
         else StepGlobal();
         printf("\n");
         break;
+    }
+    /* DIFFTEST_KEPT=1: the bytes of every array kept so far after each step, to stderr, for
+     * finding the step where two runtimes' memory first differs. */
+    if (trace_kept) {
+      fprintf(stderr, "kept after %d:", s);
+      for (int i = 0; i < n_kept; ++i)
+        fprintf(stderr, " %d=%04llx", i, (unsigned long long)(Hash((char*)kept[i]->data + kept[i]->byte_offset, Bytes(kept[i])) & 0xffff));
+      fprintf(stderr, "\n");
     }
   }
   for (int i = 0; i < n_kept; ++i) TVMArrayFree(kept[i]);

@@ -154,6 +154,12 @@ pub struct Instance {
     /// Per slot: the weight the derived weights were computed from.
     derived_from: Vec<Option<Weak<Weight>>>,
     activations: Activations,
+    /// The graph outputs' region (`Home::Output`), allocated at the first layout and kept.
+    outputs: Option<Arc<Buffer>>,
+    /// Per entry: the array `entry_view` handed out, handed out again while it shows the entry.
+    /// Upstream hands out its entries themselves, so a host's array follows the entry's zero-copy
+    /// bindings; `refresh` points these arrays wherever the entry goes, when they can follow.
+    views: Vec<Option<ObjRef<NDArray>>>,
     /// Which weight-only operators to fold (`set_fold_weights`, `TVM_RT_FOLD_WEIGHTS`).
     fold: Folding,
     /// Keep every folded result (debug executors read any node's output).
@@ -229,6 +235,8 @@ impl Instance {
             derived: Vec::new(),
             derived_from: vec![None; n_slots],
             activations: Activations::None,
+            outputs: None,
+            views: vec![None; n_entries],
             // A debug executor runs and times every node, as upstream's, unless told to fold.
             fold: if keep_derived { Folding::Off } else { Folding::by_default() },
             keep_derived,
@@ -243,6 +251,7 @@ impl Instance {
     fn refresh(&mut self) {
         let plan = self.plan.clone();
         let arena = self.activations.buffer().map(|b| (b.as_ptr(), b.len()));
+        let outputs = self.outputs.as_ref().map(|b| (b.as_ptr(), b.len()));
         for (eid, e) in plan.graph.entries.iter().enumerate() {
             let sid = e.storage_id;
             let home = self.layout.homes.get(eid).copied().unwrap_or(Home::Slot);
@@ -252,13 +261,51 @@ impl Instance {
                     assert!(at + plan.entry_bytes[eid] <= len, "entry {eid} outside the activation arena");
                     p.wrapping_add(at).cast()
                 }),
+                Home::Output(at) => outputs.map(|(p, len)| {
+                    assert!(at + plan.entry_bytes[eid] <= len, "entry {eid} outside the output region");
+                    p.wrapping_add(at).cast()
+                }),
                 Home::Derived => self.derived.get(plan.alias_root[eid])?.as_ref().map(|w| w.as_ptr().cast_mut().cast()),
                 Home::Transient => None,
             });
-            self.tensors.set_data(eid, data.unwrap_or(std::ptr::null_mut()));
+            let data = data.unwrap_or(std::ptr::null_mut());
+            self.tensors.set_data(eid, data);
+            self.follow(eid, data.cast());
         }
         self.all_bound =
             self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.is_bound() || s.role != SlotRole::Input);
+    }
+
+    /// Points the array handed out for entry `eid` at `data`, the entry's memory now, when the
+    /// array can be trusted there: caller memory bound with zero-copy (the caller keeps it alive),
+    /// or a place in the buffer the array holds. Otherwise the array keeps what it showed and
+    /// the next `entry_view` makes a new one.
+    fn follow(&mut self, eid: usize, data: *mut u8) {
+        let Some(view) = &self.views[eid] else { return };
+        if view.data_ptr() == data {
+            return;
+        }
+        let sid = self.plan.graph.entries[eid].storage_id;
+        let bound = self.entry_override[eid].or(self.slot_override[sid]).is_some();
+        let bytes = self.plan.entry_bytes[eid];
+        let inside = view.buffer().is_some_and(|b| {
+            let start = b.as_ptr() as usize;
+            (start..=start + b.len().saturating_sub(bytes)).contains(&(data as usize))
+        });
+        if !data.is_null() && (bound || inside) {
+            // SAFETY: `data` is caller memory bound with zero-copy, alive while bound (the
+            // binding's contract), or inside the buffer the array keeps alive; the array is used
+            // by no one during the call (the executor is locked; hosts must not use an array of
+            // an executor while binding its memory, as with upstream).
+            unsafe { view.retarget(data.cast()) }
+        } else {
+            self.views[eid] = None;
+        }
+    }
+
+    /// Whether slot `sid` is bound to caller memory with zero-copy.
+    pub fn slot_redirected(&self, sid: usize) -> bool {
+        self.slot_override[sid].is_some()
     }
 
     pub fn slot(&self, sid: usize) -> &SlotMemory {
@@ -297,12 +344,13 @@ impl Instance {
         self.derived.iter().flatten().filter(|w| seen.insert(Arc::as_ptr(w))).map(|w| w.len()).sum()
     }
 
-    /// Bytes of this executor's own activation arena.
+    /// Bytes of this executor's own activation memory: its arena (unless shared) and its outputs.
     pub fn own_activation_bytes(&self) -> usize {
-        match &self.activations {
+        let arena = match &self.activations {
             Activations::Own(b) => b.len(),
             _ => 0,
-        }
+        };
+        arena + self.outputs.as_ref().map_or(0, |b| b.len())
     }
 
     /// Brings the layout up to date with the bindings: decides what to fold, runs the folded
@@ -362,6 +410,15 @@ impl Instance {
             }
         }
         // Memory for the layout before anything is committed: nothing changes if there is none.
+        if self.outputs.is_none() && plan.output_region_bytes > 0 {
+            match Buffer::zeroed(plan.output_region_bytes) {
+                Ok(b) => self.outputs = Some(Arc::new(b)),
+                Err(e) => {
+                    self.refresh();
+                    return Err(e);
+                }
+            }
+        }
         let activations = match self.activations_for(layout.arena_bytes) {
             Ok(a) => a,
             Err(e) => {
@@ -505,30 +562,51 @@ impl Instance {
 
     /// An NDArray of entry `eid`: a view of this executor's own memory (kept alive by the array),
     /// a copy when the entry is a weight (a write through the array must not reach the other
-    /// holders), or a view of caller memory bound with zero-copy.
+    /// holders), or a view of caller memory bound with zero-copy. A view is the same array every
+    /// time while it shows the entry, and follows the entry's zero-copy bindings (upstream's
+    /// `get_input` / `get_output` hand out the entry itself).
     pub fn entry_view(&mut self, eid: usize) -> Result<ObjRef<NDArray>> {
         self.prepare()?;
+        if let Some(view) = &self.views[eid] {
+            if view.data_ptr() == self.tensors.data(eid).cast() {
+                return Ok(view.clone());
+            }
+        }
+        let (array, is_view) = self.new_entry_array(eid)?;
+        if is_view {
+            self.views[eid] = Some(array.clone());
+        }
+        Ok(array)
+    }
+
+    /// A new array of entry `eid` (see `entry_view`), and whether it is a view of the entry.
+    fn new_entry_array(&mut self, eid: usize) -> Result<(ObjRef<NDArray>, bool)> {
         let plan = self.plan.clone();
         let e = &plan.graph.entries[eid];
         let sid = e.storage_id;
         if self.entry_override[eid].is_some() || self.slot_override[sid].is_some() {
             // SAFETY: caller memory bound with zero-copy, which the caller keeps alive for as long
             // as it is bound (the contract of set_input_zero_copy / set_output_zero_copy).
-            return Ok(unsafe { NDArray::external(self.tensors.data(eid), &e.shape, e.dtype) });
+            return Ok((unsafe { NDArray::external(self.tensors.data(eid), &e.shape, e.dtype) }, true));
         }
-        let weight_copy = |w: &Weight| NDArray::from_bytes(&e.shape, e.dtype, &w.bytes()[..plan.entry_bytes[eid]]);
+        let weight_copy =
+            |w: &Weight| Ok((NDArray::from_bytes(&e.shape, e.dtype, &w.bytes()[..plan.entry_bytes[eid]])?, false));
+        let view = |a: Result<ObjRef<NDArray>>| a.map(|a| (a, true));
         match self.layout.homes[eid] {
             Home::Slot => {
                 if !self.slots[sid].is_bound() {
                     self.make_private(sid)?;
                 }
                 match &self.slots[sid] {
-                    SlotMemory::Owned(buf) => NDArray::view_of(buf, 0, &e.shape, e.dtype),
+                    SlotMemory::Owned(buf) => view(NDArray::view_of(buf, 0, &e.shape, e.dtype)),
                     SlotMemory::Weight(w) => weight_copy(w),
                     SlotMemory::Unbound => unreachable!("bound above"),
                 }
             }
-            Home::Arena(at) => NDArray::view_of(self.activations.buffer().expect("prepared"), at, &e.shape, e.dtype),
+            Home::Arena(at) => {
+                view(NDArray::view_of(self.activations.buffer().expect("prepared"), at, &e.shape, e.dtype))
+            }
+            Home::Output(at) => view(NDArray::view_of(self.outputs.as_ref().expect("prepared"), at, &e.shape, e.dtype)),
             Home::Derived => weight_copy(self.derived[plan.alias_root[eid]].as_ref().expect("prepared")),
             Home::Transient => Err(Error::value(format!(
                 "entry {eid} is derived from weights only and was not kept (a debug executor keeps every node's output)"

@@ -5,7 +5,8 @@
 //! (only those an operator that still runs, or a graph output, reads; a debug executor keeps all).
 //! Every other operator output is placed in one activation arena by liveness: two values share
 //! bytes only when no operator needs both, so the arena approaches the largest sum of values live
-//! at any one time, rather than the graph's storage ids' sum.
+//! at any one time, rather than the graph's storage ids' sum. Graph outputs have a region of their
+//! own that no layout moves.
 
 #![forbid(unsafe_code)]
 
@@ -15,7 +16,7 @@ use crate::memory_plan::SlotRole;
 use crate::tensor::Weight;
 
 /// Kernels may assume TVM's allocation alignment for every tensor.
-const ALIGN: usize = 64;
+pub(crate) const ALIGN: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Home {
@@ -23,6 +24,9 @@ pub enum Home {
     Slot,
     /// This offset of the activation arena, written by every run.
     Arena(usize),
+    /// This offset of the output region (`Plan::output_offsets`), written by every run; never
+    /// moves, whatever the layout of the rest.
+    Output(usize),
     /// A derived weight: computed when the weights were bound, read-only since.
     Derived,
     /// Computed while folding only to derive others; not kept.
@@ -84,7 +88,8 @@ pub struct Layout {
     /// Per operator: folded (never run by `run`).
     pub folded: Vec<bool>,
     pub arena_bytes: usize,
-    /// The liveness bound: graph inputs that are not weights, plus the largest sum of arena
+    /// The liveness bound: graph inputs that are not weights and the output region, plus the
+    /// largest sum of arena
     /// values live at one operator. No layout of these values can be smaller.
     pub bound: usize,
 }
@@ -100,9 +105,14 @@ impl Layout {
                 (0..g.num_entries()).map(|e| in_slot[e] && f.constant_slot[g.entries[e].storage_id]).collect();
             for (i, op) in plan.ops.iter().enumerate() {
                 // An operator without inputs may have state of its own (a random generator): it runs.
+                // One writing a graph output runs too: the output keeps its home and every run
+                // writes it, as upstream's.
                 let foldable = !op.inputs().is_empty()
                     && op.inputs().iter().all(|&e| constant[e])
-                    && op.outputs().iter().all(|&e| !f.redirected[e]);
+                    && op
+                        .outputs()
+                        .iter()
+                        .all(|&e| !f.redirected[e] && plan.output_offsets[plan.alias_root[e]].is_none());
                 if foldable {
                     folded[i] = true;
                     op.outputs().iter().for_each(|&e| constant[e] = true);
@@ -119,7 +129,9 @@ impl Layout {
             .sum();
 
         let values = Values::new(plan, &in_slot, &folded);
-        let bound = inputs + values.peak();
+        let outputs: usize =
+            plan.output_offsets.iter().zip(&plan.root_bytes).filter(|(at, _)| at.is_some()).map(|(_, &b)| b).sum();
+        let bound = inputs + outputs + values.peak();
         if !plan.liveness_layout {
             let (offsets, arena_bytes) = plan.storage.arena_layout()?;
             let homes = (0..g.num_entries())
@@ -147,6 +159,8 @@ impl Layout {
                 let r = root[e];
                 if in_slot[e] {
                     Home::Slot
+                } else if let Some(at) = plan.output_offsets[r] {
+                    Home::Output(at)
                 } else if let Some(at) = offsets[r] {
                     Home::Arena(at)
                 } else if keep[r] {
@@ -171,13 +185,13 @@ impl Layout {
         let in_slot: Vec<bool> =
             (0..g.num_entries()).map(|e| plan.storage.slots[g.entries[e].storage_id].role == SlotRole::Input).collect();
         for (e, home) in self.homes.iter().enumerate() {
-            if let Home::Arena(at) = *home {
-                if at % ALIGN != 0 || at + plan.entry_bytes[e] > self.arena_bytes {
-                    return Err(format!(
-                        "entry {e} at {at} (+{}) in an arena of {}",
-                        plan.entry_bytes[e], self.arena_bytes
-                    ));
-                }
+            let (at, region, what) = match *home {
+                Home::Arena(at) => (at, self.arena_bytes, "arena"),
+                Home::Output(at) => (at, plan.output_region_bytes, "output region"),
+                _ => continue,
+            };
+            if at % ALIGN != 0 || at + plan.entry_bytes[e] > region {
+                return Err(format!("entry {e} at {at} (+{}) in an {what} of {region}", plan.entry_bytes[e]));
             }
         }
         for (i, op) in plan.ops.iter().enumerate() {
@@ -244,7 +258,7 @@ impl Values {
             }
             for &e in op.outputs() {
                 let r = root[e];
-                if !in_slot[r] && span[r].is_none() {
+                if !in_slot[r] && plan.output_offsets[r].is_none() && span[r].is_none() {
                     span[r] = Some((i, i));
                 }
             }
@@ -254,9 +268,9 @@ impl Values {
                 }
             }
         }
-        // Outputs are read by the caller between runs, through views too: they keep their bytes
-        // to themselves for the whole run, so a view shows the last result until the operator that
-        // writes it runs again.
+        // Outputs in the arena (layouts by storage id; others have their own region) are read by
+        // the caller between runs, through views too: they keep their bytes to themselves for the
+        // whole run, so a view shows the last result until the operator that writes it runs again.
         for &e in &plan.output_entries {
             if let Some(s) = &mut span[root[e]] {
                 *s = (0, plan.ops.len());

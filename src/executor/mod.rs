@@ -12,6 +12,7 @@ pub mod plan;
 
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
+use crate::memory_plan;
 use crate::module::{property, Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
@@ -21,6 +22,7 @@ use factory::Param;
 use instance::Instance;
 use instance::SlotMemory;
 pub use layout::Folding;
+use layout::Home;
 use plan::Plan;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -40,6 +42,21 @@ pub struct GraphExecutor {
 fn strict_inputs_default() -> bool {
     static DEFAULT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DEFAULT.get_or_init(|| std::env::var("TVM_RT_STRICT_INPUTS").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// What a storage slot of the graph's plan holds in one executor (`tvmrt inspect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotUse {
+    /// An input the caller sets (counted as activations).
+    Input,
+    /// An input holding a parameter.
+    Weight,
+    /// Operator results derived from weights only, folded: kept as derived weights or not at all.
+    Derived,
+    /// Operator results of every run: in the activation arena or the output region.
+    Activation,
+    /// Some of each (the graph's plan reuses the slot for both).
+    Both,
 }
 
 /// What an executor holds, in bytes (`get_memory_usage`).
@@ -292,6 +309,11 @@ impl GraphExecutor {
                 && self.plan.is_shareable_slot(sid)
                 && rec.data.len() >= slot_bytes;
             match map {
+                // Bound to caller memory with zero-copy: the weight goes there, as upstream's.
+                _ if st.slot_redirected(sid) => {
+                    st.write_entry_bytes(eid, rec.data).map_err(|err| err.context(format!("parameter '{name}'")))?;
+                    copied += 1;
+                }
                 Some(map) if in_place => {
                     st.bind_weight(sid, Arc::new(Weight::mapped(map, rec.data)?))?;
                     mapped += 1;
@@ -397,7 +419,8 @@ impl GraphExecutor {
 
     /// Makes this executor and `other` use one activation arena, sized for the larger. They must
     /// then never run at the same time: a run while another holder runs fails with an error.
-    /// Outputs read through `get_output` views are overwritten by any holder's next run.
+    /// Outputs stay each executor's own (`Plan::output_offsets`), unless the plan is laid out by
+    /// storage ids: then they are in the arena and any holder's next run overwrites them.
     pub fn share_activations(&self, other: &GraphExecutor) -> Result<()> {
         if std::ptr::eq(self, other) {
             return Ok(());
@@ -426,6 +449,46 @@ impl GraphExecutor {
             let b = other.lock();
             (self.lock(), b)
         }
+    }
+
+    /// Whether input `name` holds a parameter (loaded, shared, bound by a factory or linked).
+    pub fn is_param(&self, name: &str) -> bool {
+        self.lock().param_names.contains(name)
+    }
+
+    /// Per operator of the plan: folded (runs once, when the weights are bound) as of the last
+    /// preparation.
+    pub fn folded_ops(&self) -> Vec<bool> {
+        self.lock().layout().folded.clone()
+    }
+
+    /// What each storage slot of the graph's plan holds in this executor, as of the last
+    /// preparation, in the memory report's words.
+    pub fn slot_uses(&self) -> Vec<SlotUse> {
+        let st = self.lock();
+        let plan = &self.plan;
+        let params = st.param_slots();
+        let homes = &st.layout().homes;
+        (0..plan.storage.slots.len())
+            .map(|sid| {
+                let entries = (0..plan.graph.num_entries()).filter(|&e| plan.graph.entries[e].storage_id == sid);
+                if plan.storage.slots[sid].role == memory_plan::SlotRole::Input {
+                    if params[sid] {
+                        SlotUse::Weight
+                    } else {
+                        SlotUse::Input
+                    }
+                } else {
+                    let (derived, run): (Vec<usize>, Vec<usize>) =
+                        entries.partition(|&e| matches!(homes.get(e), Some(Home::Derived | Home::Transient)));
+                    match (derived.is_empty(), run.is_empty()) {
+                        (false, true) => SlotUse::Derived,
+                        (false, false) => SlotUse::Both,
+                        _ => SlotUse::Activation,
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Bytes this executor holds, by kind, as of its last preparation (loading, sharing, running).

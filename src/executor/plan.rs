@@ -65,6 +65,13 @@ pub struct Plan {
     /// Whether activations may be laid out by liveness rather than by the graph's storage ids:
     /// every `__nop` shares its input's storage id and no storage id mixes inputs with outputs.
     pub liveness_layout: bool,
+    /// Per alias root of a graph output that operators write (liveness layouts only): its offset
+    /// in the executor's output region. Outputs live apart from the activation arena so that
+    /// laying the arena out again (folding after a weight changes) never moves or clears what a
+    /// host may hold a view of or cached the address of, as with upstream's static storage.
+    pub output_offsets: Vec<Option<usize>>,
+    /// Bytes of the output region.
+    pub output_region_bytes: usize,
     pub library: ObjRef<Module>,
     pub device: DLDevice,
 }
@@ -162,7 +169,7 @@ impl Plan {
         }
         let input_entries: Vec<usize> = graph.arg_nodes.iter().map(|&n| graph.entry_id(n, 0)).collect();
         let input_names = graph.arg_nodes.iter().enumerate().map(|(i, &n)| (graph.nodes[n].name.clone(), i)).collect();
-        let output_entries = graph.heads.iter().map(|&(n, k)| graph.entry_id(n, k)).collect();
+        let output_entries: Vec<usize> = graph.heads.iter().map(|&(n, k)| graph.entry_id(n, k)).collect();
         let output_keys =
             graph.heads.iter().enumerate().map(|(i, &(n, _))| (format!("{}:{i}", graph.nodes[n].name), i)).collect();
         let mut inputs_per_slot = vec![0; storage.slots.len()];
@@ -182,7 +189,26 @@ impl Plan {
         for (e, &r) in alias_root.iter().enumerate() {
             root_bytes[r] = root_bytes[r].max(entry_bytes[e]);
         }
+        let mut output_offsets = vec![None; graph.num_entries()];
+        let mut output_region_bytes = 0usize;
+        if liveness_layout {
+            for &e in &output_entries {
+                let r = alias_root[e];
+                if storage.slots[graph.entries[r].storage_id].role == SlotRole::Input || output_offsets[r].is_some() {
+                    continue;
+                }
+                output_offsets[r] = Some(output_region_bytes);
+                output_region_bytes = root_bytes[r]
+                    .checked_next_multiple_of(super::layout::ALIGN)
+                    .and_then(|b| output_region_bytes.checked_add(b.max(super::layout::ALIGN)))
+                    .ok_or_else(|| {
+                        Error::value("the outputs of this graph add up to more memory than can be addressed")
+                    })?;
+            }
+        }
         Ok(Arc::new(Plan {
+            output_offsets,
+            output_region_bytes,
             linked,
             entry_bytes,
             alias_root,

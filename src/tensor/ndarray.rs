@@ -7,6 +7,7 @@ use crate::dlpack::{kDLCPU, DLDataType, DLDevice, DLManagedTensor, DLTensor};
 use crate::dtype::tensor_bytes;
 use crate::error::{Error, Result};
 use crate::object::ObjRef;
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -22,15 +23,18 @@ pub enum Owner {
 
 #[repr(C)]
 pub struct NDArray {
-    tensor: DLTensor,
+    /// C hosts hold this tensor's address and may write it, as may [`NDArray::retarget`]: it is
+    /// read through the cell, never through a long-lived reference.
+    tensor: UnsafeCell<DLTensor>,
     manager_ctx: *mut c_void,
     shape_obj: *mut c_void,
     shape: Box<[i64]>,
     owner: Owner,
 }
 
-// SAFETY: the raw pointers address memory the `owner` keeps alive; an NDArray's fields are not
-// changed after construction.
+// SAFETY: the raw pointers address memory the `owner` keeps alive (or memory a caller bound to an
+// executor, see `retarget`); only the tensor's data pointer changes after construction, by
+// `retarget`, under its contract.
 unsafe impl Send for NDArray {}
 // SAFETY: as above.
 unsafe impl Sync for NDArray {}
@@ -73,7 +77,7 @@ impl NDArray {
             byte_offset: 0,
         };
         ObjRef::new(NDArray {
-            tensor,
+            tensor: UnsafeCell::new(tensor),
             manager_ctx: std::ptr::null_mut(),
             shape_obj: std::ptr::null_mut(),
             shape,
@@ -135,18 +139,36 @@ impl NDArray {
         Ok(Self::build(t.data_ptr().cast(), t.shape(), t.dtype(), t.device(), Owner::DLPack(managed)))
     }
 
+    fn tensor(&self) -> &DLTensor {
+        // SAFETY: written only by C hosts through the handle and by `retarget`, neither of which
+        // may overlap a use of the array (their contracts).
+        unsafe { &*self.tensor.get() }
+    }
+
     pub fn dl_tensor(&self) -> &DLTensor {
-        &self.tensor
+        self.tensor()
     }
 
     /// The handle C callers get (`TVMArrayHandle`, type code 13).
     pub fn tensor_ptr(&self) -> *mut DLTensor {
-        (&self.tensor as *const DLTensor).cast_mut()
+        self.tensor.get()
     }
 
     pub fn raw(&self) -> RawTensor<'_> {
         // SAFETY: our own tensor: shape points at `self.shape`, strides null.
-        unsafe { RawTensor::from_ptr(&self.tensor) }.expect("own tensors are well formed")
+        unsafe { RawTensor::from_ptr(self.tensor.get()) }.expect("own tensors are well formed")
+    }
+
+    /// Points the array at other memory of its size: an executor's arrays of its entries follow
+    /// the entries' zero-copy bindings, as upstream's (which hands out the entries themselves).
+    ///
+    /// # Safety
+    /// `data` must hold the array's bytes for as long as the array points there: inside the
+    /// buffer the array keeps alive, or caller memory bound with zero-copy (the caller's promise,
+    /// as upstream). Nobody may use the array during the call.
+    pub(crate) unsafe fn retarget(&self, data: *mut c_void) {
+        // SAFETY: exclusive per the contract; only the data pointer changes.
+        unsafe { (*self.tensor.get()).data = data }
     }
 
     pub fn shape(&self) -> &[i64] {
@@ -154,19 +176,19 @@ impl NDArray {
     }
 
     pub fn dtype(&self) -> DLDataType {
-        self.tensor.dtype
+        self.tensor().dtype
     }
 
     pub fn device(&self) -> DLDevice {
-        self.tensor.device
+        self.tensor().device
     }
 
     pub fn data_ptr(&self) -> *mut u8 {
-        self.tensor.data.cast()
+        self.tensor().data.cast()
     }
 
     pub fn nbytes(&self) -> usize {
-        tensor_bytes(&self.shape, self.tensor.dtype).expect("checked at construction")
+        tensor_bytes(&self.shape, self.tensor().dtype).expect("checked at construction")
     }
 
     /// The buffer behind this array, when it is runtime memory.
