@@ -30,8 +30,23 @@ echo "== cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --quiet 2>&1 | tee target/cargo-test.log
+# Upstream's own library (v0.16 with OpenCL, new std::string ABI), for the tests that run the same
+# host on both runtimes and for the differential test. A clone without it skips those, saying so;
+# CI sets TVM_RT_REQUIRE_UPSTREAM_LIB=1 so they can never be skipped there.
+upstream_dir=${TVM_UPSTREAM_SHARED:-$repo/../shared/upstream}
+require_lib=OFF
+if [ -f "$upstream_dir/libtvm_runtime.so" ]; then
+  require_lib=ON
+elif [ "${TVM_RT_REQUIRE_UPSTREAM_LIB:-0}" = 1 ]; then
+  echo "no upstream libtvm_runtime.so in $upstream_dir, and TVM_RT_REQUIRE_UPSTREAM_LIB=1" >&2
+  exit 1
+else
+  echo "== NOTE: no upstream libtvm_runtime.so in $upstream_dir: the tests on upstream's own library and the"
+  echo "   differential test are skipped (put upstream v0.16's library there or set TVM_UPSTREAM_SHARED)"
+fi
 echo "== C tests (CTest, plain and under valgrind)"
-cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" \
+cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib \
+  -DTVM_UPSTREAM_SHARED="$upstream_dir" -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" \
   -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
 cmake --build build -j2
 ctest --test-dir build --output-on-failure
@@ -43,5 +58,7 @@ c++ -std=c++17 -O1 -D_GLIBCXX_USE_CXX11_ABI=0 -DDMLC_USE_LOGGING_LIBRARY='<tvm/r
   c_tests/cxx/test_cxx_host.cc -o target/old-abi/test_cxx_host -Ltarget/old-abi/release -ltvm_runtime
 LD_LIBRARY_PATH=target/old-abi/release target/old-abi/test_cxx_host tests/fixtures
 LD_LIBRARY_PATH="$(dirname "$TVM_UPSTREAM_RUNTIME")" target/old-abi/test_cxx_host tests/fixtures
+echo "== differential test against upstream's library (docs/DIFFERENCES.md)"
+TVM_UPSTREAM_SHARED=$upstream_dir scripts/difftest.sh 1 100 400 0123
 echo "== TVM's Python package on this runtime (pytest)"
 scripts/test_python.sh
