@@ -155,9 +155,8 @@ impl Model {
 
     /// The inputs that are not weights, in input order.
     pub fn data_inputs(&self, ex: &GraphExecutor) -> Vec<usize> {
-        let params = ex.lock().param_names.clone();
         let plan = ex.plan();
-        (0..plan.num_inputs()).filter(|&i| !params.contains(plan.input_name(i))).collect()
+        (0..plan.num_inputs()).filter(|&i| !ex.is_param(plan.input_name(i))).collect()
     }
 
     /// Whether anything gives this model weights: the library's factory or a params file.

@@ -119,7 +119,12 @@ fn inspect_lists_inputs_outputs_operators_and_storage() {
     assert!(folded.contains(&"__nop") && folded.iter().any(|f| f.contains("layout_transform")), "{folded:?}");
     assert!(r["memory"]["weights_derived"].as_u64().unwrap() > 0);
     let storage = r["storage"].as_array().unwrap();
-    assert!(storage.iter().any(|s| s["role"] == "input") && storage.iter().any(|s| s["role"] == "activation"));
+    let holds = |what: &str| storage.iter().filter(|s| s["holds"] == what).count();
+    assert_eq!((holds("input"), holds("weight")), (1, 4), "{storage:?}");
+    assert!(holds("activation+derived") > 0 && holds("activation") > 0, "{storage:?}");
+    // The same memory report as `run`: the data input's buffer counts as activations.
+    let run = json(&["run", &fixture("lstm_seq8"), "--repeat", "1"]);
+    assert_eq!(r["memory"]["activations"], run["memory"]["activations"]);
     let weights = r["memory"]["weights_owned"].as_u64().unwrap();
     assert_eq!(weights, (64 * 8 + 64 + 64 * 16 + 64) * 4);
 }
