@@ -66,9 +66,15 @@ static struct {
   int n;
 } sites[MAX_SITES];
 static int n_sites;
+static int SiteId(const void* p);
 static int DataId(const DLTensor* a) {
   if (Bytes(a) == 0) return -1;
-  const void* p = (char*)a->data + a->byte_offset;
+  return SiteId((char*)a->data + a->byte_offset);
+}
+/* The same for the array object itself (upstream hands out an entry's array, the same object, on
+ * every call): offset from its memory's names so the two never collide. */
+static int HandleId(const DLTensor* a) { return SiteId((const char*)a + 1); }
+static int SiteId(const void* p) {
   int k = 0;
   while (k < n_sites && strcmp(sites[k].key, site) != 0) ++k;
   if (k == n_sites) {
@@ -86,7 +92,8 @@ static int DataId(const DLTensor* a) {
 /* Arrays are named by their data pointer: upstream hands out the same array object for an entry
  * every time, this library a new view of the same memory (docs/DIFFERENCES.md). */
 static void PrintArray(TVMArrayHandle a) {
-  printf(" data#%d shape=[", DataId(a));
+  int array_id = HandleId(a), data_id = DataId(a);
+  printf(" array#%d data#%d shape=[", array_id, data_id);
   for (int i = 0; i < a->ndim; ++i) printf(i ? ",%lld" : "%lld", (long long)a->shape[i]);
   printf("] dtype=%d:%d:%d bytes=%016llx", a->dtype.code, a->dtype.bits, a->dtype.lanes,
          (unsigned long long)Hash((char*)a->data + a->byte_offset, Bytes(a)));
