@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Runs the README's snippets as written, from the repository's root.
+
+A fenced block right after `<!-- snippet: FILE -->` is written to FILE; one after
+`<!-- snippet: run -->` (or `<!-- snippet: run, expect: TEXT -->`) runs in bash, stops at the first
+failing command, and must print TEXT when given. The files the snippets create are removed after;
+the script refuses to start where one of them exists already (it is not ours to overwrite).
+"""
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARK = re.compile(r"<!-- snippet: ([^,>]+?)(?:, expect: (.*?))? -->\n```[a-z]*\n(.*?)```", re.S)
+# What the run snippets leave besides the files written (the programs they build).
+BUILT = ["app"]
+
+
+def main():
+    readme = open(os.path.join(REPO, "README.md")).read()
+    snippets = MARK.findall(readme)
+    files = [name for name, _, _ in snippets if name != "run"]
+    clash = [f for f in files + BUILT if os.path.exists(os.path.join(REPO, f))]
+    if clash:
+        sys.exit(f"readme snippets: {', '.join(clash)} exist in {REPO}; move them away first")
+    failed = 0
+    try:
+        for name, expect, body in snippets:
+            if name != "run":
+                with open(os.path.join(REPO, name), "w") as f:
+                    f.write(body)
+                continue
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=REPO, capture_output=True, text=True)
+            first = body.strip().splitlines()[-1]
+            if done.returncode != 0 or (expect and expect not in done.stdout):
+                failed += 1
+                print(f"FAILED (exit {done.returncode}, expected {expect!r}): snippet ending in: {first}")
+                print(done.stdout[-2000:], done.stderr[-2000:], sep="\n")
+            else:
+                print(f"ok: {first}  ->  {done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ''}")
+    finally:
+        for f in files + BUILT:
+            path = os.path.join(REPO, f)
+            if os.path.exists(path):
+                os.remove(path)
+    print(f"readme snippets: {len(snippets)} ({len(files)} files), {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
