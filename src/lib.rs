@@ -19,9 +19,24 @@
 //!   its callback table from `init`, and nothing below the C boundary imports it.
 //! - [`tensor`]: aligned buffers and the NDArray object.
 //!
-//! `unsafe` lives in the C boundary, the object and tensor memory code, library loading, the
-//! kernel-calling parts of the executor (`instance`, a pointer in `functions`), and the thread pool.
-//! The formats, planning, the executor's logic, factories, parameters and the registry are
+//! ## Where `unsafe` lives
+//!
+//! In these files and no others (`tests/unsafe_map.rs` keeps the list true both ways):
+//! - the C boundary: `src/capi/`, `src/last_error.rs`;
+//! - objects and memory in TVM's layouts: `src/object/mod.rs`, `src/tensor/buffer.rs`,
+//!   `src/tensor/ndarray.rs`, `src/tensor/raw.rs`, `src/tensor/weight.rs`, `src/packed/args.rs`,
+//!   `src/packed/containers.rs`, `src/packed/function.rs`, `src/packed/value.rs`;
+//! - the C++ bridge's Rust side: `src/cxx_imports.rs`;
+//! - loading compiled code: `src/library/mod.rs`, `src/library/context.rs`,
+//!   `src/library/symbols.rs`, `src/python_env.rs`;
+//! - calling kernels: `src/executor/instance.rs` (the tensor table and the calls),
+//!   `src/executor/functions.rs` (the executor behind a packed function), `src/executor/plan.rs`
+//!   (weights a library links in), `src/executor/mod.rs` (mapping a params file),
+//!   `src/contrib_sort.rs` (a kernel of ours);
+//! - threads and the allocator: `src/backend/thread_pool.rs`, `src/backend/affinity.rs`,
+//!   `src/backend/mod.rs`.
+//!
+//! The formats, planning, the executor's layout and factories, parameters and the registry are
 //! `#![forbid(unsafe_code)]`.
 
 //! What safe Rust code cannot do with this crate (each was possible once; the examples must not

@@ -25,6 +25,7 @@ fn aligned_weights_are_used_in_place_from_the_file() {
     let lib = f.load_lib();
     let m = f.executor_without_params(&lib);
     let ex = exec(&m);
+    // SAFETY: the params file is this test's own and nothing changes it while mapped.
     let (mapped, copied) = unsafe { ex.load_params_from_file(path.to_str().unwrap()) }.unwrap();
     assert_eq!((mapped, copied), (4, 0));
     let maps = mappings_of(&path);
@@ -72,6 +73,7 @@ fn unaligned_weights_are_copied() {
         if offset % 64 == 0 { &mut aligned } else { &mut unaligned }.push((name.to_string(), rec.data.len()));
     }
     assert!(!unaligned.is_empty(), "the fixture has no unaligned tensor to test with");
+    // SAFETY: the params file is this test's own and nothing changes it while mapped.
     let (mapped, copied) = unsafe { exec(&m).load_params_from_file(path.to_str().unwrap()) }.unwrap();
     assert_eq!((mapped, copied), (aligned.len(), unaligned.len()));
     let usage = exec(&m).memory_usage();
@@ -85,6 +87,7 @@ fn unaligned_weights_are_copied() {
     f.set_inputs(&m);
     exec(&m).run().unwrap();
     f.check_outputs(&m, "copied from a mapped file");
+    // SAFETY: no such file: nothing is mapped.
     let e = unsafe { exec(&m).load_params_from_file("/nonexistent.params") }.unwrap_err().to_c_message();
     assert!(e.contains("/nonexistent.params"), "{e}");
     std::fs::remove_file(&path).unwrap();

@@ -559,6 +559,7 @@ mod tests {
                 assert_eq!(d.after_barrier_saw[t].load(Ordering::SeqCst), 3, "barrier let task {t} through early");
             }
         }
+        // SAFETY: a launch that is refused before it runs anything (9 tasks above the maximum).
         assert!(unsafe { parallel_launch(lambda, std::ptr::null_mut(), 9) }.is_err());
         set_max_concurrency(0);
         configure(Mode::Default, 0, &[]).unwrap();

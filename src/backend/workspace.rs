@@ -1,6 +1,8 @@
 //! `TVMBackendAllocWorkspace`: per-thread pools of scratch buffers for kernels. Requests are
 //! rounded up to pages and reused best-fit, so a steady model allocates nothing per run.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 use crate::tensor::Buffer;
 use std::cell::RefCell;

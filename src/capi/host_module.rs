@@ -73,9 +73,12 @@ pub unsafe extern "C" fn tvmrt_module_from_host(obj: *mut c_void, out_handle: *m
         }
         // SAFETY: the C++ layer passes a live host module and keeps it alive for the call.
         let key = unsafe { tvmrt_cxx_host_module_type_key(obj) };
-        // SAFETY: `type_key()` returns a NUL-terminated string that lives as long as the module.
-        let type_key =
-            if key.is_null() { "host".into() } else { unsafe { CStr::from_ptr(key) }.to_string_lossy().into() };
+        let type_key = if key.is_null() {
+            "host".into()
+        } else {
+            // SAFETY: `type_key()` returns a NUL-terminated string that lives as long as the module.
+            unsafe { CStr::from_ptr(key) }.to_string_lossy().into()
+        };
         let header = obj.cast::<ObjectHeader>();
         // SAFETY: a live object; this takes the count `HostModule` releases.
         unsafe { (*header).ref_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) };

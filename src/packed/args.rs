@@ -139,8 +139,9 @@ impl<'a> Args<'a> {
     pub fn float(&self, i: usize) -> Result<f64> {
         let (v, c) = self.get(i)?;
         match c {
-            // SAFETY: code 2 carries `v_float64`, code 0 `v_int64`.
+            // SAFETY: code 2 carries `v_float64`.
             kTVMArgFloat => Ok(unsafe { v.v_float64 }),
+            // SAFETY: code 0 carries `v_int64`.
             kTVMArgInt => Ok(unsafe { v.v_int64 } as f64),
             _ => Err(self.mismatch(i, "float")),
         }
