@@ -394,4 +394,38 @@ mod tests {
             assert!(e.contains(want), "expected '{want}' in '{e}'");
         }
     }
+
+    /// The optional per-entry lists must cover every entry (a short one would index past its end).
+    #[test]
+    fn rejects_short_optional_lists() {
+        let with = |extra: &str| TINY.replace("\"storage_id\":", &format!("{extra},\"storage_id\":"));
+        for (json, want) in [
+            (with(r#""device_index":["list_int",[1]]"#), "attrs.device_index has 1 elements for 2 entries"),
+            (with(r#""storage_scope":["list_str",["global"]]"#), "attrs.storage_scope has 1 elements for 2 entries"),
+        ] {
+            let e = Graph::parse(&json).unwrap_err().to_string();
+            assert!(e.contains(want), "expected '{want}' in '{e}'");
+        }
+        let g = Graph::parse(&with(r#""device_index":["list_int",[1,1]],"storage_scope":["list_str",["global",""]]"#))
+            .unwrap();
+        assert_eq!((g.entries[1].device_type, g.entries[0].scope.as_str()), (Some(1), "global"));
+    }
+
+    /// `__nop` and `__copy` read exactly one input; a `__nop` writes the storage it reads.
+    #[test]
+    fn rejects_aliases_that_do_not_alias() {
+        let nop = TINY.replace("\"func_name\":\"f\"", "\"func_name\":\"__nop\"");
+        let e = Graph::parse(&nop).unwrap_err().to_string();
+        assert!(e.contains("node 1 ('f'): a __nop must write the storage it reads"), "{e}");
+        assert!(Graph::parse(&nop.replace("[0,1]]", "[0,0]]")).is_ok());
+        for func in ["__nop", "__copy"] {
+            let bare = TINY
+                .replace("\"func_name\":\"f\"", &format!("\"func_name\":\"{func}\""))
+                .replace("\"num_inputs\":\"1\"", "\"num_inputs\":\"0\"")
+                .replace("\"inputs\":[[0,0,0]]", "\"inputs\":[]")
+                .replace("[0,1]]", "[0,0]]");
+            let e = Graph::parse(&bare).unwrap_err().to_string();
+            assert!(e.contains(&format!("node 1 ('f') is {func} without an input")), "{e}");
+        }
+    }
 }

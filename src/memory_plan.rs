@@ -102,3 +102,49 @@ impl StoragePlan {
         self.slots.iter().filter(|s| s.role == role).map(|s| s.bytes).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// x (int8 [3]) -> nop -> y; x -> f -> z; storage ids and extras per test.
+    fn graph(sids: [u32; 4], extra: &str) -> Result<StoragePlan> {
+        let json = format!(
+            r#"{{"nodes":[{{"op":"null","name":"x","inputs":[]}},
+              {{"op":"tvm_op","name":"y","attrs":{{"func_name":"__nop","num_inputs":"1","num_outputs":"1","flatten_data":"0"}},"inputs":[[0,0,0]]}},
+              {{"op":"tvm_op","name":"z","attrs":{{"func_name":"f","num_inputs":"1","num_outputs":"1","flatten_data":"0"}},"inputs":[[0,0,0]]}}],
+              "arg_nodes":[0],"node_row_ptr":[0,1,2,3],"heads":[[1,0,0],[2,0,0]],
+              "attrs":{{"dltype":["list_str",["int8","int8","float32"]],"storage_id":["list_int",[{},{},{}]],
+              "shape":["list_shape",[[3],[3],[5]]]{extra}}}}}"#,
+            sids[0], sids[1], sids[2]
+        );
+        StoragePlan::new(&Graph::parse(&json)?)
+    }
+
+    #[test]
+    fn slots_are_sized_rounded_and_given_their_role() {
+        let p = graph([0, 0, 2, 0], "").unwrap();
+        let got: Vec<(usize, SlotRole)> = p.slots.iter().map(|s| (s.bytes, s.role.clone())).collect();
+        // x and its __nop share slot 0 (an input: shareable); slot 1 is never used.
+        assert_eq!(got, vec![(4, SlotRole::Input), (0, SlotRole::Unused), (20, SlotRole::Activation)]);
+        assert_eq!(p.bytes_of(SlotRole::Activation), 20);
+        // An operator writing into an input's slot makes it an activation slot.
+        let p = graph([0, 0, 0, 0], "").unwrap();
+        assert_eq!((p.slots.len(), p.slots[0].bytes, &p.slots[0].role), (1, 20, &SlotRole::Activation));
+    }
+
+    #[test]
+    fn other_scopes_and_devices_are_refused() {
+        let e = graph([0, 0, 1, 0], r#","storage_scope":["list_str",["global","global","global.texture"]]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("entry 2: storage scope 'global.texture' is not supported on the CPU"), "{e}");
+        let e = graph([0, 0, 1, 0], r#","device_index":["list_int",[1,1,4]]"#).unwrap_err().to_string();
+        assert!(e.contains("entry 2: device type 4 is not enabled (CPU only)"), "{e}");
+        assert!(graph(
+            [0, 0, 1, 0],
+            r#","device_index":["list_int",[1,1,1]],"storage_scope":["list_str",["","global",""]]"#
+        )
+        .is_ok());
+    }
+}

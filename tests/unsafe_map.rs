@@ -27,7 +27,10 @@ fn has_unsafe_code(text: &str) -> bool {
             if before.is_some_and(|c| c.is_alphanumeric() || c == '_') || after.starts_with('_') {
                 continue;
             }
-            if after.starts_with('{') || after.starts_with("fn ") || after.starts_with("impl") || after.starts_with("trait")
+            if after.starts_with('{')
+                || after.starts_with("fn ")
+                || after.starts_with("impl")
+                || after.starts_with("trait")
             {
                 return true;
             }
@@ -55,11 +58,8 @@ fn the_unsafe_map_in_lib_rs_names_exactly_the_files_with_unsafe_code() {
     rust_files(&root.join("src"), &mut files);
     let rel = |p: &Path| p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
     let covered = |f: &str| named.iter().any(|n| if n.ends_with('/') { f.starts_with(n) } else { f == *n });
-    let with_unsafe: BTreeSet<String> = files
-        .iter()
-        .filter(|p| has_unsafe_code(&std::fs::read_to_string(p).unwrap()))
-        .map(|p| rel(p))
-        .collect();
+    let with_unsafe: BTreeSet<String> =
+        files.iter().filter(|p| has_unsafe_code(&std::fs::read_to_string(p).unwrap())).map(|p| rel(p)).collect();
     let unlisted: Vec<&String> = with_unsafe.iter().filter(|f| !covered(f)).collect();
     assert!(unlisted.is_empty(), "unsafe code in files the map in src/lib.rs does not name: {unlisted:?}");
     let stale: Vec<&&str> = named

@@ -166,4 +166,14 @@ mod tests {
         drop((a, b));
         assert!(weak.upgrade().is_none(), "the table must not keep weights alive");
     }
+
+    #[test]
+    fn entries_of_dropped_weights_are_swept() {
+        // 300 lengths no other test uses, each weight dropped at once.
+        for i in 0..300 {
+            drop(intern(Weight::copy_of(&vec![7u8; 5000 + i]).unwrap()));
+        }
+        let lengths = DERIVED.lock().unwrap().as_ref().map_or(0, |t| t.len());
+        assert!(lengths <= 128 + 16, "{lengths} lengths kept, for weights that are all gone");
+    }
 }

@@ -291,3 +291,32 @@ fn save_inputs_writes_what_inputs_reads_back() {
     assert_eq!(first["outputs"], again["outputs"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `TVM_RT_FOLD_WEIGHTS`: 0 folds nothing, 1 folds weights mapped from a file too, unset folds
+/// the others; outputs are the same bytes every way.
+#[test]
+fn fold_weights_follows_the_environment() {
+    let model = fixture("mlp_unbound_b1");
+    let aligned = temp_dir("fold").join("params.aligned");
+    assert!(tvmrt(&["align-params", &format!("{model}/params.bin"), aligned.to_str().unwrap()]).0);
+    let folded = |env: Option<&str>, mapped: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tvmrt"));
+        cmd.args(["run", &model, "--repeat", "1", "--json"]).env("TVM_NUM_THREADS", "1");
+        if mapped {
+            cmd.args(["--params", aligned.to_str().unwrap(), "--map-params"]);
+        }
+        match env {
+            Some(v) => cmd.env("TVM_RT_FOLD_WEIGHTS", v),
+            None => cmd.env_remove("TVM_RT_FOLD_WEIGHTS"),
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(r["outputs"].as_array().unwrap().iter().all(|o| o["matches_reference"] == true), "{r}");
+        r["memory"]["ops_folded"].as_u64().unwrap()
+    };
+    let by_default = folded(None, false);
+    assert!(by_default > 0);
+    assert_eq!((folded(Some("0"), false), folded(Some("1"), false)), (0, by_default));
+    assert_eq!((folded(None, true), folded(Some("1"), true)), (0, by_default), "mapped weights fold only when asked");
+}
