@@ -15,16 +15,16 @@ extern "C" {
 
 // ---- Defined in Rust, called by C++. ----
 
-// src/capi/object.rs: whether `obj` is an object of the Rust core (else a host's).
+// src/cxx/objects.rs: whether `obj` is an object of the Rust core (else a host's).
 int tvmrt_object_is_native(const void* obj);
-// src/capi/object.rs: the index of a host's type, allocated with upstream's rules.
+// src/cxx/objects.rs: the index of a host's type, allocated with upstream's rules.
 int tvmrt_type_index_alloc(const char* key, uint32_t static_tindex, uint32_t parent_tindex,
                            uint32_t num_child_slots, int child_slots_can_overflow, uint32_t* out);
-// src/capi/host_module.rs: a core module standing for a host's module (new count).
+// src/cxx/host_module.rs: a core module standing for a host's module (new count).
 int tvmrt_module_from_host(void* obj, TVMModuleHandle* out);
-// src/capi/host_module.rs: the host module a stand-in holds (borrowed), or null.
+// src/cxx/host_module.rs: the host module a stand-in holds (borrowed), or null.
 void* tvmrt_module_host_object(void* module);
-// src/capi/threading.rs: the pool behind threading::Configure and friends.
+// src/cxx/threading.rs: the pool behind threading::Configure and friends.
 int tvmrt_threading_configure(int mode, int nthreads, const uint32_t* cores, size_t n, int* used);
 int tvmrt_threading_cores(int mode, const uint32_t* cores, size_t n, uint32_t* out, size_t cap);
 int tvmrt_threading_max_concurrency(void);

@@ -1406,7 +1406,7 @@ NDArray NDArray::NewFromDLTensor(DLTensor* dl_tensor, const DLDevice& dev) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Host modules held by the core (capi/host_module.rs): their virtuals, behind the exception edge.
+// Host modules held by the core (src/cxx/host_module.rs): their virtuals, behind the exception edge.
 
 extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_get_function(void* host, const char* name, TVMFunctionHandle* out) {
   auto* obj = static_cast<Object*>(host);
@@ -1436,7 +1436,7 @@ extern "C" TVMRT_EXPORT const char* tvmrt_cxx_host_module_type_key(void* host) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The imports_ mirror of the core's modules (cxx_imports.rs).
+// The imports_ mirror of the core's modules (src/cxx/imports.rs).
 
 extern "C" TVMRT_EXPORT void tvmrt_cxx_set_imports(void* vector, void* const* handles, size_t n) {
   auto* const* modules = reinterpret_cast<Object* const*>(handles);

@@ -26,7 +26,7 @@
 //! - objects and memory in TVM's layouts: `src/object/mod.rs`, `src/tensor/buffer.rs`,
 //!   `src/tensor/ndarray.rs`, `src/tensor/raw.rs`, `src/tensor/weight.rs`, `src/packed/args.rs`,
 //!   `src/packed/containers.rs`, `src/packed/function.rs`, `src/packed/value.rs`;
-//! - the C++ bridge's Rust side: `src/cxx_imports.rs`;
+//! - the C++ bridge's Rust side: `src/cxx/`;
 //! - loading compiled code: `src/library/mod.rs`, `src/library/context.rs`,
 //!   `src/library/symbols.rs`, `src/python_env.rs`;
 //! - calling kernels: `src/executor/instance.rs` (the tensor table and the calls),
@@ -73,7 +73,8 @@
 pub mod backend;
 pub mod capi;
 pub mod contrib_sort;
-mod cxx_imports;
+/// cbindgen:ignore
+pub mod cxx;
 pub mod dlpack;
 pub mod dtype;
 pub mod error;

@@ -3,7 +3,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::cxx_imports::CxxImports;
+use crate::cxx::imports::CxxImports;
 use crate::error::{Error, Result};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
@@ -41,6 +41,10 @@ pub struct Module {
     imports: RwLock<Vec<ObjRef<Module>>>,
 }
 
+// The payload starts right after the header (`object`), so the mirror is at header + 16 as
+// upstream's `imports_` (cxx/runtime.cc checks the C++ side).
+const _: () = assert!(std::mem::offset_of!(Module, cxx_imports) == 0);
+
 impl Module {
     pub fn new(node: impl ModuleNode) -> ObjRef<Module> {
         ObjRef::new(Module {
@@ -70,7 +74,7 @@ impl Module {
     pub fn clear_imports(&self) {
         let mut imports = self.imports.write().unwrap_or_else(|e| e.into_inner());
         imports.clear();
-        self.cxx_imports.set(&mut imports);
+        self.cxx_imports.set(&mut imports, |m| m.as_ptr().cast());
     }
 
     /// Adds `dep` to the imports of `this`, refusing cycles.
@@ -80,7 +84,7 @@ impl Module {
         }
         let mut imports = this.imports.write().unwrap_or_else(|e| e.into_inner());
         imports.push(dep);
-        this.cxx_imports.set(&mut imports);
+        this.cxx_imports.set(&mut imports, |m| m.as_ptr().cast());
         Ok(())
     }
 

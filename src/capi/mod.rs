@@ -9,11 +9,8 @@ pub mod backend;
 pub mod device;
 pub mod error;
 pub mod function;
-pub mod host_module;
 pub mod module;
 pub mod object;
-/// cbindgen:ignore
-pub mod threading;
 
 use crate::error::{Error, Result};
 use crate::last_error;

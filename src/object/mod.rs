@@ -53,6 +53,14 @@ pub struct ObjectHeader {
     pub deleter: Option<unsafe extern "C" fn(*mut ObjectHeader)>,
 }
 
+// Upstream's `Object`: the C++ side checks `sizeof(Object) == 16` (cxx/runtime.cc).
+const _: () = {
+    assert!(std::mem::size_of::<ObjectHeader>() == 16);
+    assert!(std::mem::offset_of!(ObjectHeader, type_index) == 0);
+    assert!(std::mem::offset_of!(ObjectHeader, ref_counter) == 4);
+    assert!(std::mem::offset_of!(ObjectHeader, deleter) == 8);
+};
+
 /// A payload type of runtime objects, identified by its type index. Sealed: [`payload_of`] and the
 /// downcasts trust the index in an object's header to name the payload's type, so each index must
 /// belong to one type, which only this crate can promise.
@@ -130,15 +138,10 @@ unsafe impl Send for ModulePrefix {}
 // SAFETY: as above.
 unsafe impl Sync for ModulePrefix {}
 
-extern "C" {
-    /// The vtable pointer of the C++ module class (`cxx/runtime.cc`).
-    fn tvmrt_cxx_module_vptr() -> *const c_void;
-}
-
 impl ModulePrefix {
     fn new() -> ModulePrefix {
         // SAFETY: returns the address of a static vtable; no arguments, no state.
-        ModulePrefix { vptr: unsafe { tvmrt_cxx_module_vptr() } }
+        ModulePrefix { vptr: unsafe { crate::cxx::tvmrt_cxx_module_vptr() } }
     }
 }
 
@@ -175,7 +178,15 @@ unsafe impl<T: ObjectType> Send for ObjRef<T> {}
 unsafe impl<T: ObjectType> Sync for ObjRef<T> {}
 
 impl<T: ObjectType> ObjRef<T> {
+    /// C++ reads payloads at the header + 16 (a function's call pointer, a module's imports).
+    const PAYLOAD_AFTER_HEADER: () = assert!(
+        std::mem::offset_of!(ObjectCell<T>, value) - std::mem::offset_of!(ObjectCell<T>, header)
+            == std::mem::size_of::<ObjectHeader>()
+    );
+
     pub fn new(value: T) -> ObjRef<T> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::PAYLOAD_AFTER_HEADER;
         let cell = Box::new(ObjectCell {
             prefix: T::prefix(),
             header: ObjectHeader {

@@ -38,26 +38,19 @@ pub struct PackedFunc {
     trusted_pointers: bool,
 }
 
-/// `TVMArgs` as C++ passes it: by value, in memory.
-#[repr(C)]
-pub struct CxxArgs {
-    pub values: *const TVMValue,
-    pub codes: *const i32,
-    pub num_args: i32,
-}
+use crate::cxx::tvmrt_cxx_call_packed;
+pub use crate::cxx::CxxArgs;
 
 type CxxCall = unsafe extern "C" fn(*const c_void, CxxArgs, *mut c_void);
-
-extern "C" {
-    /// The C++ call shim (`cxx/runtime.cc`); only its address is taken here.
-    fn tvmrt_cxx_call_packed(obj: *const c_void, args: CxxArgs, rv: *mut c_void);
-}
 
 // SAFETY: callbacks and kernels are called from any thread by TVM's contract; the resource handle
 // is the host's to make thread-safe, as in upstream.
 unsafe impl Send for PackedFunc {}
 // SAFETY: as above.
 unsafe impl Sync for PackedFunc {}
+
+// The call pointer at the header + 16 (upstream's `PackedFuncObj::call_`), where hosts jump.
+const _: () = assert!(std::mem::offset_of!(PackedFunc, call) == 0);
 
 impl Drop for PackedFunc {
     fn drop(&mut self) {

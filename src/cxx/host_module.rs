@@ -3,21 +3,16 @@
 //! found through the host's own virtual `GetFunction`, called by the C++ layer (`cxx/runtime.cc`),
 //! whose exceptions stop there.
 
-use super::{guard, out, TVMModuleHandle};
+use crate::capi::{guard, out, TVMModuleHandle};
 use crate::error::{Error, Result};
 use crate::last_error;
 use crate::module::{Module, ModuleNode};
 use crate::object::{release, ObjRef, ObjectHeader};
 use crate::packed::PackedFunc;
 use std::any::Any;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 
-extern "C" {
-    /// The host module's function `name` as one of this runtime's (null when it has none).
-    fn tvmrt_cxx_host_module_get_function(obj: *mut c_void, name: *const c_char, out: *mut *mut c_void) -> c_int;
-    /// The host module's type key (its virtual `type_key()`).
-    fn tvmrt_cxx_host_module_type_key(obj: *mut c_void) -> *const c_char;
-}
+use crate::cxx::{tvmrt_cxx_host_module_get_function, tvmrt_cxx_host_module_type_key};
 
 struct HostModule {
     /// The host's object; this holds one count of it.

@@ -3,21 +3,18 @@
 //! module's own list stays authoritative; this mirror is rebuilt by the C++ layer
 //! (`cxx/runtime.cc`) whenever that list changes, and holds counts of its own.
 
-use crate::module::Module;
-use crate::object::{ObjRef, ObjectHeader};
+use super::{tvmrt_cxx_drop_imports, tvmrt_cxx_set_imports};
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
-
-extern "C" {
-    fn tvmrt_cxx_set_imports(vector: *mut c_void, modules: *const *mut ObjectHeader, n: usize);
-    fn tvmrt_cxx_drop_imports(vector: *mut c_void);
-}
 
 /// Three pointers: an empty `std::vector` is three nulls, which is how a module starts.
 #[repr(C)]
 pub struct CxxImports {
     words: UnsafeCell<[usize; 3]>,
 }
+
+// libstdc++'s std::vector: begin, end, end of storage.
+const _: () = assert!(std::mem::size_of::<CxxImports>() == 3 * std::mem::size_of::<*const c_void>());
 
 // SAFETY: written only through `set`, which takes the module's import list mutably (its lock held).
 unsafe impl Sync for CxxImports {}
@@ -32,9 +29,9 @@ impl Default for CxxImports {
 
 impl CxxImports {
     /// Rebuilds the mirror from `imports`, the module's list, borrowed mutably: the caller holds its
-    /// write lock, so nobody else rebuilds at the same time.
-    pub fn set(&self, imports: &mut [ObjRef<Module>]) {
-        let handles: Vec<*mut ObjectHeader> = imports.iter().map(ObjRef::as_ptr).collect();
+    /// write lock, so nobody else rebuilds at the same time. `handle` gives each one's object.
+    pub fn set<T>(&self, imports: &mut [T], handle: fn(&T) -> *mut c_void) {
+        let handles: Vec<*mut c_void> = imports.iter().map(handle).collect();
         // SAFETY: the vector's storage is ours, written by no one else (see above); the handles are
         // live modules, of which the C++ layer takes counts of its own.
         unsafe { tvmrt_cxx_set_imports(self.words.get().cast(), handles.as_ptr(), handles.len()) }

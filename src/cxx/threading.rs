@@ -1,9 +1,9 @@
 //! The entry points behind the C++ threading API of `tvm/runtime/threading_backend.h`
 //! (`cxx/threading.cc`): configuring the pool, its concurrency, and the cores a mode uses.
 
-use super::guard;
 use crate::backend::affinity::{self, Mode};
 use crate::backend::thread_pool;
+use crate::capi::guard;
 use crate::error::Error;
 use std::ffi::c_int;
 

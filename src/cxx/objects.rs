@@ -1,0 +1,36 @@
+//! Objects for the C++ layer: telling the core's objects from a host's, and the type indices of a
+//! host's classes (`Object::GetOrAllocRuntimeTypeIndex`).
+
+use crate::capi::{c_str, guard, out};
+use crate::object::type_table::table;
+use std::ffi::{c_char, c_int, c_void};
+
+/// Whether `obj` is an object of this runtime rather than one a C++ host made with upstream's
+/// layouts (used by the C++ layer, `cxx/runtime.cc`, to convert containers at the boundary).
+#[no_mangle]
+pub unsafe extern "C" fn tvmrt_object_is_native(obj: *const c_void) -> c_int {
+    // SAFETY: the C++ layer passes live object handles.
+    std::panic::catch_unwind(|| unsafe { crate::object::is_native(obj.cast()) } as c_int).unwrap_or(0)
+}
+
+/// The index of a host's object type, allocated on first use with upstream's rules (the C++
+/// layer's `Object::GetOrAllocRuntimeTypeIndex`; `static_tindex` is 12, upstream's `kDynamic`, for a dynamic one).
+#[no_mangle]
+pub unsafe extern "C" fn tvmrt_type_index_alloc(
+    type_key: *const c_char,
+    static_tindex: u32,
+    parent_tindex: u32,
+    num_child_slots: u32,
+    child_slots_can_overflow: c_int,
+    out_tindex: *mut u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the C++ layer's string and out-pointer.
+        unsafe {
+            let key = c_str(type_key, "type key")?;
+            let index =
+                table().alloc(key, static_tindex, parent_tindex, num_child_slots, child_slots_can_overflow != 0)?;
+            out(out_tindex, index, "tvmrt_type_index_alloc")
+        }
+    })
+}
