@@ -9,8 +9,9 @@
 //! - [`object`]: reference-counted objects with TVM's C layout, so handles cross freely.
 //! - [`library`]: loading compiled operator libraries (`dlopen`, context slots, module blob).
 //! - [`executor`]: the graph executor, split into an immutable, shared [`executor::plan::Plan`]
-//!   and per-executor [`executor::instance::Instance`] state; weights bind per storage slot, so
-//!   executors (and factories) share one copy.
+//!   and per-executor [`executor::instance::Instance`] state (safe code choosing each entry's
+//!   memory; [`executor::kernels`] holds it and calls the kernels); weights bind per storage slot,
+//!   so executors (and factories) share one copy.
 //! - [`graph`], [`memory_plan`], [`params`]: the formats, parsed and validated up front.
 //! - [`backend`]: what kernels call back into (thread pool, workspaces).
 //! - [`globals`]: the built-in global functions, by what they serve; [`init`] (the one init point,
@@ -29,10 +30,11 @@
 //! - the C++ bridge's Rust side: `src/cxx/`;
 //! - loading compiled code: `src/library/mod.rs`, `src/library/context.rs`,
 //!   `src/library/symbols.rs`, `src/python_env.rs`;
-//! - calling kernels: `src/executor/instance.rs` (the tensor table and the calls),
-//!   `src/executor/functions.rs` (the executor behind a packed function), `src/executor/plan.rs`
-//!   (weights a library links in), `src/executor/mod.rs` (mapping a params file),
-//!   `src/contrib_sort.rs` (a kernel of ours);
+//! - calling kernels: `src/executor/kernels.rs` (the executor's one unsafe room: the tensor
+//!   table, the memory each entry points at, the calls and copies), `src/executor/functions.rs`
+//!   (the executor behind a packed function, the host's zero-copy promise),
+//!   `src/executor/plan.rs` (weights a library links in), `src/executor/mod.rs` (mapping a params
+//!   file), `src/contrib_sort.rs` (a kernel of ours);
 //! - threads and the allocator: `src/backend/thread_pool.rs`, `src/backend/affinity.rs`,
 //!   `src/backend/mod.rs`.
 //!

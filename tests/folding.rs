@@ -257,7 +257,8 @@ fn a_graph_output_derived_from_weights_only_reads_as_computed() {
     assert_eq!(out.to_vec(), a[1]);
     // Redirected to caller memory, it is written there by the run.
     let dst = tvm_runtime::tensor::NDArray::empty(out.shape(), out.dtype(), DLDevice::CPU).unwrap();
-    exec(&on).set_output_zero_copy(1, dst.raw()).unwrap();
+    // SAFETY: `dst` outlives the executor's use of it (this test's end).
+    exec(&on).set_output_zero_copy(1, unsafe { tvm_runtime::executor::ZeroCopy::new(dst.raw()) }).unwrap();
     let before = folded(&on);
     exec(&on).run().unwrap();
     assert_eq!(dst.to_vec(), a[1]);

@@ -1,6 +1,6 @@
 //! The executor's packed-function table, as upstream 0.16 names and calls it.
 
-use super::{GraphExecutor, Key};
+use super::{GraphExecutor, Key, ZeroCopy};
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
 use crate::module::Module;
@@ -83,7 +83,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 let Some(i) = target(ex, a, 0, false)? else {
                     return Ok(RetValue::None);
                 };
-                ex.set_input_zero_copy(i, a.tensor(1)?).map(Into::into)
+                // SAFETY: the host's zero-copy contract: the tensor's memory outlives the binding.
+                ex.set_input_zero_copy(i, unsafe { ZeroCopy::new(a.tensor(1)?) }).map(Into::into)
             },
             "set_input_zero_copy",
         ),
@@ -94,7 +95,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 let Some(i) = target(ex, a, 0, true)? else {
                     return Ok(RetValue::None);
                 };
-                ex.set_output_zero_copy(i, a.tensor(1)?).map(Into::into)
+                // SAFETY: as above.
+                ex.set_output_zero_copy(i, unsafe { ZeroCopy::new(a.tensor(1)?) }).map(Into::into)
             },
             "set_output_zero_copy",
         ),

@@ -1,24 +1,23 @@
 //! The per-executor state: input slot memory, the derived weights and activation arena of its
-//! layout (see `layout`), the entry tensors kernels read and write, and the prepared argument
-//! arrays of every operator. Inputs are bound per storage slot, so every entry planned into a slot
-//! (a `__nop` reshape of a weight included) sees the same bytes; operator outputs live where the
-//! layout puts their alias root.
+//! layout (see `layout`), and which memory each entry uses. Inputs are bound per storage slot, so
+//! every entry planned into a slot (a `__nop` reshape of a weight included) sees the same bytes;
+//! operator outputs live where the layout puts their alias root.
 //!
-//! This file builds the raw `DLTensor`s and calls kernels: the executor's unsafe corner.
+//! Safe code: it decides which memory each entry uses and hands that to `kernels` (the tensor
+//! table, the calls and the copies), which holds it for as long as the entry points there.
+
+#![forbid(unsafe_code)]
 
 use super::arena::Arena;
+use super::fold;
+use super::kernels::{External, Mem, Ops, ZeroCopy};
 use super::layout::{self, Folding, Home, Layout};
-use super::plan::{OpKind, Plan};
-use crate::dlpack::{kTVMDLTensorHandle, kTVMNullptr, DLTensor, TVMBackendPackedCFunc, TVMValue};
+use super::plan::Plan;
 use crate::error::{Error, Result};
-use crate::last_error;
 use crate::memory_plan::SlotRole;
 use crate::object::ObjRef;
-use crate::packed::{Args, PackedFunc};
-use crate::tensor::{raw, weight, Buffer, NDArray, RawTensor, Weight};
+use crate::tensor::{Buffer, NDArray, RawTensor, Weight};
 use std::collections::HashSet;
-use std::ffi::c_void;
-use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 /// The memory behind one input storage slot (graph inputs and their `__nop` aliases). A shared
@@ -42,12 +41,11 @@ impl SlotMemory {
         SlotMemory::Owned(Arc::new(buffer))
     }
 
-    fn data(&self) -> Option<*mut c_void> {
+    fn memory(&self) -> Mem {
         match self {
-            SlotMemory::Unbound => None,
-            SlotMemory::Owned(b) => Some(b.as_ptr().cast()),
-            // Kernels take every argument as `void*`; weight slots are only ever operator inputs.
-            SlotMemory::Weight(w) => Some(w.as_ptr().cast_mut().cast()),
+            SlotMemory::Unbound => Mem::None,
+            SlotMemory::Owned(b) => Mem::Buffer(b.clone(), 0),
+            SlotMemory::Weight(w) => Mem::Weight(w.clone()),
         }
     }
 
@@ -77,72 +75,16 @@ impl Activations {
     }
 }
 
-/// The entry tensors kernels receive, in one allocation whose address never changes. Operator
-/// argument arrays point into it, so it is only reached through raw pointers: no reference to the
-/// whole table exists while those pointers do.
-struct TensorTable {
-    ptr: NonNull<DLTensor>,
-    len: usize,
-}
-
-impl TensorTable {
-    fn new(tensors: Vec<DLTensor>) -> TensorTable {
-        let len = tensors.len();
-        let raw = Box::into_raw(tensors.into_boxed_slice());
-        TensorTable { ptr: NonNull::new(raw.cast()).expect("a box is never null"), len }
-    }
-
-    /// The address of entry `eid`'s tensor.
-    fn at(&self, eid: usize) -> *mut DLTensor {
-        assert!(eid < self.len, "entry {eid} of {}", self.len);
-        // SAFETY: in bounds of the allocation.
-        unsafe { self.ptr.as_ptr().add(eid) }
-    }
-
-    fn set_data(&mut self, eid: usize, data: *mut c_void) {
-        // SAFETY: a live tensor of the table; `&mut self` means no kernel runs on it now.
-        unsafe { (*self.at(eid)).data = data };
-    }
-
-    fn data(&self, eid: usize) -> *mut c_void {
-        // SAFETY: a live tensor of the table.
-        unsafe { (*self.at(eid)).data }
-    }
-}
-
-impl Drop for TensorTable {
-    fn drop(&mut self) {
-        // SAFETY: made by `Box::into_raw` of a boxed slice of this length; dropped once.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len)) });
-    }
-}
-
-enum Call {
-    Nop,
-    Copy,
-    Kernel(TVMBackendPackedCFunc),
-    Packed(ObjRef<PackedFunc>),
-}
-
-struct OpCall {
-    node: usize,
-    call: Call,
-    /// Derived from weights once: `run` skips it.
-    folded: bool,
-    values: Box<[TVMValue]>,
-    codes: Box<[i32]>,
-}
-
 pub struct Instance {
     pub plan: Arc<Plan>,
     /// Per storage slot; only input slots are bound (operator outputs live by the layout).
     slots: Vec<SlotMemory>,
     /// Zero-copy input bindings, per slot.
-    slot_override: Vec<Option<*mut c_void>>,
+    slot_override: Vec<Option<External>>,
     /// Zero-copy output bindings, per entry.
-    entry_override: Vec<Option<*mut c_void>>,
-    tensors: TensorTable,
-    calls: Vec<OpCall>,
+    entry_override: Vec<Option<External>>,
+    /// The entry tensors, their memory and the operators' calls.
+    ops: Ops,
     /// Names loaded as parameters (hidden from `get_input_info`).
     pub param_names: HashSet<String>,
     all_bound: bool,
@@ -168,11 +110,6 @@ pub struct Instance {
     pub last_executed: Option<usize>,
 }
 
-// SAFETY: the raw pointers address memory this instance keeps alive (its slots, its tensor table,
-// the plan's shapes), or memory a caller bound with zero-copy and promised to keep; the instance is
-// only used behind the executor's mutex.
-unsafe impl Send for Instance {}
-
 impl Instance {
     /// A new instance. Memory comes when first needed: input slots when set or loaded (so a weight
     /// that will be shared is never allocated twice), activations once the weights are known.
@@ -182,38 +119,7 @@ impl Instance {
             .iter()
             .map(|linked| linked.as_ref().map_or(SlotMemory::Unbound, |w| SlotMemory::Weight(w.clone())))
             .collect::<Vec<_>>();
-        let tensors = TensorTable::new(
-            plan.graph
-                .entries
-                .iter()
-                .map(|e| DLTensor {
-                    data: std::ptr::null_mut(),
-                    device: plan.device,
-                    ndim: e.shape.len() as i32,
-                    dtype: e.dtype,
-                    // Kernels never write shapes; the plan outlives the instance's tensors.
-                    shape: e.shape.as_ptr().cast_mut(),
-                    strides: std::ptr::null_mut(),
-                    byte_offset: 0,
-                })
-                .collect(),
-        );
-        let calls = plan
-            .ops
-            .iter()
-            .map(|op| OpCall {
-                node: op.node,
-                call: match &op.kind {
-                    OpKind::Nop => Call::Nop,
-                    OpKind::Copy => Call::Copy,
-                    OpKind::Kernel { raw: Some(f), .. } => Call::Kernel(*f),
-                    OpKind::Kernel { func, raw: None } => Call::Packed(func.clone()),
-                },
-                folded: false,
-                values: op.args.iter().map(|&eid| TVMValue { v_handle: tensors.at(eid).cast() }).collect(),
-                codes: vec![kTVMDLTensorHandle; op.args.len()].into_boxed_slice(),
-            })
-            .collect();
+        let ops = Ops::new(&plan);
         let n_slots = slots.len();
         let n_entries = plan.graph.entries.len();
         // Inputs whose data the library links in are weights.
@@ -226,8 +132,7 @@ impl Instance {
             slots,
             slot_override: vec![None; n_slots],
             entry_override: vec![None; n_entries],
-            tensors,
-            calls,
+            ops,
             param_names,
             all_bound: false,
             layout: Layout::default(),
@@ -247,59 +152,44 @@ impl Instance {
     }
 
     /// Points every entry tensor at its current memory. Until the layout is brought up to date,
-    /// activations point into the previous layout's memory, which is still held.
+    /// activations stay in the previous layout's memory, which the tensors hold meanwhile.
     fn refresh(&mut self) {
         let plan = self.plan.clone();
-        let arena = self.activations.buffer().map(|b| (b.as_ptr(), b.len()));
-        let outputs = self.outputs.as_ref().map(|b| (b.as_ptr(), b.len()));
         for (eid, e) in plan.graph.entries.iter().enumerate() {
-            let sid = e.storage_id;
-            let home = self.layout.homes.get(eid).copied().unwrap_or(Home::Slot);
-            let data = self.entry_override[eid].or(self.slot_override[sid]).or_else(|| match home {
-                Home::Slot => self.slots[sid].data(),
-                Home::Arena(at) => arena.map(|(p, len)| {
-                    assert!(at + plan.entry_bytes[eid] <= len, "entry {eid} outside the activation arena");
-                    p.wrapping_add(at).cast()
-                }),
-                Home::Output(at) => outputs.map(|(p, len)| {
-                    assert!(at + plan.entry_bytes[eid] <= len, "entry {eid} outside the output region");
-                    p.wrapping_add(at).cast()
-                }),
-                Home::Derived => self.derived.get(plan.alias_root[eid])?.as_ref().map(|w| w.as_ptr().cast_mut().cast()),
-                Home::Transient => None,
-            });
-            let data = data.unwrap_or(std::ptr::null_mut());
-            self.tensors.set_data(eid, data);
-            self.follow(eid, data.cast());
+            let mem = self.memory_of(eid, e.storage_id);
+            self.ops.bind(eid, mem);
+            // The array handed out for the entry follows it, where it can.
+            if self.views[eid].as_ref().is_some_and(|view| !self.ops.follow(eid, view)) {
+                self.views[eid] = None;
+            }
         }
         self.all_bound =
             self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.is_bound() || s.role != SlotRole::Input);
     }
 
-    /// Points the array handed out for entry `eid` at `data`, the entry's memory now, when the
-    /// array can be trusted there: caller memory bound with zero-copy (the caller keeps it alive),
-    /// or a place in the buffer the array holds. Otherwise the array keeps what it showed and
-    /// the next `entry_view` makes a new one.
-    fn follow(&mut self, eid: usize, data: *mut u8) {
-        let Some(view) = &self.views[eid] else { return };
-        if view.data_ptr() == data {
-            return;
+    /// The memory entry `eid` (in slot `sid`) uses now: a zero-copy binding, else its home.
+    fn memory_of(&self, eid: usize, sid: usize) -> Mem {
+        if let Some(x) = self.entry_override[eid].or(self.slot_override[sid]) {
+            return Mem::External(x);
         }
-        let sid = self.plan.graph.entries[eid].storage_id;
-        let bound = self.entry_override[eid].or(self.slot_override[sid]).is_some();
-        let bytes = self.plan.entry_bytes[eid];
-        let inside = view.buffer().is_some_and(|b| {
-            let start = b.as_ptr() as usize;
-            (start..=start + b.len().saturating_sub(bytes)).contains(&(data as usize))
-        });
-        if !data.is_null() && (bound || inside) {
-            // SAFETY: `data` is caller memory bound with zero-copy, alive while bound (the
-            // binding's contract), or inside the buffer the array keeps alive; the array is used
-            // by no one during the call (the executor is locked; hosts must not use an array of
-            // an executor while binding its memory, as with upstream).
-            unsafe { view.retarget(data.cast()) }
-        } else {
-            self.views[eid] = None;
+        let at = |b: Option<&Arc<Buffer>>, at: usize| b.map_or(Mem::None, |b| Mem::Buffer(b.clone(), at));
+        match self.layout.homes.get(eid).copied().unwrap_or(Home::Slot) {
+            Home::Slot => self.slots[sid].memory(),
+            Home::Arena(offset) => at(self.activations.buffer(), offset),
+            Home::Output(offset) => at(self.outputs.as_ref(), offset),
+            Home::Derived => {
+                self.derived.get(self.plan.alias_root[eid]).cloned().flatten().map_or(Mem::None, Mem::Weight)
+            }
+            Home::Transient => Mem::None,
+        }
+    }
+
+    /// Whether the weight in slot `sid` is held by nothing but this executor.
+    pub fn weight_is_own(&self, sid: usize) -> bool {
+        match &self.slots[sid] {
+            // The slot's own count, and one per entry tensor bound to it.
+            SlotMemory::Weight(w) => Arc::strong_count(w) == 1 + self.ops.bound_to(w),
+            _ => false,
         }
     }
 
@@ -361,68 +251,26 @@ impl Instance {
             return Ok(());
         }
         let plan = self.plan.clone();
-        let constant_slot: Vec<bool> = (0..self.slots.len())
-            .map(|sid| match &self.slots[sid] {
-                SlotMemory::Weight(w) => self.slot_override[sid].is_none() && self.fold.folds(w),
-                _ => false,
-            })
-            .collect();
-        let redirected: Vec<bool> = self.entry_override.iter().map(Option::is_some).collect();
-        let param_slot = self.param_slots();
-        let weight_slot: Vec<bool> =
-            self.slots.iter().zip(&param_slot).map(|(m, &param)| param || matches!(m, SlotMemory::Weight(_))).collect();
-        let keep_all = self.keep_derived;
-        let layout_with = |fold: bool| {
-            Layout::new(
-                &plan,
-                &layout::Facts {
-                    constant_slot: &constant_slot,
-                    weight_slot: &weight_slot,
-                    redirected: &redirected,
-                    fold,
-                    keep_all,
-                },
-            )
-        };
-        let mut layout = layout_with(self.fold != Folding::Off)?;
-        let sources: Vec<Option<Weak<Weight>>> = self
-            .slots
-            .iter()
-            .zip(&constant_slot)
-            .map(|(m, &c)| match m {
-                SlotMemory::Weight(w) if c => Some(Arc::downgrade(w)),
-                _ => None,
-            })
-            .collect();
-        let same_sources = sources.iter().zip(&self.derived_from).all(|(a, b)| match (a, b) {
-            (Some(a), Some(b)) => a.ptr_eq(b),
-            (None, None) => true,
-            _ => false,
-        });
-        let refold = layout.folded != self.layout.folded || layout.homes != self.layout.homes || !same_sources;
+        let facts = self.layout_facts();
+        let mut layout = facts.layout(&plan, self.fold != Folding::Off)?;
+        let sources = self.fold_sources(&facts.constant_slot);
+        let refold = layout.folded != self.layout.folded
+            || layout.homes != self.layout.homes
+            || !same(&sources, &self.derived_from);
         let mut derived = None;
         if refold && layout.folds_anything() {
-            match self.fold_weights(&layout) {
+            match fold::fold(&plan, &mut self.ops, &layout) {
                 Ok(d) => derived = Some(d),
                 // An operator failed on the weights (or memory ran out): fold nothing, so every
                 // operator runs at `run`, which reports the failure where upstream does.
-                Err(_) => layout = layout_with(false)?,
+                Err(_) => layout = facts.layout(&plan, false)?,
             }
         }
         // Memory for the layout before anything is committed: nothing changes if there is none.
-        if self.outputs.is_none() && plan.output_region_bytes > 0 {
-            match Buffer::zeroed(plan.output_region_bytes) {
-                Ok(b) => self.outputs = Some(Arc::new(b)),
-                Err(e) => {
-                    self.refresh();
-                    return Err(e);
-                }
-            }
-        }
-        let activations = match self.activations_for(layout.arena_bytes) {
+        let activations = match self.memory_for(&layout) {
             Ok(a) => a,
             Err(e) => {
-                // Folding pointed tensors at scratch memory now freed: back to the old layout.
+                // Folding pointed tensors at its scratch memory: back to the old layout's.
                 self.refresh();
                 return Err(e);
             }
@@ -432,53 +280,50 @@ impl Instance {
             self.derived_from = sources;
         }
         self.activations = activations;
-        for (call, &folded) in self.calls.iter_mut().zip(&layout.folded) {
-            call.folded = folded;
-        }
+        self.ops.set_folded(&layout.folded);
         self.layout = layout;
         self.stale = false;
         self.refresh();
         Ok(())
     }
 
-    /// Runs the operators `layout` folds, into memory of their own, and keeps the results it
-    /// keeps as weights (one copy per distinct content in the process).
-    fn fold_weights(&mut self, layout: &Layout) -> Result<Vec<Option<Arc<Weight>>>> {
-        let plan = self.plan.clone();
-        let n = plan.graph.num_entries();
-        let root = &plan.alias_root;
-        let mut scratch: Vec<Option<Buffer>> = (0..n).map(|_| None).collect();
-        // The last folded operator reading each result: results kept only to derive others are
-        // freed after it.
-        let mut last_read = vec![None; n];
-        for (i, op) in plan.ops.iter().enumerate().filter(|&(i, _)| layout.folded[i]) {
-            for &e in op.outputs() {
-                let r = root[e];
-                if layout.homes[e] != Home::Slot && scratch[r].is_none() {
-                    scratch[r] = Some(Buffer::zeroed(plan.root_bytes[r])?);
-                }
-            }
-            op.inputs().iter().for_each(|&e| last_read[root[e]] = Some(i));
+    /// What decides the layout besides the plan, from the bindings now.
+    fn layout_facts(&self) -> LayoutFacts {
+        let constant_slot = (0..self.slots.len())
+            .map(|sid| match &self.slots[sid] {
+                SlotMemory::Weight(w) => self.slot_override[sid].is_none() && self.fold.folds(w),
+                _ => false,
+            })
+            .collect();
+        let param_slot = self.param_slots();
+        let weight_slot =
+            self.slots.iter().zip(&param_slot).map(|(m, &param)| param || matches!(m, SlotMemory::Weight(_))).collect();
+        LayoutFacts {
+            constant_slot,
+            weight_slot,
+            redirected: self.entry_override.iter().map(Option::is_some).collect(),
+            keep_all: self.keep_derived,
         }
-        for e in 0..n {
-            if let Some(b) = &scratch[root[e]] {
-                self.tensors.set_data(e, b.as_ptr().cast());
-            }
+    }
+
+    /// Per slot: the weight folding would derive from (to know when to fold again).
+    fn fold_sources(&self, constant_slot: &[bool]) -> Vec<Option<Weak<Weight>>> {
+        self.slots
+            .iter()
+            .zip(constant_slot)
+            .map(|(m, &c)| match m {
+                SlotMemory::Weight(w) if c => Some(Arc::downgrade(w)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The output region (allocated once) and the activation memory `layout` needs.
+    fn memory_for(&mut self, layout: &Layout) -> Result<Activations> {
+        if self.outputs.is_none() && self.plan.output_region_bytes > 0 {
+            self.outputs = Some(Arc::new(Buffer::zeroed(self.plan.output_region_bytes)?));
         }
-        for i in (0..plan.ops.len()).filter(|&i| layout.folded[i]) {
-            run_call(&plan, &mut self.calls[i])?;
-            for &e in plan.ops[i].inputs() {
-                let r = root[e];
-                if last_read[r] == Some(i) && layout.homes[r] == Home::Transient {
-                    scratch[r] = None;
-                }
-            }
-        }
-        Ok(scratch
-            .into_iter()
-            .enumerate()
-            .map(|(r, b)| b.filter(|_| layout.homes[r] == Home::Derived).map(|b| weight::intern(Weight::freeze(b))))
-            .collect())
+        self.activations_for(layout.arena_bytes)
     }
 
     /// Activation memory of `need` bytes: this executor's own arena (a new one whenever the size
@@ -527,11 +372,35 @@ impl Instance {
         Ok(())
     }
 
+    /// Makes input entry `eid` hold parameter `name`'s value, `weight`: bound without a copy when
+    /// its slot can share (it holds that input alone, the weight covers it, and it is not bound to
+    /// caller memory), else written into the entry's memory. Returns whether it was bound.
+    pub fn set_param(&mut self, name: &str, eid: usize, weight: Arc<Weight>) -> Result<bool> {
+        let sid = self.plan.graph.entries[eid].storage_id;
+        let shares = self.plan.is_shareable_slot(sid)
+            && weight.len() >= self.plan.storage.slots[sid].bytes
+            && !self.slot_redirected(sid);
+        if shares {
+            self.bind_weight(sid, weight)?;
+        } else {
+            let bytes = &weight.bytes()[..self.plan.entry_bytes[eid]];
+            self.write_entry_bytes(eid, bytes).map_err(|e| e.context(format!("parameter '{name}'")))?;
+        }
+        self.param_names.insert(name.to_string());
+        Ok(shares)
+    }
+
     /// Slot `sid` as a weight others may share. Memory of this executor's own is frozen into one:
     /// without a copy when nothing else holds it, as a copy when a view handed out earlier still
     /// does (a write through that view must not reach the executors that share the weight).
     pub fn share_out(&mut self, sid: usize) -> Result<Arc<Weight>> {
         let bytes = self.plan.storage.slots[sid].bytes;
+        // This executor's own hold on the memory (its tensors, the arrays it keeps to hand out
+        // again) does not count as a view of someone else's.
+        for e in (0..self.plan.graph.num_entries()).filter(|&e| self.plan.graph.entries[e].storage_id == sid) {
+            self.ops.bind(e, Mem::None);
+            self.views[e] = None;
+        }
         let weight = match std::mem::take(&mut self.slots[sid]) {
             SlotMemory::Weight(w) => w,
             SlotMemory::Unbound => Arc::new(Weight::freeze(Buffer::zeroed(bytes)?)),
@@ -548,16 +417,8 @@ impl Instance {
         Ok(weight)
     }
 
-    /// A read-only look at entry `eid`, for copying out of it (the layout must be prepared).
-    fn entry_source(&self, eid: usize) -> RawTensor<'_> {
-        // SAFETY: our own tensor (shape from the plan, no strides); its data, when set, holds the
-        // entry's bytes for as long as `self` is borrowed.
-        unsafe { RawTensor::from_ptr(self.tensors.at(eid)) }.expect("own tensors are well formed")
-    }
-
-    /// The address of entry `eid`'s data (null while unbound).
     pub fn entry_data(&self, eid: usize) -> *const u8 {
-        self.tensors.data(eid).cast()
+        self.ops.data(eid)
     }
 
     /// An NDArray of entry `eid`: a view of this executor's own memory (kept alive by the array),
@@ -568,7 +429,7 @@ impl Instance {
     pub fn entry_view(&mut self, eid: usize) -> Result<ObjRef<NDArray>> {
         self.prepare()?;
         if let Some(view) = &self.views[eid] {
-            if view.data_ptr() == self.tensors.data(eid).cast() {
+            if view.data_ptr().cast_const() == self.ops.data(eid) {
                 return Ok(view.clone());
             }
         }
@@ -583,41 +444,27 @@ impl Instance {
     fn new_entry_array(&mut self, eid: usize) -> Result<(ObjRef<NDArray>, bool)> {
         let plan = self.plan.clone();
         let e = &plan.graph.entries[eid];
-        let sid = e.storage_id;
-        if self.entry_override[eid].is_some() || self.slot_override[sid].is_some() {
-            // SAFETY: caller memory bound with zero-copy, which the caller keeps alive for as long
-            // as it is bound (the contract of set_input_zero_copy / set_output_zero_copy).
-            return Ok((unsafe { NDArray::external(self.tensors.data(eid), &e.shape, e.dtype) }, true));
-        }
-        let weight_copy =
-            |w: &Weight| Ok((NDArray::from_bytes(&e.shape, e.dtype, &w.bytes()[..plan.entry_bytes[eid]])?, false));
-        let view = |a: Result<ObjRef<NDArray>>| a.map(|a| (a, true));
-        match self.layout.homes[eid] {
-            Home::Slot => {
-                if !self.slots[sid].is_bound() {
-                    self.make_private(sid)?;
-                }
-                match &self.slots[sid] {
-                    SlotMemory::Owned(buf) => view(NDArray::view_of(buf, 0, &e.shape, e.dtype)),
-                    SlotMemory::Weight(w) => weight_copy(w),
-                    SlotMemory::Unbound => unreachable!("bound above"),
-                }
-            }
-            Home::Arena(at) => {
-                view(NDArray::view_of(self.activations.buffer().expect("prepared"), at, &e.shape, e.dtype))
-            }
-            Home::Output(at) => view(NDArray::view_of(self.outputs.as_ref().expect("prepared"), at, &e.shape, e.dtype)),
-            Home::Derived => weight_copy(self.derived[plan.alias_root[eid]].as_ref().expect("prepared")),
-            Home::Transient => Err(Error::value(format!(
+        if self.layout.homes[eid] == Home::Transient && self.entry_override[eid].is_none() {
+            return Err(Error::value(format!(
                 "entry {eid} is derived from weights only and was not kept (a debug executor keeps every node's output)"
-            ))),
+            )));
         }
+        if self.layout.homes[eid] == Home::Slot && !self.slots[e.storage_id].is_bound() {
+            self.make_private(e.storage_id)?;
+        }
+        if let Some(view) = self.ops.view(eid, &e.shape, e.dtype)? {
+            return Ok((view, true));
+        }
+        // A weight (bound or derived): a copy, which a host may write without reaching it.
+        let source = self.ops.source(eid);
+        let mut bytes = vec![0u8; plan.entry_bytes[eid]];
+        crate::tensor::raw::copy_to_bytes(source, &mut bytes)?;
+        Ok((NDArray::from_bytes(&e.shape, e.dtype, &bytes)?, false))
     }
 
     /// Makes input entry `eid` writable without touching anyone else's memory: caller memory
     /// bound with zero-copy is written in place, a weight or a missing slot becomes private first.
-    /// Returns where to write the entry's bytes.
-    fn prepare_write(&mut self, eid: usize) -> Result<*mut u8> {
+    fn prepare_write(&mut self, eid: usize) -> Result<()> {
         let sid = self.plan.graph.entries[eid].storage_id;
         if self.slot_override[sid].is_none() {
             if self.plan.storage.slots[sid].role == SlotRole::Input {
@@ -627,15 +474,13 @@ impl Instance {
                 self.prepare()?;
             }
         }
-        Ok(self.tensors.data(eid).cast())
+        Ok(())
     }
 
     /// Copies `src`, already checked to have entry `eid`'s shape and dtype, into it.
     pub fn write_entry_matched(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
-        let to = self.prepare_write(eid)?;
-        // SAFETY: `to` is this executor's private (or zero-copy bound) memory for the entry,
-        // `entry_bytes[eid]` long (its slot is at least as big); `&mut self` keeps kernels off it.
-        unsafe { raw::copy_to_own(src, to, self.plan.entry_bytes[eid]) }
+        self.prepare_write(eid)?;
+        self.ops.write_from(eid, src)
     }
 
     /// Copies entry `eid` into `dst`, of any shape and dtype of the entry's byte size.
@@ -655,12 +500,7 @@ impl Instance {
     /// Copies entry `eid` into `dst`, already checked to have its shape and element size.
     pub fn read_entry_matched(&mut self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
         self.prepare()?;
-        if self.entry_data(eid).is_null() && self.plan.entry_bytes[eid] > 0 {
-            return Err(Error::value(format!("entry {eid} is derived from weights only and was not kept")));
-        }
-        // SAFETY: the entry's memory holds `entry_bytes[eid]` bytes; `dst` is the caller's tensor,
-        // writable per the packed-call contract.
-        unsafe { raw::copy_from_own(self.entry_data(eid), dst, self.plan.entry_bytes[eid]) }
+        self.ops.read_into(eid, dst)
     }
 
     /// Copies raw bytes into input entry `eid`; the sizes must match.
@@ -669,26 +509,22 @@ impl Instance {
         if n != bytes.len() {
             return Err(Error::value(format!("size mismatch: the array holds {n} bytes, {} given", bytes.len())));
         }
-        let to = self.prepare_write(eid)?;
-        if n > 0 {
-            // SAFETY: as in `write_entry_matched`; `bytes` is a distinct slice of `n` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), to, n) };
-        }
-        Ok(())
+        self.prepare_write(eid)?;
+        self.ops.write_bytes(eid, bytes)
     }
 
     /// Copies entry `oeid` of `other`, already checked to have entry `eid`'s shape and dtype, into
     /// input entry `eid` of this executor.
     pub fn copy_entry_from(&mut self, eid: usize, other: &mut Instance, oeid: usize) -> Result<()> {
         other.prepare()?;
-        self.write_entry_matched(eid, other.entry_source(oeid))
+        self.write_entry_matched(eid, other.ops.source(oeid))
     }
 
     /// Redirects the slot of input entry `eid` to caller memory.
-    pub fn bind_input_external(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
-        self.check_external(eid, src)?;
+    pub fn bind_input_external(&mut self, eid: usize, src: ZeroCopy<'_>) -> Result<()> {
+        self.check_external(eid, src.tensor())?;
         let sid = self.plan.graph.entries[eid].storage_id;
-        self.slot_override[sid] = Some(src.data_ptr().cast());
+        self.slot_override[sid] = Some(src.memory());
         // The latest binding wins: outputs that alias this input (a `__nop` of it) bound to caller
         // memory before now read the input's new memory, as upstream's do.
         for (e, entry) in self.plan.graph.entries.iter().enumerate() {
@@ -709,9 +545,9 @@ impl Instance {
     /// through `__nop` (so their producer writes there, and every reader follows). A `__nop` of a
     /// graph input stops the walk: the input keeps its memory, and the output, which no operator
     /// writes, shows the caller's bytes, as upstream's.
-    pub fn bind_output_external(&mut self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
-        self.check_external(eid, dst)?;
-        let ptr = dst.data_ptr().cast();
+    pub fn bind_output_external(&mut self, eid: usize, dst: ZeroCopy<'_>) -> Result<()> {
+        self.check_external(eid, dst.tensor())?;
+        let ptr = dst.memory();
         let graph = &self.plan.graph;
         let mut stack = vec![eid];
         while let Some(e) = stack.pop() {
@@ -813,70 +649,41 @@ impl Instance {
             }
             None => None,
         };
-        let plan = &self.plan;
-        for call in &mut self.calls[range] {
-            if !call.folded {
-                run_call(plan, call)?;
-            }
-        }
-        Ok(())
+        self.ops.run(&self.plan, range)
     }
 
     pub fn run(&mut self) -> Result<()> {
-        self.run_ops(0..self.calls.len())
+        self.run_ops(0..self.plan.ops.len())
     }
 }
 
-/// Calls one operator on the tensors its argument arrays address.
-fn run_call(plan: &Plan, call: &mut OpCall) -> Result<()> {
-    let rc = match &call.call {
-        Call::Nop => 0,
-        Call::Copy => {
-            // SAFETY: both handles point into our tensor table, bound to memory of at least the
-            // entries' sizes (Plan::new checks every slot covers its entries, layouts size every
-            // value for its largest alias); the output is an operator output: arena or scratch
-            // memory this executor owns.
-            unsafe {
-                let from = RawTensor::from_ptr(call.values[0].v_handle.cast())?;
-                let to = RawTensor::from_ptr(call.values[1].v_handle.cast())?;
-                raw::copy_tensor(from, to)
-            }
-            .map(|_| 0)
-            .map_err(|e| op_error(plan, call.node, e))?
-        }
-        Call::Kernel(f) => {
-            let mut ret = TVMValue::NULL;
-            let mut code = kTVMNullptr;
-            // SAFETY: the arrays address our entry tensors, bound to live memory of the sizes the
-            // graph declares, which is what the operator checks and reads.
-            unsafe {
-                crate::packed::function::call_kernel(
-                    *f,
-                    call.values.as_mut_ptr(),
-                    call.codes.as_mut_ptr(),
-                    call.values.len(),
-                    &mut ret,
-                    &mut code,
-                )
-            }
-        }
-        Call::Packed(func) => {
-            // SAFETY: as above; the values match their codes.
-            let args = unsafe { Args::from_raw(call.values.as_ptr(), call.codes.as_ptr(), call.values.len() as i32)? };
-            func.call(&args).map(|_| 0).map_err(|e| op_error(plan, call.node, e))?
-        }
-    };
-    if rc != 0 {
-        return Err(op_error(plan, call.node, Error::foreign(last_error::get())));
-    }
-    Ok(())
+/// `layout::Facts`, owned.
+struct LayoutFacts {
+    constant_slot: Vec<bool>,
+    weight_slot: Vec<bool>,
+    redirected: Vec<bool>,
+    keep_all: bool,
 }
 
-fn op_error(plan: &Plan, node: usize, e: Error) -> Error {
-    let n = &plan.graph.nodes[node];
-    let func = match &n.kind {
-        crate::graph::NodeKind::Op(a) => a.func_name.as_str(),
-        _ => "",
-    };
-    e.context(format!("operator {func} (node {node} '{}') failed", n.name))
+impl LayoutFacts {
+    fn layout(&self, plan: &Plan, fold: bool) -> Result<Layout> {
+        let facts = layout::Facts {
+            constant_slot: &self.constant_slot,
+            weight_slot: &self.weight_slot,
+            redirected: &self.redirected,
+            fold,
+            keep_all: self.keep_all,
+        };
+        Layout::new(plan, &facts)
+    }
+}
+
+/// Whether two lists of weights name the same weights.
+fn same(a: &[Option<Weak<Weight>>], b: &[Option<Weak<Weight>>]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) => a.ptr_eq(b),
+            (None, None) => true,
+            _ => false,
+        })
 }

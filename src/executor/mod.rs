@@ -5,8 +5,10 @@
 pub mod arena;
 pub mod debug;
 pub mod factory;
+pub mod fold;
 pub mod functions;
 pub mod instance;
+pub mod kernels;
 pub mod layout;
 pub mod plan;
 
@@ -21,6 +23,7 @@ use crate::tensor::{NDArray, RawTensor, Weight};
 use factory::Param;
 use instance::Instance;
 use instance::SlotMemory;
+pub use kernels::ZeroCopy;
 pub use layout::Folding;
 use layout::Home;
 use plan::Plan;
@@ -199,14 +202,16 @@ impl GraphExecutor {
             .map_err(|e| e.context(format!("input '{}'", self.plan.input_name(index))))
     }
 
-    pub fn set_input_zero_copy(&self, index: usize, src: RawTensor<'_>) -> Result<()> {
+    /// Binds input `index` to the caller's memory (`ZeroCopy::new` says for how long it must live).
+    pub fn set_input_zero_copy(&self, index: usize, src: ZeroCopy<'_>) -> Result<()> {
         let eid = self.plan.check_input(index)?;
         self.lock()
             .bind_input_external(eid, src)
             .map_err(|e| e.context(format!("input '{}'", self.plan.input_name(index))))
     }
 
-    pub fn set_output_zero_copy(&self, index: usize, dst: RawTensor<'_>) -> Result<()> {
+    /// Binds output `index` to the caller's memory, where the run writes it.
+    pub fn set_output_zero_copy(&self, index: usize, dst: ZeroCopy<'_>) -> Result<()> {
         let eid = self.plan.check_output(index)?;
         self.lock().bind_output_external(eid, dst).map_err(|e| e.context(format!("output {index}")))
     }
@@ -302,34 +307,21 @@ impl GraphExecutor {
                     rec.dtype, rec.shape, e.dtype, e.shape
                 )));
             }
-            let sid = e.storage_id;
-            let slot_bytes = self.plan.storage.slots[sid].bytes;
-            let in_place = map.is_some()
-                && rec.data.as_ptr() as usize % params::DATA_ALIGNMENT == 0
-                && self.plan.is_shareable_slot(sid)
-                && rec.data.len() >= slot_bytes;
-            match map {
-                // Bound to caller memory with zero-copy: the weight goes there, as upstream's.
-                _ if st.slot_redirected(sid) => {
-                    st.write_entry_bytes(eid, rec.data).map_err(|err| err.context(format!("parameter '{name}'")))?;
-                    copied += 1;
+            let slot_bytes = self.plan.storage.slots[e.storage_id].bytes;
+            // Used in place when the file's bytes cover the slot; else a weight of its own,
+            // read-only, so what is derived from it can be kept (writing it later makes a private
+            // copy, as for a shared one). `set_param` decides whether the slot takes it.
+            let weight = match map {
+                Some(map) if rec.data.as_ptr() as usize % params::DATA_ALIGNMENT == 0 && rec.data.len() >= slot_bytes => {
+                    Weight::mapped(map, rec.data)?
                 }
-                Some(map) if in_place => {
-                    st.bind_weight(sid, Arc::new(Weight::mapped(map, rec.data)?))?;
-                    mapped += 1;
-                }
-                // A weight of its own, read-only, so what is derived from it can be kept (writing
-                // it later makes a private copy, as for a shared one).
-                _ if self.plan.is_shareable_slot(sid) => {
-                    st.bind_weight(sid, Arc::new(Weight::padded(rec.data, slot_bytes)?))?;
-                    copied += 1;
-                }
-                _ => {
-                    st.write_entry_bytes(eid, rec.data).map_err(|err| err.context(format!("parameter '{name}'")))?;
-                    copied += 1;
-                }
+                _ => Weight::padded(rec.data, slot_bytes)?,
+            };
+            let in_place = weight.is_mapped();
+            match st.set_param(name, eid, Arc::new(weight))? {
+                true if in_place => mapped += 1,
+                _ => copied += 1,
             }
-            st.param_names.insert(name.to_string());
         }
         drop(st);
         self.prepare_early();
@@ -357,15 +349,7 @@ impl GraphExecutor {
                 e.shape
             )));
         }
-        let sid = e.storage_id;
-        let mut st = self.lock();
-        if self.plan.is_shareable_slot(sid) && param.weight.len() >= self.plan.storage.slots[sid].bytes {
-            st.bind_weight(sid, param.weight.clone())?;
-        } else {
-            st.write_entry_bytes(eid, param.weight.bytes()).map_err(|err| err.context(at()))?;
-        }
-        st.param_names.insert(name.to_string());
-        Ok(())
+        self.lock().set_param(name, eid, param.weight.clone()).map(|_| ())
     }
 
     /// `share_params`: binds every input named in `blob` to `other`'s memory for it. Matched by
@@ -402,14 +386,16 @@ impl GraphExecutor {
             bindings.push((name, eid, e.storage_id, oeid, oe.storage_id));
         }
         for (name, eid, sid, oeid, osid) in bindings {
+            // Their memory becomes a weight both hold when both slots can share it (set_param
+            // then binds it); else the bytes are copied.
             let fits = other.plan.storage.slots[osid].bytes >= self.plan.storage.slots[sid].bytes;
             if self.plan.is_shareable_slot(sid) && other.plan.is_shareable_slot(osid) && fits {
                 let weight = theirs.share_out(osid)?;
-                mine.bind_weight(sid, weight)?;
+                mine.set_param(name, eid, weight)?;
             } else {
                 mine.copy_entry_from(eid, &mut theirs, oeid).map_err(|e| e.context(format!("parameter '{name}'")))?;
+                mine.param_names.insert(name.to_string());
             }
-            mine.param_names.insert(name.to_string());
         }
         drop((mine, theirs));
         self.prepare_early();
@@ -503,7 +489,7 @@ impl GraphExecutor {
                 SlotMemory::Unbound => {}
                 SlotMemory::Weight(w) if w.is_mapped() => m.weights_mapped += w.len(),
                 // Loaded by this executor and held by nobody else: its own.
-                SlotMemory::Weight(w) if Arc::strong_count(w) == 1 => m.weights_owned += w.len(),
+                SlotMemory::Weight(w) if st.weight_is_own(sid) => m.weights_owned += w.len(),
                 SlotMemory::Weight(w) => m.weights_shared += w.len(),
                 SlotMemory::Owned(b) if is_weight => m.weights_owned += b.len(),
                 SlotMemory::Owned(b) => m.activations += b.len(),

@@ -1,0 +1,367 @@
+//! The executor's unsafe room: the `DLTensor`s kernels receive, every operator's argument arrays,
+//! the calls, and the copies into and out of entry memory. Each entry's tensor points at a
+//! [`Mem`], which the table holds for as long as the tensor points there, so nothing a kernel
+//! reads or writes can be freed under it; caller memory bound with zero-copy enters only through
+//! [`ZeroCopy::new`], whose caller promises it lives while bound. Everything above this file (the
+//! bindings in `instance`, folding in `fold`, the layout) is safe code deciding *which* memory
+//! each entry uses.
+
+use super::plan::{OpKind, Plan};
+use crate::dlpack::{kTVMDLTensorHandle, kTVMNullptr, DLDataType, DLTensor, TVMBackendPackedCFunc, TVMValue};
+use crate::error::{Error, Result};
+use crate::last_error;
+use crate::object::ObjRef;
+use crate::packed::{Args, PackedFunc};
+use crate::tensor::{raw, Buffer, NDArray, RawTensor, Weight};
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// Caller memory bound to an entry with zero-copy (`set_input_zero_copy`, `set_output_zero_copy`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct External(*mut c_void);
+
+// SAFETY: an address the caller promised stays valid while bound (`ZeroCopy::new`); which thread
+// uses it does not matter to that promise, and the executor's lock serialises the uses.
+unsafe impl Send for External {}
+
+/// A tensor of the caller's to bind with zero-copy, and the caller's promise about its memory.
+pub struct ZeroCopy<'a> {
+    tensor: RawTensor<'a>,
+}
+
+impl<'a> ZeroCopy<'a> {
+    /// # Safety
+    /// The tensor's data must stay valid for reading and writing its bytes for as long as it is
+    /// bound to the executor (until the binding is replaced or the executor is freed), and the
+    /// caller must not use it while the executor runs: TVM's zero-copy contract.
+    pub unsafe fn new(tensor: RawTensor<'a>) -> ZeroCopy<'a> {
+        ZeroCopy { tensor }
+    }
+
+    pub fn tensor(&self) -> RawTensor<'a> {
+        self.tensor
+    }
+
+    pub(super) fn memory(&self) -> External {
+        External(self.tensor.data_ptr().cast())
+    }
+}
+
+/// What an entry's tensor points at, and what keeps that memory alive while it does.
+#[derive(Clone, Default)]
+pub enum Mem {
+    /// Nothing (an unbound input, a folded result not kept).
+    #[default]
+    None,
+    /// Writable memory of this runtime, from this offset.
+    Buffer(Arc<Buffer>, usize),
+    /// A weight: kernels only read it.
+    Weight(Arc<Weight>),
+    /// Caller memory bound with zero-copy.
+    External(External),
+}
+
+/// The entry tensors kernels receive, in one allocation whose address never changes. Operator
+/// argument arrays point into it, so it is only reached through raw pointers: no reference to the
+/// whole table exists while those pointers do.
+struct TensorTable {
+    ptr: NonNull<DLTensor>,
+    len: usize,
+}
+
+impl TensorTable {
+    fn new(tensors: Vec<DLTensor>) -> TensorTable {
+        let len = tensors.len();
+        let raw = Box::into_raw(tensors.into_boxed_slice());
+        TensorTable { ptr: NonNull::new(raw.cast()).expect("a box is never null"), len }
+    }
+
+    /// The address of entry `eid`'s tensor.
+    fn at(&self, eid: usize) -> *mut DLTensor {
+        assert!(eid < self.len, "entry {eid} of {}", self.len);
+        // SAFETY: in bounds of the allocation.
+        unsafe { self.ptr.as_ptr().add(eid) }
+    }
+
+    fn set_data(&mut self, eid: usize, data: *mut c_void) {
+        // SAFETY: a live tensor of the table; `&mut self` means no kernel runs on it now.
+        unsafe { (*self.at(eid)).data = data };
+    }
+
+    fn data(&self, eid: usize) -> *mut c_void {
+        // SAFETY: a live tensor of the table.
+        unsafe { (*self.at(eid)).data }
+    }
+}
+
+impl Drop for TensorTable {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::into_raw` of a boxed slice of this length; dropped once.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len)) });
+    }
+}
+
+enum Call {
+    Nop,
+    Copy,
+    Kernel(TVMBackendPackedCFunc),
+    Packed(ObjRef<PackedFunc>),
+}
+
+struct OpCall {
+    node: usize,
+    call: Call,
+    /// Derived from weights once: `run` skips it.
+    folded: bool,
+    values: Box<[TVMValue]>,
+    codes: Box<[i32]>,
+}
+
+/// The entry tensors, the memory each points at, and the operators' prepared calls.
+pub struct Ops {
+    tensors: TensorTable,
+    memory: Vec<Mem>,
+    /// Bytes of each entry (the plan's), what every binding must cover.
+    bytes: Vec<usize>,
+    calls: Vec<OpCall>,
+}
+
+// SAFETY: the table's pointers address memory `memory` keeps alive, the plan's shapes (the plan
+// outlives the executor's state), or caller memory under the zero-copy promise; the executor's
+// lock serialises every use.
+unsafe impl Send for Ops {}
+
+impl Ops {
+    pub fn new(plan: &Plan) -> Ops {
+        let tensors = TensorTable::new(
+            plan.graph
+                .entries
+                .iter()
+                .map(|e| DLTensor {
+                    data: std::ptr::null_mut(),
+                    device: plan.device,
+                    ndim: e.shape.len() as i32,
+                    dtype: e.dtype,
+                    // Kernels never write shapes; the plan outlives the executor's tensors.
+                    shape: e.shape.as_ptr().cast_mut(),
+                    strides: std::ptr::null_mut(),
+                    byte_offset: 0,
+                })
+                .collect(),
+        );
+        let calls = plan
+            .ops
+            .iter()
+            .map(|op| OpCall {
+                node: op.node,
+                call: match &op.kind {
+                    OpKind::Nop => Call::Nop,
+                    OpKind::Copy => Call::Copy,
+                    OpKind::Kernel { raw: Some(f), .. } => Call::Kernel(*f),
+                    OpKind::Kernel { func, raw: None } => Call::Packed(func.clone()),
+                },
+                folded: false,
+                values: op.args.iter().map(|&eid| TVMValue { v_handle: tensors.at(eid).cast() }).collect(),
+                codes: vec![kTVMDLTensorHandle; op.args.len()].into_boxed_slice(),
+            })
+            .collect();
+        let n = plan.graph.num_entries();
+        Ops { tensors, memory: vec![Mem::None; n], bytes: plan.entry_bytes.clone(), calls }
+    }
+
+    /// Points entry `eid` at `mem`, which must cover the entry's bytes.
+    pub fn bind(&mut self, eid: usize, mem: Mem) {
+        let bytes = self.bytes[eid];
+        let data: *mut c_void = match &mem {
+            Mem::None => std::ptr::null_mut(),
+            Mem::Buffer(b, at) => {
+                assert!(at + bytes <= b.len(), "entry {eid} ({bytes} bytes) at {at} of a buffer of {}", b.len());
+                b.as_ptr().wrapping_add(*at).cast()
+            }
+            Mem::Weight(w) => {
+                assert!(bytes <= w.len(), "entry {eid} ({bytes} bytes) in a weight of {}", w.len());
+                // Kernels take every argument as `void*`; weights are only ever operator inputs.
+                w.as_ptr().cast_mut().cast()
+            }
+            Mem::External(External(p)) => *p,
+        };
+        self.tensors.set_data(eid, data);
+        self.memory[eid] = mem;
+    }
+
+    pub fn memory(&self, eid: usize) -> &Mem {
+        &self.memory[eid]
+    }
+
+    /// How many entry tensors are bound to `weight` (each holds a count of it).
+    pub fn bound_to(&self, weight: &Arc<Weight>) -> usize {
+        self.memory.iter().filter(|m| matches!(m, Mem::Weight(w) if Arc::ptr_eq(w, weight))).count()
+    }
+
+    /// The address of entry `eid`'s data (null while unbound).
+    pub fn data(&self, eid: usize) -> *const u8 {
+        self.tensors.data(eid).cast()
+    }
+
+    pub fn set_folded(&mut self, folded: &[bool]) {
+        for (call, &f) in self.calls.iter_mut().zip(folded) {
+            call.folded = f;
+        }
+    }
+
+    /// Runs operators `range` in order, but those folded (their results are weights already).
+    pub fn run(&mut self, plan: &Plan, range: std::ops::Range<usize>) -> Result<()> {
+        for call in &mut self.calls[range] {
+            if !call.folded {
+                run_call(plan, call)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs operator `i`, folded or not (folding runs the folded ones, once).
+    pub fn run_one(&mut self, plan: &Plan, i: usize) -> Result<()> {
+        run_call(plan, &mut self.calls[i])
+    }
+
+    /// Where entry `eid` may be written: memory of this runtime or the caller's, never a weight.
+    fn writable(&self, eid: usize) -> Result<*mut u8> {
+        match &self.memory[eid] {
+            Mem::Buffer(..) | Mem::External(_) => Ok(self.tensors.data(eid).cast()),
+            Mem::Weight(_) => Err(Error::internal(format!("entry {eid} is a weight: it is never written in place"))),
+            Mem::None => Err(Error::internal(format!("entry {eid} has no memory to write"))),
+        }
+    }
+
+    /// Copies `src`, already checked to have entry `eid`'s shape and element size, into it.
+    pub fn write_from(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
+        let to = self.writable(eid)?;
+        // SAFETY: `to` holds the entry's bytes (`bind` checked), memory of this runtime's or the
+        // caller's under the zero-copy promise, and not a weight; `&mut self` keeps kernels off it.
+        unsafe { raw::copy_to_own(src, to, self.bytes[eid]) }
+    }
+
+    /// Copies `bytes`, exactly the entry's size, into entry `eid`.
+    pub fn write_bytes(&mut self, eid: usize, bytes: &[u8]) -> Result<()> {
+        let n = self.bytes[eid];
+        if n != bytes.len() {
+            return Err(Error::value(format!("size mismatch: the array holds {n} bytes, {} given", bytes.len())));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let to = self.writable(eid)?;
+        // SAFETY: as in `write_from`; `bytes` is a distinct slice of `n` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), to, n) };
+        Ok(())
+    }
+
+    /// Copies entry `eid` into `dst`, already checked to have its shape and element size.
+    pub fn read_into(&self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
+        if self.data(eid).is_null() && self.bytes[eid] > 0 {
+            return Err(Error::value(format!("entry {eid} is derived from weights only and was not kept")));
+        }
+        // SAFETY: the entry's memory holds `bytes[eid]` bytes (`bind` checked); `dst` is the
+        // caller's tensor, writable per the packed-call contract.
+        unsafe { raw::copy_from_own(self.data(eid), dst, self.bytes[eid]) }
+    }
+
+    /// A read-only look at entry `eid`, for copying out of it.
+    pub fn source(&self, eid: usize) -> RawTensor<'_> {
+        // SAFETY: our own tensor (shape from the plan, no strides); its data, when set, holds the
+        // entry's bytes for as long as `self` is borrowed (`memory` keeps it).
+        unsafe { RawTensor::from_ptr(self.tensors.at(eid)) }.expect("own tensors are well formed")
+    }
+
+    /// An array viewing entry `eid`'s memory with its shape and dtype: `None` for a weight (a
+    /// view would let a host write it) or an entry without memory.
+    pub fn view(&self, eid: usize, shape: &[i64], dtype: DLDataType) -> Result<Option<ObjRef<NDArray>>> {
+        Ok(match &self.memory[eid] {
+            Mem::Buffer(b, at) => Some(NDArray::view_of(b, *at, shape, dtype)?),
+            // SAFETY: caller memory bound with zero-copy, which the caller keeps alive for as long
+            // as it is bound (`ZeroCopy::new`).
+            Mem::External(External(p)) => Some(unsafe { NDArray::external(*p, shape, dtype) }),
+            Mem::Weight(_) | Mem::None => None,
+        })
+    }
+
+    /// Points `view`, an array handed out for entry `eid`, at the entry's memory now, when the
+    /// array can be trusted there: caller memory bound with zero-copy, or a place in the buffer
+    /// the array holds. Returns false when it cannot follow (it keeps what it showed).
+    pub fn follow(&self, eid: usize, view: &ObjRef<NDArray>) -> bool {
+        let data = self.tensors.data(eid).cast::<u8>();
+        if view.data_ptr() == data {
+            return true;
+        }
+        let trusted = match &self.memory[eid] {
+            Mem::External(_) => true,
+            Mem::Buffer(..) => view.buffer().is_some_and(|b| {
+                let start = b.as_ptr() as usize;
+                (start..=start + b.len().saturating_sub(self.bytes[eid])).contains(&(data as usize))
+            }),
+            Mem::Weight(_) | Mem::None => false,
+        };
+        if trusted {
+            // SAFETY: `data` is caller memory bound with zero-copy, alive while bound, or inside
+            // the buffer the array keeps alive; nobody uses the array during the call (the
+            // executor is locked; hosts must not use an executor's array while binding its memory,
+            // as with upstream).
+            unsafe { view.retarget(data.cast()) }
+        }
+        trusted
+    }
+}
+
+/// Calls one operator on the tensors its argument arrays address.
+fn run_call(plan: &Plan, call: &mut OpCall) -> Result<()> {
+    let rc = match &call.call {
+        Call::Nop => 0,
+        Call::Copy => {
+            // SAFETY: both handles point into our tensor table, bound to memory of at least the
+            // entries' sizes (`Ops::bind` checks); the output is an operator output: arena or
+            // scratch memory this executor owns, or the caller's under the zero-copy promise.
+            unsafe {
+                let from = RawTensor::from_ptr(call.values[0].v_handle.cast())?;
+                let to = RawTensor::from_ptr(call.values[1].v_handle.cast())?;
+                raw::copy_tensor(from, to)
+            }
+            .map(|_| 0)
+            .map_err(|e| op_error(plan, call.node, e))?
+        }
+        Call::Kernel(f) => {
+            let mut ret = TVMValue::NULL;
+            let mut code = kTVMNullptr;
+            // SAFETY: the arrays address our entry tensors, bound to live memory of the sizes the
+            // graph declares, which is what the operator checks and reads.
+            unsafe {
+                crate::packed::function::call_kernel(
+                    *f,
+                    call.values.as_mut_ptr(),
+                    call.codes.as_mut_ptr(),
+                    call.values.len(),
+                    &mut ret,
+                    &mut code,
+                )
+            }
+        }
+        Call::Packed(func) => {
+            // SAFETY: as above; the values match their codes.
+            let args = unsafe { Args::from_raw(call.values.as_ptr(), call.codes.as_ptr(), call.values.len() as i32)? };
+            func.call(&args).map(|_| 0).map_err(|e| op_error(plan, call.node, e))?
+        }
+    };
+    if rc != 0 {
+        return Err(op_error(plan, call.node, Error::foreign(last_error::get())));
+    }
+    Ok(())
+}
+
+fn op_error(plan: &Plan, node: usize, e: Error) -> Error {
+    let n = &plan.graph.nodes[node];
+    let func = match &n.kind {
+        crate::graph::NodeKind::Op(a) => a.func_name.as_str(),
+        _ => "",
+    };
+    e.context(format!("operator {func} (node {node} '{}') failed", n.name))
+}
