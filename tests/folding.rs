@@ -343,3 +343,26 @@ fn weights_mapped_from_a_file_are_folded_only_when_asked() {
     drop(m);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// `TVM_RT_FOLD_WEIGHTS` sets the process default, read once: checked in child processes of this
+/// test binary, one per setting.
+#[test]
+fn the_environment_sets_the_default_folding() {
+    for (value, want) in [("0", "Off"), ("1", "All"), ("", "Unmapped"), ("yes", "Unmapped")] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "default_folding_in_a_child", "--include-ignored", "--nocapture"])
+            .env("TVM_RT_FOLD_WEIGHTS", value)
+            .env("TVMRT_EXPECT_FOLDING", want)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("1 passed"), "TVM_RT_FOLD_WEIGHTS={value}: {text}");
+    }
+}
+
+#[test]
+#[ignore = "run by the_environment_sets_the_default_folding, in a process of its own"]
+fn default_folding_in_a_child() {
+    let want = std::env::var("TVMRT_EXPECT_FOLDING").unwrap();
+    assert_eq!(format!("{:?}", tvm_runtime::executor::Folding::by_default()), want);
+}

@@ -331,4 +331,12 @@ fn verify_rejects_overlapping_or_misplaced_values() {
     let mut bad = good.clone();
     bad.arena_bytes = 64;
     assert!(bad.verify(ex.plan()).is_err(), "an arena below the peak");
+    // The output, in its own region: past the region's end, or misaligned.
+    let c = ex.plan().graph.entry_id(3, 0);
+    assert_eq!(good.homes[c], Home::Output(0));
+    for at in [ex.plan().output_region_bytes, 4] {
+        let mut bad = good.clone();
+        bad.homes[c] = Home::Output(at);
+        assert!(bad.verify(ex.plan()).is_err(), "output at {at}");
+    }
 }
