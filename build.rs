@@ -37,10 +37,16 @@ fn build_cxx() {
     let old_abi = std::env::var("TVM_RT_CXX_OLD_ABI").is_ok_and(|v| v == "1");
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    // Every C++ file of the layer, by area (runtime.h declares what they share).
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(crate_dir.join("cxx"))
+        .expect("cxx/")
+        .map(|e| e.expect("a cxx/ entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cc"))
+        .collect();
+    sources.sort();
     cc::Build::new()
         .cpp(true)
-        .file(crate_dir.join("cxx/runtime.cc"))
-        .file(crate_dir.join("cxx/threading.cc"))
+        .files(&sources)
         .include(crate_dir.join("include"))
         .flag("-std=c++17")
         .flag("-fvisibility=hidden")

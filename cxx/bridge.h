@@ -32,7 +32,7 @@ void tvmrt_threading_set_max_concurrency(int value);
 int tvmrt_threading_num_threads(void);
 void tvmrt_threading_reset(void);
 
-// ---- Defined in C++ (cxx/runtime.cc), called by Rust. ----
+// ---- Defined in C++ (cxx/modules.cc, cxx/packed.cc), called by Rust. ----
 
 // The vtable pointer core modules carry 8 bytes before their object header.
 const void* tvmrt_cxx_module_vptr(void);
@@ -49,7 +49,7 @@ void tvmrt_cxx_drop_imports(void* vector);
 
 #ifdef __cplusplus
 namespace tvmrt {
-// Throws the thread's last C error as a tvm::runtime::InternalError (cxx/runtime.cc).
+// Throws the thread's last C error as a tvm::runtime::InternalError (cxx/packed.cc).
 [[noreturn]] void ThrowLastError();
 }  // namespace tvmrt
 #endif

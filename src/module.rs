@@ -42,7 +42,7 @@ pub struct Module {
 }
 
 // The payload starts right after the header (`object`), so the mirror is at header + 16 as
-// upstream's `imports_` (cxx/runtime.cc checks the C++ side).
+// upstream's `imports_` (cxx/runtime.h checks the C++ side).
 const _: () = assert!(std::mem::offset_of!(Module, cxx_imports) == 0);
 
 impl Module {

@@ -1,6 +1,6 @@
 //! Modules a C++ host defined (its own `ModuleNode` subclasses), held by this runtime when the host
 //! hands one over: imported into a loaded library, or passed as an argument. Their functions are
-//! found through the host's own virtual `GetFunction`, called by the C++ layer (`cxx/runtime.cc`),
+//! found through the host's own virtual `GetFunction`, called by the C++ layer (`cxx/modules.cc`),
 //! whose exceptions stop there.
 
 use crate::capi::{guard, out, TVMModuleHandle};

@@ -1,7 +1,7 @@
 //! The `std::vector<Module>` C++ hosts read as a module's `imports_` (upstream's `ModuleNode`
 //! layout puts it right after the object header; the headers' inline `imports()` returns it). The
 //! module's own list stays authoritative; this mirror is rebuilt by the C++ layer
-//! (`cxx/runtime.cc`) whenever that list changes, and holds counts of its own.
+//! (`cxx/modules.cc`) whenever that list changes, and holds counts of its own.
 
 use super::{tvmrt_cxx_drop_imports, tvmrt_cxx_set_imports};
 use std::cell::UnsafeCell;

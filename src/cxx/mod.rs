@@ -6,7 +6,7 @@
 //! (`objects`, `host_module`, `threading`).
 //!
 //! Layouts the two sides share are checked at compile time on both: C++ `static_assert`s in
-//! `cxx/runtime.cc`, Rust `const` assertions beside each type (`object::ObjectHeader`,
+//! `cxx/runtime.h`, Rust `const` assertions beside each type (`object::ObjectHeader`,
 //! `module::Module`, `packed::PackedFunc`, `tensor::NDArray`) and in `imports`.
 
 #![allow(clippy::missing_safety_doc)]

@@ -6,7 +6,7 @@ use crate::object::type_table::table;
 use std::ffi::{c_char, c_int, c_void};
 
 /// Whether `obj` is an object of this runtime rather than one a C++ host made with upstream's
-/// layouts (used by the C++ layer, `cxx/runtime.cc`, to convert containers at the boundary).
+/// layouts (used by the C++ layer, `cxx/containers.cc`, to convert containers at the boundary).
 #[no_mangle]
 pub unsafe extern "C" fn tvmrt_object_is_native(obj: *const c_void) -> c_int {
     // SAFETY: the C++ layer passes live object handles.

@@ -312,7 +312,9 @@ impl GraphExecutor {
             // read-only, so what is derived from it can be kept (writing it later makes a private
             // copy, as for a shared one). `set_param` decides whether the slot takes it.
             let weight = match map {
-                Some(map) if rec.data.as_ptr() as usize % params::DATA_ALIGNMENT == 0 && rec.data.len() >= slot_bytes => {
+                Some(map)
+                    if rec.data.as_ptr() as usize % params::DATA_ALIGNMENT == 0 && rec.data.len() >= slot_bytes =>
+                {
                     Weight::mapped(map, rec.data)?
                 }
                 _ => Weight::padded(rec.data, slot_bytes)?,

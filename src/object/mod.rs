@@ -53,7 +53,7 @@ pub struct ObjectHeader {
     pub deleter: Option<unsafe extern "C" fn(*mut ObjectHeader)>,
 }
 
-// Upstream's `Object`: the C++ side checks `sizeof(Object) == 16` (cxx/runtime.cc).
+// Upstream's `Object`: the C++ side checks `sizeof(Object) == 16` (cxx/runtime.h).
 const _: () = {
     assert!(std::mem::size_of::<ObjectHeader>() == 16);
     assert!(std::mem::offset_of!(ObjectHeader, type_index) == 0);
@@ -127,7 +127,7 @@ pub(crate) mod sealed {
 
 /// Upstream's ModuleNode starts with a vtable pointer, 8 bytes before the object header that
 /// handles point at: C++ hosts make virtual calls (`mod->type_key()`) through it. Module cells carry
-/// the vtable of `cxx/runtime.cc`'s module class, whose methods call back through the C API.
+/// the vtable of `cxx/modules.cc`'s module class, whose methods call back through the C API.
 #[repr(C)]
 pub struct ModulePrefix {
     vptr: *const c_void,

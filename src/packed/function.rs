@@ -27,7 +27,7 @@ pub enum FuncImpl {
 }
 
 /// Upstream's `PackedFuncObj` layout: the call pointer comes first after the object header, where
-/// C++ hosts' inline `PackedFunc::operator()` jumps through it (`cxx/runtime.cc` implements it on
+/// C++ hosts' inline `PackedFunc::operator()` jumps through it (`cxx/packed.cc` implements it on
 /// top of `TVMFuncCall`).
 #[repr(C)]
 pub struct PackedFunc {
