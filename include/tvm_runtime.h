@@ -116,9 +116,6 @@
 
 #define STATIC_END 12
 
-// Offset of the DLTensor inside an NDArray object: handle = object + 16.
-#define NDARRAY_TENSOR_OFFSET 16
-
 #define NDARRAY_LIST_MAGIC 17862838867561061559ull
 
 #define NDARRAY_MAGIC 15951258332257624383ull
@@ -128,6 +125,10 @@
 
 // Every buffer is at least this aligned (TVM's kAllocAlignment).
 #define ALIGNMENT 64
+
+// An NDArray handle (`DLTensor*`, type code 13) is its object's header address plus this: the
+// tensor is the payload's first field, right after the 16-byte header.
+#define NDARRAY_TENSOR_OFFSET 16
 
 // Device type codes (`DLDeviceType`). Only the CPU is served by this runtime.
 typedef int32_t DLDeviceType;

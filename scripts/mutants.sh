@@ -15,5 +15,5 @@ args=()
 for f in "${files[@]}"; do args+=(--file "$f"); done
 # The tests that cover these files (the Rust suites; the C and Python suites add little here and
 # would multiply the time per mutant).
-cargo mutants --no-shuffle -j 1 "${args[@]}" -- \
+cargo mutants --no-shuffle -j 1 --features fuzzing "${args[@]}" -- \
   --lib --test layout_oracle --test folding --test sharing --test errors --test header --test fuzz --test models

@@ -27,9 +27,9 @@ eval "$(scripts/tvm_env.sh)"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --all-targets --quiet -- -D warnings
+cargo clippy --all-targets --quiet --features tvm-runtime/fuzzing -- -D warnings
 echo "== cargo test"
-cargo test --quiet 2>&1 | tee target/cargo-test.log
+cargo test --quiet --features tvm-runtime/fuzzing 2>&1 | tee target/cargo-test.log
 # Upstream's own library (v0.16 with OpenCL, new std::string ABI), for the tests that run the same
 # host on both runtimes and for the differential test. A clone without it skips those, saying so;
 # CI sets TVM_RT_REQUIRE_UPSTREAM_LIB=1 so they can never be skipped there.

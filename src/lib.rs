@@ -43,8 +43,8 @@
 
 //! What safe Rust code cannot do with this crate (each was possible once; the examples must not
 //! compile): make an array over arbitrary memory, write an array others may be reading, map a
-//! file that may change underneath, hand Python an arbitrary pointer, or claim another type's
-//! object index.
+//! file that may change underneath, or claim another type's object index (handing Python an
+//! arbitrary pointer is the C boundary's alone: `python_env` is private).
 //!
 //! ```compile_fail,E0133
 //! let a = tvm_runtime::tensor::NDArray::external(std::ptr::null_mut(), &[4], tvm_runtime::dlpack::DLDataType::F32);
@@ -55,9 +55,6 @@
 //! ```
 //! ```compile_fail,E0133
 //! let map = tvm_runtime::tensor::FileMap::open("/etc/hostname");
-//! ```
-//! ```compile_fail,E0133
-//! tvm_runtime::python_env::register("Py_IncRef", 16 as *mut std::ffi::c_void).unwrap();
 //! ```
 //! ```compile_fail,E0277
 //! struct Mine;
@@ -74,25 +71,26 @@
 
 pub mod backend;
 pub mod capi;
-pub mod contrib_sort;
+mod contrib_sort;
 /// cbindgen:ignore
-pub mod cxx;
+mod cxx;
 pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod executor;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-pub mod globals;
+mod globals;
 pub mod graph;
-pub mod last_error;
+pub(crate) mod last_error;
 pub mod library;
 pub mod memory_plan;
 pub mod module;
 pub mod object;
 pub mod packed;
 pub mod params;
-pub mod python_env;
-pub mod stream;
+mod python_env;
+mod stream;
 pub mod tensor;
 pub mod time_evaluator;
 

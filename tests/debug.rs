@@ -54,3 +54,27 @@ fn execute_node_and_node_outputs_match_a_full_run() {
     let plain = lib.node::<Factory>().unwrap().create_executor(&lib, DLDevice::CPU).unwrap();
     assert!(tvm_runtime::module::Module::get_function(&plain, "execute_node", false).unwrap().is_none());
 }
+
+/// The function tables the executors list are what they answer: every listed name resolves, the
+/// debug ones only on a debug executor, and nothing else does.
+#[test]
+fn the_listed_function_names_are_the_functions() {
+    use tvm_runtime::executor::{debug, functions};
+    use tvm_runtime::module::Module;
+    let f = Fixture::load("mlp_b1");
+    let lib = f.load_lib();
+    let plain = f.executor_from_factory(&lib);
+    let debug_create = Module::get_function(&lib, "debug_create", false).unwrap().unwrap();
+    let mut a = ArgsBuilder::new();
+    a.str("default").device(DLDevice::CPU);
+    let dbg = debug_create.call(&a.args()).unwrap().into_object::<Module>().unwrap();
+    let has =
+        |m: &tvm_runtime::object::ObjRef<Module>, name: &str| Module::get_function(m, name, false).unwrap().is_some();
+    for &name in functions::NAMES {
+        assert!(has(&plain, name) && has(&dbg, name), "{name}");
+    }
+    for &name in debug::NAMES {
+        assert!(!has(&plain, name) && has(&dbg, name), "{name}");
+    }
+    assert!(!has(&plain, "no_such_function") && !has(&dbg, "get_output_index_of"));
+}

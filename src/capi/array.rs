@@ -4,7 +4,7 @@ use super::{guard, out, TVMArrayHandle, TVMStreamHandle};
 use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::object::{payload_of, release, AnyObject, ObjRef, ObjectHeader};
-use crate::packed::args::NDARRAY_TENSOR_OFFSET;
+use crate::tensor::ndarray::NDARRAY_TENSOR_OFFSET;
 use crate::tensor::{raw, NDArray, RawTensor};
 use std::ffi::{c_int, c_void};
 

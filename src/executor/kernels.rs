@@ -190,10 +190,6 @@ impl Ops {
         self.memory[eid] = mem;
     }
 
-    pub fn memory(&self, eid: usize) -> &Mem {
-        &self.memory[eid]
-    }
-
     /// How many entry tensors are bound to `weight` (each holds a count of it).
     pub fn bound_to(&self, weight: &Arc<Weight>) -> usize {
         self.memory.iter().filter(|m| matches!(m, Mem::Weight(w) if Arc::ptr_eq(w, weight))).count()

@@ -2,13 +2,13 @@
 //! per-executor state behind a mutex (calls from several threads serialise; use one executor per
 //! thread to run in parallel — they can share weights).
 
-pub mod arena;
+mod arena;
 pub mod debug;
 pub mod factory;
-pub mod fold;
+mod fold;
 pub mod functions;
-pub mod instance;
-pub mod kernels;
+pub(crate) mod instance;
+mod kernels;
 pub mod layout;
 pub mod plan;
 

@@ -2,9 +2,9 @@
 //! its context slots, and rebuilding the module tree from its `__tvm_dev_mblob`.
 
 pub mod blob;
-pub mod context;
+mod context;
 mod elf;
-pub mod symbols;
+pub(crate) mod symbols;
 
 use crate::dlpack::TVMBackendPackedCFunc;
 use crate::error::{Error, Result};

@@ -7,11 +7,9 @@ use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::object::{AnyObject, ObjRef, ObjectHeader, ObjectType};
+use crate::tensor::ndarray::NDARRAY_TENSOR_OFFSET;
 use crate::tensor::{NDArray, RawTensor};
 use std::ffi::{c_void, CStr, CString};
-
-/// Offset of the DLTensor inside an NDArray object: handle = object + 16.
-pub const NDARRAY_TENSOR_OFFSET: usize = 16;
 
 pub fn type_code_name(code: i32) -> &'static str {
     match code {

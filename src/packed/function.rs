@@ -19,10 +19,10 @@ pub enum FuncImpl {
         resource: *mut c_void,
         finalizer: TVMPackedCFuncFinalizer,
     },
-    /// An operator of a loaded library; `owner` keeps the library loaded.
+    /// An operator of a loaded library; `_owner`, never read, keeps the library loaded.
     Kernel {
         func: TVMBackendPackedCFunc,
-        owner: AnyObject,
+        _owner: AnyObject,
     },
 }
 
@@ -101,7 +101,7 @@ impl PackedFunc {
     }
 
     pub fn from_kernel(func: TVMBackendPackedCFunc, owner: AnyObject) -> ObjRef<PackedFunc> {
-        PackedFunc::make(FuncImpl::Kernel { func, owner }, true)
+        PackedFunc::make(FuncImpl::Kernel { func, _owner: owner }, true)
     }
 
     /// The raw operator, for callers that prepare argument arrays once and call it directly.

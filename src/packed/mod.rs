@@ -1,10 +1,10 @@
 //! Packed functions: arguments, return values, the function object, containers, global registry.
 
-pub mod args;
-pub mod containers;
-pub mod function;
+pub(crate) mod args;
+mod containers;
+pub(crate) mod function;
 pub mod registry;
-pub mod value;
+mod value;
 
 pub use args::{Args, ArgsBuilder};
 pub use containers::{ArrayObj, MapObj, ShapeTupleObj, StringObj};

@@ -1,9 +1,10 @@
 //! What a packed function returns: an owned value.
 
-use super::args::{object_to_value, NDARRAY_TENSOR_OFFSET};
+use super::args::object_to_value;
 use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::object::{AnyObject, ObjRef, ObjectHeader, ObjectType};
+use crate::tensor::ndarray::NDARRAY_TENSOR_OFFSET;
 use std::ffi::{c_void, CStr};
 
 #[derive(Debug, Default)]

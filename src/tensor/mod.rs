@@ -1,9 +1,9 @@
 //! Host tensors: raw aligned memory, the NDArray object, and access to caller-owned DLTensors.
 
-pub mod buffer;
-pub mod ndarray;
+mod buffer;
+pub(crate) mod ndarray;
 pub mod raw;
-pub mod weight;
+pub(crate) mod weight;
 
 pub use buffer::{Buffer, FileMap};
 pub use ndarray::NDArray;

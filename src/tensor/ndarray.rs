@@ -41,6 +41,11 @@ unsafe impl Sync for NDArray {}
 
 const _: () = assert!(std::mem::offset_of!(NDArray, manager_ctx) == 48);
 
+/// An NDArray handle (`DLTensor*`, type code 13) is its object's header address plus this: the
+/// tensor is the payload's first field, right after the 16-byte header.
+pub const NDARRAY_TENSOR_OFFSET: usize = 16;
+const _: () = assert!(std::mem::offset_of!(NDArray, tensor) == 0);
+
 impl Drop for NDArray {
     fn drop(&mut self) {
         if let Owner::DLPack(managed) = self.owner {

@@ -136,7 +136,7 @@ pub enum Fill {
 /// A tensor filled as asked: random values are small and valid for the dtype.
 pub fn filled(name: &str, dtype: DLDataType, shape: &[i64], fill: Fill) -> Result<HostTensor> {
     let n = tvm_runtime::dtype::num_elements(shape)?;
-    let mut rng = tvm_runtime::fuzzing::Rng::new(match fill {
+    let mut rng = Rng::new(match fill {
         Fill::Random(seed) => seed ^ name.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64)),
         _ => 0,
     });
@@ -233,4 +233,21 @@ fn f16_to_f32(h: u16) -> f32 {
         _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
     };
     f32::from_bits(bits)
+}
+
+/// xorshift64*: small, seeded, the same values on every machine (inputs a seed names are the same
+/// inputs everywhere).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
 }
