@@ -395,6 +395,47 @@ mod tests {
         }
     }
 
+    /// The edges of every length check: what is just inside is accepted, what is just outside is
+    /// refused with its place named.
+    #[test]
+    fn accepts_and_refuses_at_the_limits() {
+        let ok = |json: String| Graph::parse(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+        let bad = |json: String, want: &str| {
+            let e = Graph::parse(&json).unwrap_err().to_string();
+            assert!(e.contains(want), "expected '{want}' in '{e}'");
+        };
+        // heads and inputs: [node, index] or [node, index, version].
+        ok(TINY.replace("\"heads\":[[1,0,0]]", "\"heads\":[[1,0]]"));
+        bad(TINY.replace("\"heads\":[[1,0,0]]", "\"heads\":[[1]]"), "heads[0] must be [node, index, version]");
+        bad(TINY.replace("\"heads\":[[1,0,0]]", "\"heads\":[[1,0,0,0]]"), "heads[0] must be [node, index, version]");
+        ok(TINY.replace("\"inputs\":[[0,0,0]]", "\"inputs\":[[0,0]]"));
+        for input in ["[[0]]", "[[0,0,0,0]]"] {
+            bad(TINY.replace("\"inputs\":[[0,0,0]]", &format!("\"inputs\":{input}")), "an input must be [node, index]");
+        }
+        // node_row_ptr starts at 0 and never decreases.
+        for ptr in ["[1,1,2]", "[0,2,1]"] {
+            bad(TINY.replace("[0,1,2]", ptr), "node_row_ptr must start at 0 and never decrease");
+        }
+        // Tagged lists: ["tag", [...]] exactly.
+        bad(
+            TINY.replace("\"dltype\":[\"list_str\",", "\"dltype\":[\"list_int\","),
+            "attrs.dltype must be [\"list_str\", [...]]",
+        );
+        bad(TINY.replace("\"shape\":[\"list_shape\",[[2],[2]]]", "\"shape\":[\"list_shape\"]"), "attrs.shape must be");
+        // Graph attributes nobody reads are skipped when their type is known.
+        let with_attr = |a: &str| TINY.replace("\"storage_id\":", &format!("{a},\"storage_id\":"));
+        ok(with_attr(r#""extra_int":["list_int",[1,2]],"count":["size_t",3]"#));
+        bad(with_attr(r#""extra_str":["list_str",["a","b"]]"#), "cannot skip graph attr 'extra_str' of unknown type");
+        // Up to 32 dimensions.
+        let dims = |k: usize| format!("[{}]", vec!["1"; k].join(","));
+        ok(TINY.replace("[[2],[2]]", &format!("[{},[2]]", dims(32))));
+        bad(TINY.replace("[[2],[2]]", &format!("[{},[2]]", dims(33))), "33 dimensions is more than 32");
+        // Operator attributes other than the four it reads are kept, as given.
+        let g = ok(TINY.replace("\"flatten_data\":\"0\"", "\"flatten_data\":\"0\",\"hash\":\"ab12\",\"n\":7"));
+        let NodeKind::Op(a) = &g.nodes[1].kind else { panic!("node 1 is an operator") };
+        assert_eq!(a.extra, vec![("hash".to_string(), "ab12".to_string()), ("n".to_string(), "7".to_string())]);
+    }
+
     /// The optional per-entry lists must cover every entry (a short one would index past its end).
     #[test]
     fn rejects_short_optional_lists() {

@@ -383,8 +383,10 @@ impl Instance {
         if shares {
             self.bind_weight(sid, weight)?;
         } else {
-            let bytes = &weight.bytes()[..self.plan.entry_bytes[eid]];
-            self.write_entry_bytes(eid, bytes).map_err(|e| e.context(format!("parameter '{name}'")))?;
+            let bytes = weight.bytes().get(..self.plan.entry_bytes[eid]).ok_or_else(|| {
+                Error::value(format!("{} bytes, the entry {}", weight.len(), self.plan.entry_bytes[eid]))
+            });
+            bytes.and_then(|b| self.write_entry_bytes(eid, b)).map_err(|e| e.context(format!("parameter '{name}'")))?;
         }
         self.param_names.insert(name.to_string());
         Ok(shares)
@@ -686,4 +688,85 @@ fn same(a: &[Option<Weak<Weight>>], b: &[Option<Weak<Weight>>]) -> bool {
             (None, None) => true,
             _ => false,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::plan::tests::{graph, plan};
+
+    /// x, w (inputs) -> c = copy(w) -> out = copy(c); out the output: `c` reads only `w`.
+    fn instance() -> Instance {
+        let json = graph(&[("x", "", 0), ("w", "", 0), ("c", "__copy", 1), ("out", "__copy", 2)], &[0, 1, 2, 3], &[3]);
+        Instance::new(plan(&json), false).unwrap()
+    }
+
+    fn weight(v: u8, len: usize) -> Arc<Weight> {
+        Arc::new(Weight::copy_of(&vec![v; len]).unwrap())
+    }
+
+    fn output(inst: &mut Instance) -> Vec<u8> {
+        let view = inst.entry_view(3).unwrap();
+        view.to_vec()
+    }
+
+    #[test]
+    fn a_parameter_is_bound_without_a_copy_where_the_slot_can_share() {
+        let mut inst = instance();
+        let w = weight(7, 16);
+        assert!(inst.set_param("w", 1, w.clone()).unwrap());
+        assert!(matches!(inst.slot(1), SlotMemory::Weight(bound) if Arc::ptr_eq(bound, &w)));
+        assert!(inst.param_names.contains("w"));
+        inst.run().unwrap();
+        assert_eq!(output(&mut inst), vec![7; 16]);
+        // Folded: `c` was computed once, from the weight, and is what `out` copies.
+        assert_eq!(inst.layout().folded, vec![true, false]);
+        // A weight shorter than the slot cannot back it: its bytes are written instead.
+        let mut inst = instance();
+        let e = inst.set_param("w", 1, weight(1, 8)).unwrap_err().to_string();
+        assert!(e.contains("parameter 'w'"), "{e}");
+    }
+
+    #[test]
+    fn writing_a_weight_gives_a_private_copy_and_refolds() {
+        let mut inst = instance();
+        let w = weight(7, 16);
+        inst.set_param("w", 1, w.clone()).unwrap();
+        inst.run().unwrap();
+        inst.write_entry_bytes(1, &[9; 16]).unwrap();
+        assert!(matches!(inst.slot(1), SlotMemory::Owned(_)));
+        assert_eq!(w.bytes(), &[7; 16], "the weight itself is untouched");
+        inst.run().unwrap();
+        assert_eq!(output(&mut inst), vec![9; 16]);
+        assert_eq!(inst.layout().folded, vec![false, false], "a private input is not folded from");
+    }
+
+    #[test]
+    fn sharing_out_freezes_memory_unless_a_view_holds_it() {
+        let mut inst = instance();
+        inst.write_entry_bytes(1, &[3; 16]).unwrap();
+        let before = inst.entry_data(1);
+        let shared = inst.share_out(1).unwrap();
+        assert_eq!(shared.as_ptr(), before, "nobody else held it: frozen in place");
+        // A host's view of the private memory: sharing must not let its writes reach the sharers.
+        let mut inst = instance();
+        inst.write_entry_bytes(1, &[4; 16]).unwrap();
+        let view = inst.entry_view(1).unwrap();
+        let shared = inst.share_out(1).unwrap();
+        assert_ne!(shared.as_ptr(), view.data_ptr().cast_const(), "a copy, since the view still holds the memory");
+        assert_eq!((shared.bytes(), view.to_vec()), (&[4u8; 16][..], vec![4; 16]));
+    }
+
+    #[test]
+    fn an_entry_array_is_handed_out_again_while_it_shows_the_entry() {
+        let mut inst = instance();
+        inst.set_param("w", 1, weight(5, 16)).unwrap();
+        inst.run().unwrap();
+        let a = inst.entry_view(3).unwrap();
+        let b = inst.entry_view(3).unwrap();
+        assert!(ObjRef::ptr_eq(&a, &b));
+        // A weight's array is a copy, new each time: writing it reaches nothing.
+        let (w1, w2) = (inst.entry_view(1).unwrap(), inst.entry_view(1).unwrap());
+        assert!(!ObjRef::ptr_eq(&w1, &w2) && w1.data_ptr() != w2.data_ptr());
+    }
 }

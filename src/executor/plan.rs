@@ -271,3 +271,104 @@ impl Plan {
         self.storage.slots[sid].role == crate::memory_plan::SlotRole::Input && self.inputs_per_slot[sid] == 1
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::module::ModuleNode;
+    use std::any::Any;
+
+    /// A library without kernels: enough for graphs of `__nop` and `__copy`.
+    struct NoKernels;
+
+    impl ModuleNode for NoKernels {
+        fn type_key(&self) -> &str {
+            "test"
+        }
+
+        fn get_function(&self, _: &ObjRef<Module>, _: &str) -> Result<Option<ObjRef<PackedFunc>>> {
+            Ok(None)
+        }
+
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    /// A graph of float32 [4] entries: `nodes` are (name, op, input node), op "" for an input,
+    /// with the given storage ids; `heads` are node indices.
+    pub(crate) fn graph(nodes: &[(&str, &str, usize)], sids: &[usize], heads: &[usize]) -> String {
+        let json_nodes: Vec<String> = nodes
+            .iter()
+            .map(|&(name, op, input)| match op {
+                "" => format!(r#"{{"op":"null","name":"{name}","inputs":[]}}"#),
+                op => format!(
+                    r#"{{"op":"tvm_op","name":"{name}","attrs":{{"func_name":"{op}","num_inputs":"1","num_outputs":"1","flatten_data":"0"}},"inputs":[[{input},0,0]]}}"#
+                ),
+            })
+            .collect();
+        let list = |v: Vec<String>| v.join(",");
+        let n = nodes.len();
+        format!(
+            r#"{{"nodes":[{}],"arg_nodes":[{}],"heads":[{}],"node_row_ptr":[{}],"attrs":{{"dltype":["list_str",[{}]],"shape":["list_shape",[{}]],"storage_id":["list_int",[{}]]}}}}"#,
+            list(json_nodes),
+            list((0..n).filter(|&i| nodes[i].1.is_empty()).map(|i| i.to_string()).collect()),
+            list(heads.iter().map(|h| format!("[{h},0,0]")).collect()),
+            list((0..=n).map(|i| i.to_string()).collect()),
+            list(vec!["\"float32\"".to_string(); n]),
+            list(vec!["[4]".to_string(); n]),
+            list(sids.iter().map(|s| s.to_string()).collect()),
+        )
+    }
+
+    pub(crate) fn plan(json: &str) -> Arc<Plan> {
+        crate::init();
+        Plan::new(json, Module::new(NoKernels), DLDevice::CPU).unwrap()
+    }
+
+    /// x -> a (copy) -> v (__nop of a) -> out (copy); outputs v and out.
+    fn chain() -> Arc<Plan> {
+        plan(&graph(
+            &[("x", "", 0), ("a", "__copy", 0), ("v", "__nop", 1), ("out", "__copy", 2)],
+            &[0, 1, 1, 2],
+            &[2, 3],
+        ))
+    }
+
+    #[test]
+    fn aliases_outputs_and_their_keys() {
+        let p = chain();
+        assert_eq!(p.alias_root, vec![0, 1, 1, 3]);
+        assert!(p.liveness_layout);
+        // v's memory is a's (its root); out has its own; both in the output region, 64-byte apart.
+        assert_eq!(p.output_offsets, vec![None, Some(0), None, Some(64)]);
+        assert_eq!(p.output_region_bytes, 128);
+        assert_eq!((p.output_keys["v:0"], p.output_keys["out:1"]), (0, 1));
+        assert_eq!(p.output_keys.len(), 2);
+        assert_eq!((p.entry_bytes.clone(), p.root_bytes.clone()), (vec![16; 4], vec![16, 16, 0, 16]));
+        assert_eq!(p.ops.iter().map(|o| o.args.clone()).collect::<Vec<_>>(), vec![vec![0, 1], vec![1, 2], vec![2, 3]]);
+        assert!(p.is_shareable_slot(0) && !p.is_shareable_slot(1));
+    }
+
+    #[test]
+    fn an_input_in_an_operators_storage_rules_out_the_liveness_layout() {
+        // a copy writes x's storage id: laid out by storage ids, outputs with everything else.
+        let p = plan(&graph(&[("x", "", 0), ("a", "__copy", 0)], &[0, 0], &[1]));
+        assert!(!p.liveness_layout);
+        assert_eq!((p.output_offsets.clone(), p.output_region_bytes), (vec![None, None], 0));
+        assert!(!p.is_shareable_slot(0));
+    }
+
+    #[test]
+    fn an_output_that_is_an_input_needs_no_region() {
+        // v is a __nop of the input x: its memory is x's slot.
+        let p = plan(&graph(&[("x", "", 0), ("v", "__nop", 0), ("c", "__copy", 0)], &[0, 0, 1], &[1, 2]));
+        assert!(p.liveness_layout);
+        assert_eq!(p.alias_root, vec![0, 0, 2]);
+        assert_eq!((p.output_offsets.clone(), p.output_region_bytes), (vec![None, None, Some(0)], 64));
+        // Two graph inputs in one slot: neither may be bound to shared memory.
+        let two = plan(&graph(&[("x", "", 0), ("y", "", 0), ("c", "__copy", 0)], &[0, 0, 1], &[2]));
+        assert_eq!(two.inputs_per_slot, vec![2, 0]);
+        assert!(!two.is_shareable_slot(0));
+    }
+}
