@@ -24,9 +24,10 @@
 //!
 //! In these files and no others (`tests/unsafe_map.rs` keeps the list true both ways):
 //! - the C boundary: `src/capi/`, `src/last_error.rs`;
-//! - objects and memory in TVM's layouts: `src/object/mod.rs`, `src/tensor/buffer.rs`,
-//!   `src/tensor/ndarray.rs`, `src/tensor/raw.rs`, `src/tensor/weight.rs`, `src/packed/args.rs`,
-//!   `src/packed/containers.rs`, `src/packed/function.rs`, `src/packed/value.rs`;
+//! - objects and memory in TVM's layouts: `src/object/mod.rs`, `src/object/types.rs`,
+//!   `src/tensor/buffer.rs`, `src/tensor/ndarray.rs`, `src/tensor/raw.rs`, `src/tensor/weight.rs`,
+//!   `src/packed/args.rs`, `src/packed/containers.rs`, `src/packed/function.rs`,
+//!   `src/packed/value.rs`;
 //! - the C++ bridge's Rust side: `src/cxx/`;
 //! - loading compiled code: `src/library/mod.rs`, `src/library/context.rs`,
 //!   `src/library/symbols.rs`, `src/python_env.rs`;

@@ -16,7 +16,7 @@ use crate::memory_plan::SlotRole;
 use crate::tensor::Weight;
 
 /// Kernels may assume TVM's allocation alignment for every tensor.
-pub(crate) const ALIGN: usize = 64;
+use crate::tensor::ALIGNMENT as ALIGN;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Home {

@@ -199,8 +199,8 @@ impl Plan {
                 }
                 output_offsets[r] = Some(output_region_bytes);
                 output_region_bytes = root_bytes[r]
-                    .checked_next_multiple_of(super::layout::ALIGN)
-                    .and_then(|b| output_region_bytes.checked_add(b.max(super::layout::ALIGN)))
+                    .checked_next_multiple_of(crate::tensor::ALIGNMENT)
+                    .and_then(|b| output_region_bytes.checked_add(b.max(crate::tensor::ALIGNMENT)))
                     .ok_or_else(|| {
                         Error::value("the outputs of this graph add up to more memory than can be addressed")
                     })?;

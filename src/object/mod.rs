@@ -35,17 +35,6 @@ pub fn type_key_of(index: u32) -> String {
     type_table::table().index_to_key(index).map_or_else(|_| "?".to_string(), str::to_string)
 }
 
-/// Whether the object at `obj` is a cell of this runtime (its deleter is one of ours), as opposed
-/// to one a host made with upstream's layouts.
-///
-/// # Safety
-/// `obj` must be null or a live object header.
-pub unsafe fn is_native(obj: *const ObjectHeader) -> bool {
-    // SAFETY: per the contract.
-    let Some(header) = (unsafe { obj.as_ref() }) else { return false };
-    header.deleter.is_some_and(|deleter| NATIVE_DELETERS.iter().any(|&d| d as usize == deleter as usize))
-}
-
 #[repr(C)]
 pub struct ObjectHeader {
     pub type_index: u32,
@@ -102,7 +91,7 @@ macro_rules! object_type {
 }
 
 /// Declares every payload type of the runtime, in one place (type indices must stay unique), and
-/// the list of their deleters, by which [`is_native`] knows this runtime's cells.
+/// the list of their deleters, by which [`types::is_native`] knows this runtime's cells.
 macro_rules! object_types {
     ($(($t:ty, $($rest:tt)*)),* $(,)?) => {
         $(object_type!($t, $($rest)*);)*
@@ -110,15 +99,8 @@ macro_rules! object_types {
     };
 }
 
-object_types!(
-    (crate::module::Module, type_index::MODULE, ModulePrefix, ModulePrefix::new()),
-    (crate::tensor::NDArray, type_index::NDARRAY),
-    (crate::packed::StringObj, type_index::STRING),
-    (crate::packed::ArrayObj, type_index::ARRAY),
-    (crate::packed::MapObj, type_index::MAP),
-    (crate::packed::ShapeTupleObj, type_index::SHAPE_TUPLE),
-    (crate::packed::PackedFunc, type_index::PACKED_FUNC),
-);
+// The payload types are declared in `types`, which names them all in one place.
+pub mod types;
 
 pub(crate) mod sealed {
     /// Implemented by the crate's own object payload types only.

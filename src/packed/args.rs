@@ -2,7 +2,7 @@
 //! on demand (no copy per call), and a builder for calls made from Rust.
 
 use super::containers::StringObj;
-use super::function::PackedFunc;
+use super::value::object_to_value;
 use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::module::Module;
@@ -276,10 +276,6 @@ impl<'a> Args<'a> {
         self.typed(i, "Module")
     }
 
-    pub fn func(&self, i: usize) -> Result<ObjRef<PackedFunc>> {
-        self.typed(i, "PackedFunc")
-    }
-
     pub fn ndarray(&self, i: usize) -> Result<ObjRef<NDArray>> {
         self.typed(i, "NDArray")
     }
@@ -341,19 +337,5 @@ impl ArgsBuilder {
 
     pub fn args(&self) -> Args<'_> {
         Args { values: &self.values, codes: &self.codes }
-    }
-}
-
-/// The value and code under which an object travels.
-pub fn object_to_value(obj: &AnyObject) -> (TVMValue, i32) {
-    use crate::object::type_index as ti;
-    let p = obj.as_c_handle();
-    match obj.type_index() {
-        ti::NDARRAY => {
-            (TVMValue { v_handle: p.cast::<u8>().wrapping_add(NDARRAY_TENSOR_OFFSET).cast() }, kTVMNDArrayHandle)
-        }
-        ti::MODULE => (TVMValue { v_handle: p }, kTVMModuleHandle),
-        ti::PACKED_FUNC => (TVMValue { v_handle: p }, kTVMPackedFuncHandle),
-        _ => (TVMValue { v_handle: p }, kTVMObjectHandle),
     }
 }

@@ -61,6 +61,14 @@ impl Drop for PackedFunc {
     }
 }
 
+impl Args<'_> {
+    /// Argument `i` as a function (an argument of a packed call, read here to keep `args` free of
+    /// the function type).
+    pub fn func(&self, i: usize) -> Result<ObjRef<PackedFunc>> {
+        self.typed_object(i, "PackedFunc")
+    }
+}
+
 impl PackedFunc {
     fn make(imp: FuncImpl, trusted_pointers: bool) -> ObjRef<PackedFunc> {
         ObjRef::new(PackedFunc { call: tvmrt_cxx_call_packed, imp, trusted_pointers })

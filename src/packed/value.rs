@@ -1,6 +1,5 @@
 //! What a packed function returns: an owned value.
 
-use super::args::object_to_value;
 use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::object::{AnyObject, ObjRef, ObjectHeader, ObjectType};
@@ -184,5 +183,19 @@ impl From<AnyObject> for RetValue {
 impl<T: Into<RetValue>> From<Option<T>> for RetValue {
     fn from(v: Option<T>) -> Self {
         v.map_or(RetValue::None, Into::into)
+    }
+}
+
+/// The value and code under which an object travels.
+pub fn object_to_value(obj: &AnyObject) -> (TVMValue, i32) {
+    use crate::object::type_index as ti;
+    let p = obj.as_c_handle();
+    match obj.type_index() {
+        ti::NDARRAY => {
+            (TVMValue { v_handle: p.cast::<u8>().wrapping_add(NDARRAY_TENSOR_OFFSET).cast() }, kTVMNDArrayHandle)
+        }
+        ti::MODULE => (TVMValue { v_handle: p }, kTVMModuleHandle),
+        ti::PACKED_FUNC => (TVMValue { v_handle: p }, kTVMPackedFuncHandle),
+        _ => (TVMValue { v_handle: p }, kTVMObjectHandle),
     }
 }
