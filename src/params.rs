@@ -214,6 +214,43 @@ mod tests {
         assert_eq!(align(&aligned).unwrap(), aligned, "aligning twice changes nothing");
     }
 
+    /// A blob of one record named "t", written with any dtype.
+    fn one_record(dtype: DLDataType, data: &[u8]) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u64(NDARRAY_LIST_MAGIC);
+        w.u64(0);
+        w.u64(1);
+        w.string("t");
+        w.u64(1);
+        write_raw_record(&mut w, dtype, &[2], data);
+        w.buf
+    }
+
+    #[test]
+    fn dtypes_outside_dlpack_are_refused() {
+        for (code, bits, lanes) in [(2, 0, 1), (2, 32, 0), (8, 32, 1)] {
+            let e = parse(&one_record(DLDataType::new(code, bits, lanes), &[0u8; 8])).unwrap_err().to_string();
+            assert!(e.contains("invalid dtype"), "({code}, {bits}, {lanes}): {e}");
+        }
+        // Every code up to 7 is read (the writer's, not the runtime's, business to use them).
+        let blob = one_record(DLDataType::new(7, 32, 1), &[1u8; 8]);
+        let p = parse(&blob).unwrap().remove(0);
+        assert_eq!((p.0, p.1.dtype.code, p.1.data.len()), ("t", 7, 8));
+    }
+
+    #[test]
+    fn align_pads_with_less_than_the_alignment() {
+        let aligned = align(&sample()).unwrap();
+        let pads: Vec<usize> = parse(&aligned)
+            .unwrap()
+            .into_iter()
+            .filter(|(n, _)| n.starts_with(PAD_PREFIX))
+            .map(|(_, r)| r.data.len())
+            .collect();
+        assert_eq!(pads.len(), 2);
+        assert!(pads.iter().all(|&n| n < DATA_ALIGNMENT), "{pads:?}");
+    }
+
     #[test]
     fn absurd_counts_are_refused() {
         let mut blob = sample();
