@@ -167,13 +167,39 @@ mod tests {
         assert!(weak.upgrade().is_none(), "the table must not keep weights alive");
     }
 
+    /// Live weights stay findable through every sweep, even after a weight of the same length but
+    /// other bytes came and went; the table stays within about twice what is alive.
     #[test]
-    fn entries_of_dropped_weights_are_swept() {
-        // 300 lengths no other test uses, each weight dropped at once.
-        for i in 0..300 {
-            drop(intern(Weight::copy_of(&vec![7u8; 5000 + i]).unwrap()));
+    fn the_table_keeps_live_weights_findable_and_sweeps_the_rest() {
+        let content = |i: usize, v: u8| vec![v; 7000 + i];
+        let live: Vec<Arc<Weight>> = (0..100).map(|i| intern(Weight::copy_of(&content(i, 9)).unwrap())).collect();
+        for i in 0..400 {
+            drop(intern(Weight::copy_of(&vec![9u8; 9000 + i]).unwrap()));
+        }
+        for (i, w) in live.iter().enumerate() {
+            drop(intern(Weight::copy_of(&content(i, 8)).unwrap()));
+            let again = intern(Weight::copy_of(&content(i, 9)).unwrap());
+            assert!(Arc::ptr_eq(w, &again), "live weight {i} is found again");
         }
         let lengths = DERIVED.lock().unwrap().as_ref().map_or(0, |t| t.len());
-        assert!(lengths <= 128 + 16, "{lengths} lengths kept, for weights that are all gone");
+        assert!(lengths <= 2 * 128, "{lengths} lengths kept for about 100 alive");
+    }
+
+    #[test]
+    fn mapped_weights_are_ranges_of_their_mapping() {
+        let path = std::env::temp_dir().join(format!("tvmrt-weight-{}", std::process::id()));
+        std::fs::write(&path, [5u8; 256]).unwrap();
+        // SAFETY: this test's own file, unchanged while mapped.
+        let map = unsafe { FileMap::open(path.to_str().unwrap()) }.unwrap();
+        let w = Weight::mapped(&map, &map.bytes()[64..128]).unwrap();
+        assert!(w.is_mapped() && w.len() == 64 && !w.is_empty());
+        assert_eq!(w.as_ptr(), map.bytes()[64..].as_ptr());
+        assert!(Weight::mapped(&map, &map.bytes()[..0]).is_err(), "empty");
+        let elsewhere = [5u8; 64];
+        assert!(Weight::mapped(&map, &elsewhere).is_err(), "not in the mapping");
+        std::fs::remove_file(&path).unwrap();
+        let empty = Weight::copy_of(&[]).unwrap();
+        assert!(empty.is_empty());
+        assert!(format!("{:?}", Weight::copy_of(&[1, 2, 3]).unwrap()).starts_with("Weight(3 bytes at 0x"));
     }
 }
