@@ -30,10 +30,10 @@ fn run_outputs(m: &ObjRef<Module>) -> Vec<Vec<u8>> {
 /// Addresses of the derived weights an executor reads.
 fn derived_addresses(m: &ObjRef<Module>) -> Vec<usize> {
     let ex = exec(m);
-    let st = ex.lock();
+    let layout = ex.layout();
     let mut out: Vec<usize> = (0..ex.plan().graph.num_entries())
-        .filter(|&e| st.layout().homes[e] == Home::Derived)
-        .map(|e| st.entry_data(e) as usize)
+        .filter(|&e| layout.homes[e] == Home::Derived)
+        .map(|e| ex.entry_data(e) as usize)
         .collect();
     out.sort_unstable();
     out.dedup();
@@ -43,9 +43,9 @@ fn derived_addresses(m: &ObjRef<Module>) -> Vec<usize> {
 /// The first input of a folded operator: a weight whose value something is derived from.
 fn weight_feeding_a_fold(m: &ObjRef<Module>) -> usize {
     let ex = exec(m);
-    let st = ex.lock();
+    let layout = ex.layout();
     let plan = ex.plan();
-    let op = plan.ops.iter().enumerate().find(|&(i, _)| st.layout().folded[i]).expect("a folded operator").1;
+    let op = plan.ops.iter().enumerate().find(|&(i, _)| layout.folded[i]).expect("a folded operator").1;
     plan.input_entries.iter().position(|&e| op.inputs().contains(&e)).expect("reads a graph input")
 }
 
@@ -63,7 +63,7 @@ fn every_fixture_gives_upstreams_bytes_with_folding_on_and_off() {
                 exec(&m).run().unwrap();
                 f.check_outputs(&m, &format!("{how}, fold {fold}, second run"));
                 let ex = exec(&m);
-                ex.lock().layout().verify(ex.plan()).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+                ex.layout().verify(ex.plan()).unwrap_or_else(|e| panic!("{}: {e}", f.name));
                 let usage = ex.memory_usage();
                 if fold && usage.ops_folded > 0 {
                     assert!(usage.weights_derived > 0, "{}: {usage:?}", f.name);
@@ -228,8 +228,8 @@ fn a_graph_output_derived_from_weights_only_reads_as_computed() {
     let probe = f.executor_from_create(&lib);
     let node = {
         let ex = exec(&probe);
-        let st = ex.lock();
-        ex.plan().ops.iter().enumerate().find(|&(i, _)| st.layout().folded[i]).unwrap().1.node
+        let layout = ex.layout();
+        ex.plan().ops.iter().enumerate().find(|&(i, _)| layout.folded[i]).unwrap().1.node
     };
     let mut json: serde_json::Value = serde_json::from_str(&f.graph_json()).unwrap();
     json["heads"].as_array_mut().unwrap().push(serde_json::json!([node, 0, 0]));
@@ -273,8 +273,8 @@ fn activations_are_laid_out_to_the_liveness_bound_and_stay_apart() {
         f.set_inputs(&m);
         exec(&m).run().unwrap();
         let ex = exec(&m);
-        let st = ex.lock();
-        let layout = st.layout();
+        let layout = ex.layout();
+        let layout = &layout;
         layout.verify(ex.plan()).unwrap_or_else(|e| panic!("{}: {e}", f.name));
         assert!(
             layout.arena_bytes
@@ -294,8 +294,8 @@ fn a_weight_only_operator_that_fails_fails_run_with_its_message() {
     let probe = f.executor_from_create(&lib);
     let (node, out) = {
         let ex = exec(&probe);
-        let st = ex.lock();
-        let op = ex.plan().ops.iter().enumerate().find(|&(i, _)| st.layout().folded[i]).unwrap().1;
+        let layout = ex.layout();
+        let op = ex.plan().ops.iter().enumerate().find(|&(i, _)| layout.folded[i]).unwrap().1;
         (op.node, op.outputs()[0])
     };
     let mut json: serde_json::Value = serde_json::from_str(&f.graph_json()).unwrap();

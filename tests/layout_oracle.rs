@@ -108,10 +108,10 @@ fn every_fixture_lays_out_its_values_apart() {
             f.set_inputs(&m);
             exec(&m).run().unwrap();
             let ex = exec(&m);
-            let st = ex.lock();
-            let problems = overlaps(ex.plan(), st.layout());
+            let layout = ex.layout();
+            let problems = overlaps(ex.plan(), &layout);
             assert!(problems.is_empty(), "{} (fold {fold}): {problems:?}", f.name);
-            st.layout().verify(ex.plan()).unwrap();
+            layout.verify(ex.plan()).unwrap();
         }
     }
 }
@@ -188,8 +188,8 @@ fn a_value_read_through_a_late_nop_keeps_its_bytes() {
     for k in 0..2 {
         assert_eq!(floats(&ex.output(k).unwrap().to_vec()), want, "output {k}");
     }
-    let st = ex.lock();
-    let layout = st.layout();
+    let layout = ex.layout();
+    let layout = &layout;
     assert_eq!(overlaps(ex.plan(), layout), Vec::<String>::new());
     // Live at once at most: a, and two of b, c (d and e are outputs, in their own region).
     assert_eq!(layout.arena_bytes, 3 * 64, "{layout:?}");
@@ -209,9 +209,9 @@ fn a_value_is_live_from_its_writer_not_its_nop() {
     let m = run(&json);
     let ex = exec(&m);
     assert_eq!(floats(&ex.output(0).unwrap().to_vec()), (1..=16).map(|v| v as f32).collect::<Vec<_>>());
-    let st = ex.lock();
-    assert_eq!(overlaps(ex.plan(), st.layout()), Vec::<String>::new());
-    assert_eq!(st.layout().arena_bytes, 2 * 64);
+    let layout = ex.layout();
+    assert_eq!(overlaps(ex.plan(), &layout), Vec::<String>::new());
+    assert_eq!(layout.arena_bytes, 2 * 64);
 }
 
 /// The bound counts the inputs that are not weights, the outputs and the peak of the arena;
@@ -299,9 +299,9 @@ fn a_chain_reuses_two_places() {
     let m = run(&json);
     let ex = exec(&m);
     assert_eq!(floats(&ex.output(0).unwrap().to_vec()), (1..=16).map(|v| v as f32).collect::<Vec<_>>());
-    let st = ex.lock();
-    assert_eq!(st.layout().arena_bytes, 2 * 64);
-    assert_eq!(overlaps(ex.plan(), st.layout()), Vec::<String>::new());
+    let layout = ex.layout();
+    assert_eq!(layout.arena_bytes, 2 * 64);
+    assert_eq!(overlaps(ex.plan(), &layout), Vec::<String>::new());
 }
 
 /// `verify` is the layout's own check; it must see a layout that breaks its promises.
@@ -310,8 +310,8 @@ fn verify_rejects_overlapping_or_misplaced_values() {
     let json = graph(&[("x", "", 0), ("a", "__copy", 0), ("b", "__copy", 1), ("c", "__copy", 2)], &[3]);
     let m = run(&json);
     let ex = exec(&m);
-    let st = ex.lock();
-    let good = st.layout().clone();
+    let layout = ex.layout();
+    let good = layout.clone();
     good.verify(ex.plan()).unwrap();
     let (a, b) = (ex.plan().graph.entry_id(1, 0), ex.plan().graph.entry_id(2, 0));
     let (Home::Arena(at_a), Home::Arena(at_b)) = (good.homes[a], good.homes[b]) else {

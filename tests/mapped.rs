@@ -32,7 +32,7 @@ fn aligned_weights_are_used_in_place_from_the_file() {
     assert!(!maps.is_empty(), "the file is not mapped");
     for name in ["i2h_weight", "i2h_bias", "h2h_weight", "h2h_bias"] {
         let i = ex.plan().input_index(name).unwrap();
-        let p = ex.lock().entry_data(ex.plan().input_entries[i]) as usize;
+        let p = ex.entry_data(ex.plan().input_entries[i]) as usize;
         assert!(maps.iter().any(|&(a, b)| (a..b).contains(&p)), "{name} at {p:#x} is not inside the mapping {maps:x?}");
     }
     let usage = ex.memory_usage();
@@ -81,7 +81,7 @@ fn unaligned_weights_are_copied() {
     assert_eq!(usage.weights_owned, unaligned.iter().map(|(_, n)| n.next_multiple_of(4)).sum::<usize>(), "{usage:?}");
     for (name, _) in &unaligned {
         let ex = exec(&m);
-        let p = ex.lock().entry_data(ex.plan().input_entries[ex.plan().input_index(name).unwrap()]) as usize;
+        let p = ex.entry_data(ex.plan().input_entries[ex.plan().input_index(name).unwrap()]) as usize;
         assert_eq!(p % 64, 0, "{name}: a copied weight lives in aligned memory of the executor's own");
     }
     f.set_inputs(&m);

@@ -41,14 +41,14 @@ fn linked_params_from_lookup_linked_param_are_used_in_place() {
         tvm_runtime::executor::GraphExecutor::create(&f.graph_json(), lib, tvm_runtime::dlpack::DLDevice::CPU).unwrap();
     let ex = exec(&m);
     let i = ex.plan().input_index("fc1_weight").unwrap();
-    let p = ex.lock().entry_data(ex.plan().input_entries[i]) as usize;
+    let p = ex.entry_data(ex.plan().input_entries[i]) as usize;
     assert!(pointers.contains(&p), "fc1_weight is not used in place");
     f.set_inputs(&m);
     ex.run().unwrap();
     f.check_outputs(&m, "linked params");
     // Linked constants are never written: a write takes a private copy.
     ex.set_input_bytes(i, &vec![0u8; 128 * 784 * 4]).unwrap();
-    assert_ne!(ex.lock().entry_data(ex.plan().input_entries[i]) as usize, p);
+    assert_ne!(ex.entry_data(ex.plan().input_entries[i]) as usize, p);
     let usage = ex.memory_usage();
     assert!(usage.weights_shared > 0 && usage.weights_owned == 128 * 784 * 4, "{usage:?}");
 }

@@ -7,9 +7,8 @@ use tvm_runtime::tensor::NDArray;
 fn weight_ptr(m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>, name: &str) -> *const u8 {
     let ex = exec(m);
     let i = ex.plan().input_index(name).unwrap();
-    // Read the pointer through the op-facing view without taking a private copy.
-    let st = ex.lock();
-    st.entry_data(ex.plan().input_entries[i])
+    // Read the pointer the operators use, without taking a private copy.
+    ex.entry_data(ex.plan().input_entries[i])
 }
 
 #[test]
@@ -158,7 +157,7 @@ fn batch_variants_share_weights_and_one_activation_arena() {
     }
 
     // While one holder runs, the other's run fails instead of corrupting its data.
-    let arena = exec(&m1).lock().arena().cloned().unwrap();
+    let arena = exec(&m1).shared_arena().unwrap();
     let running = arena.try_acquire().unwrap();
     let e = exec(&m8).run().unwrap_err().to_c_message();
     assert!(e.contains("activation arena is running"), "{e}");

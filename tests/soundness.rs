@@ -82,8 +82,7 @@ fn an_output_that_is_a_shared_weight_is_handed_out_as_a_copy() {
     let b = GraphExecutor::create(&json, lib.clone(), DLDevice::CPU).unwrap();
     exec(&b).share_params(exec(&a), &f.params()).unwrap();
     let out = exec(&b).output(1).unwrap();
-    let shared =
-        exec(&a).lock().entry_data(exec(&a).plan().input_entries[exec(&a).plan().input_index("fc3_bias").unwrap()]);
+    let shared = exec(&a).entry_data(exec(&a).plan().input_entries[exec(&a).plan().input_index("fc3_bias").unwrap()]);
     assert_ne!(out.data_ptr().cast_const(), shared, "get_output handed out the shared weight");
     let want = f.params();
     let rec = tvm_runtime::params::parse(&want).unwrap().into_iter().find(|(n, _)| *n == "fc3_bias").unwrap().1;

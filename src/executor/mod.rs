@@ -139,7 +139,7 @@ impl GraphExecutor {
         &self.plan
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, Instance> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Instance> {
         // A panic inside a kernel call cannot leave the instance half-updated in a way later
         // calls rely on, so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -437,6 +437,21 @@ impl GraphExecutor {
             let b = other.lock();
             (self.lock(), b)
         }
+    }
+
+    /// The layout as of the last preparation (which entry lives where, what is folded).
+    pub fn layout(&self) -> layout::Layout {
+        self.lock().layout().clone()
+    }
+
+    /// The address of entry `eid`'s data now (null while it has none).
+    pub fn entry_data(&self, eid: usize) -> *const u8 {
+        self.lock().entry_data(eid)
+    }
+
+    /// The activation arena this executor shares with others (`share_activations`), if any.
+    pub fn shared_arena(&self) -> Option<Arc<arena::Arena>> {
+        self.lock().arena().cloned()
     }
 
     /// Whether input `name` holds a parameter (loaded, shared, bound by a factory or linked).
