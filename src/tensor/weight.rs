@@ -185,6 +185,18 @@ mod tests {
         assert!(lengths <= 2 * 128, "{lengths} lengths kept for about 100 alive");
     }
 
+    /// Weights of one length come and go (other bytes each time): the length's list keeps only
+    /// the live ones, so it does not grow with every weight ever derived.
+    #[test]
+    fn a_lengths_list_forgets_weights_that_are_gone() {
+        const LEN: usize = 6007;
+        for v in 0..200u8 {
+            drop(intern(Weight::copy_of(&vec![v; LEN]).unwrap()));
+        }
+        let kept = DERIVED.lock().unwrap().as_ref().and_then(|t| t.get(&LEN).map(Vec::len)).unwrap_or(0);
+        assert!(kept <= 1, "{kept} entries kept for weights that are all gone");
+    }
+
     #[test]
     fn mapped_weights_are_ranges_of_their_mapping() {
         let path = std::env::temp_dir().join(format!("tvmrt-weight-{}", std::process::id()));
