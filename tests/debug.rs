@@ -4,16 +4,23 @@ mod common;
 use common::*;
 use tvm_runtime::dlpack::DLDevice;
 use tvm_runtime::executor::factory::Factory;
+use tvm_runtime::module::Module;
+use tvm_runtime::object::ObjRef;
 use tvm_runtime::packed::ArgsBuilder;
+
+/// A debug executor from the factory's `debug_create("default", cpu)`.
+fn debug_executor(lib: &ObjRef<Module>) -> ObjRef<Module> {
+    let debug_create = Module::get_function(lib, "debug_create", false).unwrap().unwrap();
+    let mut a = ArgsBuilder::new();
+    a.str("default").device(DLDevice::CPU);
+    debug_create.call(&a.args()).unwrap().into_object::<Module>().unwrap()
+}
 
 #[test]
 fn execute_node_and_node_outputs_match_a_full_run() {
     let f = Fixture::load("convnet");
     let lib = f.load_lib();
-    let debug_create = tvm_runtime::module::Module::get_function(&lib, "debug_create", false).unwrap().unwrap();
-    let mut a = ArgsBuilder::new();
-    a.str("default").device(DLDevice::CPU);
-    let m = debug_create.call(&a.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    let m = debug_executor(&lib);
     let ex = exec(&m);
     assert!(ex.is_debug());
     f.set_inputs(&m);
@@ -52,7 +59,7 @@ fn execute_node_and_node_outputs_match_a_full_run() {
     assert!(times.iter().all(|&t| t > 0.0));
     // Plain executors do not answer debug functions.
     let plain = lib.node::<Factory>().unwrap().create_executor(&lib, DLDevice::CPU).unwrap();
-    assert!(tvm_runtime::module::Module::get_function(&plain, "execute_node", false).unwrap().is_none());
+    assert!(Module::get_function(&plain, "execute_node", false).unwrap().is_none());
 }
 
 /// The function tables the executors list are what they answer: every listed name resolves, the
@@ -60,16 +67,11 @@ fn execute_node_and_node_outputs_match_a_full_run() {
 #[test]
 fn the_listed_function_names_are_the_functions() {
     use tvm_runtime::executor::{debug, functions};
-    use tvm_runtime::module::Module;
     let f = Fixture::load("mlp_b1");
     let lib = f.load_lib();
     let plain = f.executor_from_factory(&lib);
-    let debug_create = Module::get_function(&lib, "debug_create", false).unwrap().unwrap();
-    let mut a = ArgsBuilder::new();
-    a.str("default").device(DLDevice::CPU);
-    let dbg = debug_create.call(&a.args()).unwrap().into_object::<Module>().unwrap();
-    let has =
-        |m: &tvm_runtime::object::ObjRef<Module>, name: &str| Module::get_function(m, name, false).unwrap().is_some();
+    let dbg = debug_executor(&lib);
+    let has = |m: &ObjRef<Module>, name: &str| Module::get_function(m, name, false).unwrap().is_some();
     for &name in functions::NAMES {
         assert!(has(&plain, name) && has(&dbg, name), "{name}");
     }

@@ -46,10 +46,15 @@ pub fn fold(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Ar
             }
         }
     }
+    // The results are weights from here on: no tensor points at the scratch any more.
+    for e in 0..n {
+        if scratch[root[e]].is_some() {
+            ops.bind(e, Mem::None);
+        }
+    }
     let mut derived = vec![None; n];
     for (r, b) in scratch.into_iter().enumerate() {
         let Some(b) = b else { continue };
-        unbind(ops, r);
         if layout.homes[r] == Home::Derived {
             let b = Arc::try_unwrap(b).map_err(|_| Error::internal("a folded result is still in use"))?;
             derived[r] = Some(weight::intern(Weight::freeze(b)));
