@@ -255,22 +255,23 @@ typedef int32_t (*TVMBackendPackedCFunc)(union TVMValue *args, int32_t *type_cod
 extern "C" {
 #endif // __cplusplus
 
-// Allocates an uninitialised (here: zeroed) array on the CPU, 64-byte aligned.
+// Allocates an uninitialised (here: zeroed) array on a device (64-byte aligned on the CPU).
 int TVMArrayAlloc(const int64_t *shape, int ndim, int dtype_code, int dtype_bits, int dtype_lanes, int device_type, int device_id, TVMArrayHandle *out_handle);
 
 // Releases the caller's reference to an array (NULL is a no-op); the memory goes with the last
 // reference (views and executors may hold others).
 int TVMArrayFree(TVMArrayHandle handle);
 
-// Copies `nbytes` host bytes into a compact CPU array; `nbytes` must equal the array's size.
-// Not synchronised with other writers of the same array.
+// Copies `nbytes` host bytes into a compact array on any device; `nbytes` must equal the array's
+// size. Returns once the array holds them. Not synchronised with other writers of the array.
 int TVMArrayCopyFromBytes(TVMArrayHandle handle, void *data, size_t nbytes);
 
-// Copies a compact CPU array out into `nbytes` host bytes; `nbytes` must equal its size.
+// Copies a compact array on any device out into `nbytes` host bytes (after the work queued on
+// it); `nbytes` must equal its size.
 int TVMArrayCopyToBytes(TVMArrayHandle handle, void *data, size_t nbytes);
 
-// Copies array to array (any `DLTensor*`); byte sizes must match, shapes are not compared.
-// The stream is ignored on the CPU.
+// Copies array to array (any `DLTensor*`, host or device); byte sizes must match, shapes are not
+// compared. Streams are not used: copies go on the device's one queue, in order.
 int TVMArrayCopyFromTo(TVMArrayHandle from, TVMArrayHandle to, TVMStreamHandle _stream);
 
 // The type index of the array object (2), as Python asks for every returned array.
@@ -290,11 +291,11 @@ void TVMDLManagedTensorCallDeleter(struct DLManagedTensor *t);
 int TVMBackendGetFuncFromEnv(void *mod_node, const char *func_name, TVMFunctionHandle *out_func);
 
 // Scratch memory for a kernel, 64-byte aligned, from the calling thread's pool; NULL on failure.
-void *TVMBackendAllocWorkspace(int device_type, int _device_id, uint64_t nbytes, int _dtype_code_hint, int _dtype_bits_hint);
+void *TVMBackendAllocWorkspace(int device_type, int device_id, uint64_t nbytes, int _dtype_code_hint, int _dtype_bits_hint);
 
 // Returns a workspace to the calling thread's pool; it must come from TVMBackendAllocWorkspace
 // on the same thread.
-int TVMBackendFreeWorkspace(int _device_type, int _device_id, void *ptr);
+int TVMBackendFreeWorkspace(int device_type, int device_id, void *ptr);
 
 // Runs `flambda` on `num_task` concurrent tasks (0 = all threads) and waits for them.
 int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void *cdata, int num_task);
@@ -312,10 +313,11 @@ int TVMBackendRegisterSystemLibSymbol(const char *name, void *ptr);
 // Front-end callbacks: Python's signal check and reference counting.
 int TVMBackendRegisterEnvCAPI(const char *name, void *ptr);
 
-// Allocates `nbytes` on the CPU, aligned to max(alignment, 64); free with TVMDeviceFreeDataSpace.
+// Allocates `nbytes` (zeroed) on a device (aligned to at least 64 bytes on the CPU); free with
+// TVMDeviceFreeDataSpace.
 int TVMDeviceAllocDataSpace(struct DLDevice dev, size_t nbytes, size_t alignment, struct DLDataType _type_hint, void **out_data);
 
-// Allocates a compact tensor's bytes on the CPU (scope NULL, "" or "global"); free with
+// Allocates a compact tensor's bytes on a device (scope NULL, "" or "global"); free with
 // TVMDeviceFreeDataSpace.
 int TVMDeviceAllocDataSpaceWithScope(struct DLDevice dev, int ndim, const int64_t *shape, struct DLDataType dtype, const char *mem_scope, void **out_data);
 
@@ -325,20 +327,21 @@ int TVMDeviceFreeDataSpace(struct DLDevice dev, void *ptr);
 // Copies tensor to tensor, as TVMArrayCopyFromTo.
 int TVMDeviceCopyDataFromTo(struct DLTensor *from, struct DLTensor *to, TVMStreamHandle _stream);
 
-// CPU streams do not exist: `*out` is NULL. Other devices: error.
-int TVMStreamCreate(int device_type, int _device_id, TVMStreamHandle *out_stream);
+// Streams are the device's one queue: `*out` is NULL.
+int TVMStreamCreate(int device_type, int device_id, TVMStreamHandle *out_stream);
 
-// No-op on the CPU; other devices: error.
-int TVMStreamFree(int device_type, int _device_id, TVMStreamHandle _stream);
+// Nothing to free (streams are NULL).
+int TVMStreamFree(int device_type, int device_id, TVMStreamHandle _stream);
 
-// No-op on the CPU; other devices: error.
-int TVMSetStream(int device_type, int _device_id, TVMStreamHandle _stream);
+// Work always goes on the device's one queue.
+int TVMSetStream(int device_type, int device_id, TVMStreamHandle _stream);
 
-// CPU work is synchronous: returns 0. Other devices: error ("not enabled").
-int TVMSynchronize(int device_type, int _device_id, TVMStreamHandle _stream);
+// Waits until the device has finished everything queued on it (at once on the CPU). A stream
+// other than NULL is refused, as upstream's OpenCL.
+int TVMSynchronize(int device_type, int device_id, TVMStreamHandle stream);
 
-// No-op on the CPU; other devices: error.
-int TVMStreamStreamSynchronize(int device_type, int _device_id, TVMStreamHandle _src, TVMStreamHandle _dst);
+// One queue per device: the two streams are the same, nothing to order.
+int TVMStreamStreamSynchronize(int device_type, int device_id, TVMStreamHandle _src, TVMStreamHandle _dst);
 
 // The calling thread's last error message (empty if none). Valid until the next error on this
 // thread; successful calls do not clear it.

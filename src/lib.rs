@@ -18,7 +18,11 @@
 //!   in the C boundary) puts them in the registry and gives the library loader the callbacks that
 //!   compiled code calls. Layers only call downwards: the registry is a table, the loader takes
 //!   its callback table from `init`, and nothing below the C boundary imports it.
-//! - [`tensor`]: aligned buffers and the NDArray object.
+//! - [`tensor`]: buffers, weights and the NDArray object, on the host or on a device.
+//! - [`device`]: one `DeviceApi` per device type (the CPU, OpenCL): allocation, copies,
+//!   synchronisation, attributes, kernel scratch; OpenCL's library is opened at first use and its
+//!   module (`opencl` in the module blob) builds and launches kernels. Everything above speaks to
+//!   the trait, never to a device's library.
 //!
 //! ## Where `unsafe` lives
 //!
@@ -36,6 +40,8 @@
 //!   (the executor behind a packed function, the host's zero-copy promise),
 //!   `src/executor/plan.rs` (weights a library links in), `src/executor/mod.rs` (mapping a params
 //!   file), `src/contrib_sort.rs` (a kernel of ours);
+//! - devices: `src/device/` (each device's API over its own library, whose handles only that
+//!   device's module interprets);
 //! - threads and the allocator: `src/backend/thread_pool.rs`, `src/backend/affinity.rs`,
 //!   `src/backend/mod.rs`.
 //!
@@ -48,7 +54,7 @@
 //! arbitrary pointer is the C boundary's alone: `python_env` is private).
 //!
 //! ```compile_fail,E0133
-//! let a = tvm_runtime::tensor::NDArray::external(std::ptr::null_mut(), &[4], tvm_runtime::dlpack::DLDataType::F32);
+//! let a = tvm_runtime::tensor::NDArray::external(std::ptr::null_mut(), &[4], tvm_runtime::dlpack::DLDataType::F32, tvm_runtime::dlpack::DLDevice::CPU);
 //! ```
 //! ```compile_fail,E0133
 //! let a = tvm_runtime::tensor::NDArray::empty(&[4], tvm_runtime::dlpack::DLDataType::F32, tvm_runtime::dlpack::DLDevice::CPU).unwrap();
@@ -75,6 +81,8 @@ pub mod capi;
 mod contrib_sort;
 /// cbindgen:ignore
 mod cxx;
+/// cbindgen:ignore
+pub mod device;
 pub mod dlpack;
 pub mod dtype;
 pub mod error;

@@ -41,14 +41,12 @@ impl StoragePlan {
             slot.bytes = slot.bytes.max(bytes.next_multiple_of(4));
             if !e.scope.is_empty() && e.scope != "global" {
                 return Err(Error::value(format!(
-                    "entry {eid}: storage scope '{}' is not supported on the CPU",
+                    "entry {eid}: storage scope '{}' is not supported: this runtime allocates 'global' memory only",
                     e.scope
                 )));
             }
+            // Which device types the executor serves is its plan's business (`Plan::new`).
             if let Some(d) = e.device_type {
-                if d != crate::dlpack::kDLCPU {
-                    return Err(Error::value(format!("entry {eid}: device type {d} is not enabled (CPU only)")));
-                }
                 match device[e.storage_id] {
                     Some(prev) if prev != d => {
                         return Err(Error::value(format!("storage id {} is used by two device types", e.storage_id)))
@@ -138,9 +136,9 @@ mod tests {
         let e = graph([0, 0, 1, 0], r#","storage_scope":["list_str",["global","global","global.texture"]]"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("entry 2: storage scope 'global.texture' is not supported on the CPU"), "{e}");
-        let e = graph([0, 0, 1, 0], r#","device_index":["list_int",[1,1,4]]"#).unwrap_err().to_string();
-        assert!(e.contains("entry 2: device type 4 is not enabled (CPU only)"), "{e}");
+        assert!(e.contains("entry 2: storage scope 'global.texture' is not supported"), "{e}");
+        let e = graph([0, 0, 0, 0], r#","device_index":["list_int",[1,1,4]]"#).unwrap_err().to_string();
+        assert!(e.contains("storage id 0 is used by two device types"), "{e}");
         assert!(graph(
             [0, 0, 1, 0],
             r#","device_index":["list_int",[1,1,1]],"storage_scope":["list_str",["","global",""]]"#

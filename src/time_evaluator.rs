@@ -54,10 +54,9 @@ pub fn create(a: &Args<'_>) -> Result<RetValue> {
         Module::get_function(&a.module(0)?, name, true)?
     }
     .ok_or_else(|| Error::attribute(format!("no function '{name}' to time")))?;
-    let device_type = a.int(2)?;
-    if device_type % 128 != crate::dlpack::kDLCPU as i64 {
-        return Err(Error::value(format!("device type {device_type} is not enabled (CPU only)")));
-    }
+    let device = crate::dlpack::DLDevice { device_type: a.int32(2)?, device_id: a.int32(3)? };
+    // Device work is queued: each timed round ends when the device has finished it, as upstream's.
+    let api = crate::device::api_of(device)?;
     let mut s = Settings::from_args(a, 4)?;
     if a.len() == 12 {
         s.cache_flush_bytes = non_negative(a, 10, "cache_flush_bytes")? as usize;
@@ -71,27 +70,36 @@ pub fn create(a: &Args<'_>) -> Result<RetValue> {
                 .ok_or_else(|| Error::attribute(format!("no preprocessing function '{preproc_name}'")))?,
         )
     };
-    Ok(PackedFunc::native(move |args| measure(&func, preproc.as_ref(), &s, args)).into())
+    let sync = move || api.sync(device.device_id);
+    Ok(PackedFunc::native(move |args| measure(&func, preproc.as_ref(), &s, &sync, args)).into())
 }
 
 fn measure(
     func: &PackedFunc,
     preproc: Option<&crate::object::ObjRef<PackedFunc>>,
     s: &Settings,
+    sync: &dyn Fn() -> Result<()>,
     args: &Args<'_>,
 ) -> Result<RetValue> {
     func.call(args)?;
-    let times =
-        repeat_timed(s, || preproc.map_or(Ok(()), |p| p.call(args).map(|_| ())), || func.call(args).map(|_| ()))?;
+    sync()?;
+    let times = repeat_timed(
+        s,
+        || preproc.map_or(Ok(()), |p| p.call(args).map(|_| ())).and_then(|_| sync()),
+        || func.call(args).map(|_| ()),
+        sync,
+    )?;
     Ok(RetValue::Bytes(times.iter().flat_map(|t| t.to_ne_bytes()).collect()))
 }
 
 /// TVM's timing loop: `repeat` rounds of `number` calls (grown until a round lasts
-/// `min_repeat_ms`), each giving seconds per call. `before_round` runs untimed before each round.
+/// `min_repeat_ms`), each giving seconds per call. `before_round` runs untimed before each round;
+/// `after_calls` ends each timed stretch (waiting for a device).
 pub fn repeat_timed(
     s: &Settings,
     mut before_round: impl FnMut() -> Result<()>,
     mut call: impl FnMut() -> Result<()>,
+    after_calls: &dyn Fn() -> Result<()>,
 ) -> Result<Vec<f64>> {
     let mut flush = (vec![1u8; s.cache_flush_bytes], vec![0u8; s.cache_flush_bytes]);
     let mut number = s.number;
@@ -108,6 +116,7 @@ pub fn repeat_timed(
             for _ in 0..number {
                 call()?;
             }
+            after_calls()?;
             let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
             if elapsed_ms == 0.0 {
                 zero_times += 1;

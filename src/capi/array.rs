@@ -36,7 +36,7 @@ unsafe fn host_slice<'a>(data: *const c_void, n: usize) -> Result<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(data.cast(), n) })
 }
 
-/// Allocates an uninitialised (here: zeroed) array on the CPU, 64-byte aligned.
+/// Allocates an uninitialised (here: zeroed) array on a device (64-byte aligned on the CPU).
 #[no_mangle]
 pub unsafe extern "C" fn TVMArrayAlloc(
     shape: *const i64,
@@ -81,8 +81,8 @@ pub unsafe extern "C" fn TVMArrayFree(handle: TVMArrayHandle) -> c_int {
     })
 }
 
-/// Copies `nbytes` host bytes into a compact CPU array; `nbytes` must equal the array's size.
-/// Not synchronised with other writers of the same array.
+/// Copies `nbytes` host bytes into a compact array on any device; `nbytes` must equal the array's
+/// size. Returns once the array holds them. Not synchronised with other writers of the array.
 #[no_mangle]
 pub unsafe extern "C" fn TVMArrayCopyFromBytes(handle: TVMArrayHandle, data: *mut c_void, nbytes: usize) -> c_int {
     guard(|| {
@@ -91,7 +91,8 @@ pub unsafe extern "C" fn TVMArrayCopyFromBytes(handle: TVMArrayHandle, data: *mu
     })
 }
 
-/// Copies a compact CPU array out into `nbytes` host bytes; `nbytes` must equal its size.
+/// Copies a compact array on any device out into `nbytes` host bytes (after the work queued on
+/// it); `nbytes` must equal its size.
 #[no_mangle]
 pub unsafe extern "C" fn TVMArrayCopyToBytes(handle: TVMArrayHandle, data: *mut c_void, nbytes: usize) -> c_int {
     guard(|| {
@@ -106,8 +107,8 @@ pub unsafe extern "C" fn TVMArrayCopyToBytes(handle: TVMArrayHandle, data: *mut 
     })
 }
 
-/// Copies array to array (any `DLTensor*`); byte sizes must match, shapes are not compared.
-/// The stream is ignored on the CPU.
+/// Copies array to array (any `DLTensor*`, host or device); byte sizes must match, shapes are not
+/// compared. Streams are not used: copies go on the device's one queue, in order.
 #[no_mangle]
 pub unsafe extern "C" fn TVMArrayCopyFromTo(
     from: TVMArrayHandle,

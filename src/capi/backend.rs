@@ -44,24 +44,30 @@ pub unsafe extern "C" fn TVMBackendGetFuncFromEnv(
 #[no_mangle]
 pub extern "C" fn TVMBackendAllocWorkspace(
     device_type: c_int,
-    _device_id: c_int,
+    device_id: c_int,
     nbytes: u64,
     _dtype_code_hint: c_int,
     _dtype_bits_hint: c_int,
 ) -> *mut c_void {
     super::guard_value(std::ptr::null_mut(), || {
-        if device_type != crate::dlpack::kDLCPU {
-            return Err(Error::value(format!("workspace on device type {device_type}: only the CPU is enabled")));
+        if device_type == crate::dlpack::kDLCPU {
+            return workspace::alloc(nbytes).map(|p| p.cast());
         }
-        workspace::alloc(nbytes).map(|p| p.cast())
+        let n = usize::try_from(nbytes).map_err(|_| Error::value(format!("workspace of {nbytes} bytes")))?;
+        crate::device::api(device_type)?.alloc_workspace(device_id, n)
     })
 }
 
 /// Returns a workspace to the calling thread's pool; it must come from TVMBackendAllocWorkspace
 /// on the same thread.
 #[no_mangle]
-pub extern "C" fn TVMBackendFreeWorkspace(_device_type: c_int, _device_id: c_int, ptr: *mut c_void) -> c_int {
-    guard(|| workspace::free(ptr.cast()))
+pub extern "C" fn TVMBackendFreeWorkspace(device_type: c_int, device_id: c_int, ptr: *mut c_void) -> c_int {
+    guard(|| {
+        if device_type == crate::dlpack::kDLCPU {
+            return workspace::free(ptr.cast());
+        }
+        crate::device::api(device_type)?.free_workspace(device_id, ptr)
+    })
 }
 
 /// Runs `flambda` on `num_task` concurrent tasks (0 = all threads) and waits for them.

@@ -1,24 +1,16 @@
-//! Device memory and streams. Only the CPU exists here: streams are null, synchronisation is
-//! immediate, any other device type is an error.
+//! Device memory and streams, through each device type's API (`crate::device`). Streams: each
+//! device has one in-order queue, so a stream is NULL and synchronising waits for that queue.
 
 use super::{c_str, guard, out, TVMStreamHandle};
+use crate::device;
 use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::tensor::{raw, RawTensor};
 use std::ffi::{c_char, c_int, c_void};
 
-fn check_device(device_type: c_int) -> Result<()> {
-    if device_type == kDLCPU || device_type == kDLCUDAHost {
-        Ok(())
-    } else {
-        Err(Error::value(format!(
-            "Device API for device type {device_type} is not enabled (this runtime serves the CPU)"
-        )))
-    }
-}
-
-fn alloc(nbytes: usize, alignment: usize) -> Result<*mut c_void> {
-    let align = alignment.max(64).next_power_of_two();
+/// Host memory aligned to max(alignment, 64), which `free` releases (as the CPU API's).
+fn host_alloc(nbytes: usize, alignment: usize) -> Result<*mut c_void> {
+    let align = alignment.max(64).checked_next_power_of_two().ok_or_else(|| Error::value("alignment too large"))?;
     let mut p = std::ptr::null_mut();
     // SAFETY: posix_memalign with a power-of-two alignment that is a multiple of the pointer size.
     let rc = unsafe { libc::posix_memalign(&mut p, align, nbytes.max(1)) };
@@ -28,7 +20,12 @@ fn alloc(nbytes: usize, alignment: usize) -> Result<*mut c_void> {
     Ok(p)
 }
 
-/// Allocates `nbytes` on the CPU, aligned to max(alignment, 64); free with TVMDeviceFreeDataSpace.
+fn device_of(device_type: c_int, device_id: c_int) -> Result<&'static dyn device::DeviceApi> {
+    device::api_of(DLDevice { device_type, device_id })
+}
+
+/// Allocates `nbytes` (zeroed) on a device (aligned to at least 64 bytes on the CPU); free with
+/// TVMDeviceFreeDataSpace.
 #[no_mangle]
 pub unsafe extern "C" fn TVMDeviceAllocDataSpace(
     dev: DLDevice,
@@ -38,17 +35,17 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpace(
     out_data: *mut *mut c_void,
 ) -> c_int {
     guard(|| {
-        check_device(dev.device_type)?;
-        let p = alloc(nbytes, alignment)?;
+        let api = device_of(dev.device_type, dev.device_id)?;
+        let p = if device::is_host(dev) { host_alloc(nbytes, alignment)? } else { api.alloc(dev.device_id, nbytes)? };
         // SAFETY: caller's out-pointer.
         unsafe { out(out_data, p, "TVMDeviceAllocDataSpace") }.inspect_err(|_| {
             // SAFETY: allocated just above and not handed out.
-            unsafe { libc::free(p) }
+            let _ = unsafe { api.free(dev.device_id, p) };
         })
     })
 }
 
-/// Allocates a compact tensor's bytes on the CPU (scope NULL, "" or "global"); free with
+/// Allocates a compact tensor's bytes on a device (scope NULL, "" or "global"); free with
 /// TVMDeviceFreeDataSpace.
 #[no_mangle]
 pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
@@ -60,12 +57,14 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
     out_data: *mut *mut c_void,
 ) -> c_int {
     guard(|| {
-        check_device(dev.device_type)?;
+        let api = device_of(dev.device_type, dev.device_id)?;
         if !mem_scope.is_null() {
             // SAFETY: caller's string.
             let scope = unsafe { c_str(mem_scope, "memory scope") }?;
             if !scope.is_empty() && scope != "global" {
-                return Err(Error::value(format!("memory scope '{scope}' is not supported on the CPU")));
+                return Err(Error::value(format!(
+                    "memory scope '{scope}' is not supported: this runtime allocates 'global' memory only"
+                )));
             }
         }
         if !(0..=64).contains(&ndim) || (ndim > 0 && shape.is_null()) {
@@ -73,9 +72,12 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
         }
         // SAFETY: `shape` holds `ndim` values.
         let dims = if ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(shape, ndim as usize) } };
-        let p = alloc(crate::dtype::tensor_bytes(dims, dtype)?, dtype.alignment())?;
+        let p = api.alloc(dev.device_id, crate::dtype::tensor_bytes(dims, dtype)?)?;
         // SAFETY: caller's out-pointer.
-        unsafe { out(out_data, p, "TVMDeviceAllocDataSpaceWithScope") }
+        unsafe { out(out_data, p, "TVMDeviceAllocDataSpaceWithScope") }.inspect_err(|_| {
+            // SAFETY: allocated just above and not handed out.
+            let _ = unsafe { api.free(dev.device_id, p) };
+        })
     })
 }
 
@@ -83,10 +85,12 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
 #[no_mangle]
 pub unsafe extern "C" fn TVMDeviceFreeDataSpace(dev: DLDevice, ptr: *mut c_void) -> c_int {
     guard(|| {
-        check_device(dev.device_type)?;
-        // SAFETY: memory from TVMDeviceAllocDataSpace (posix_memalign), or null.
-        unsafe { libc::free(ptr) };
-        Ok(())
+        let api = device_of(dev.device_type, dev.device_id)?;
+        if ptr.is_null() {
+            return Ok(());
+        }
+        // SAFETY: memory from TVMDeviceAllocDataSpace on this device (the caller's promise).
+        unsafe { api.free(dev.device_id, ptr) }
     })
 }
 
@@ -103,45 +107,52 @@ pub unsafe extern "C" fn TVMDeviceCopyDataFromTo(
     })
 }
 
-/// CPU streams do not exist: `*out` is NULL. Other devices: error.
+/// Streams are the device's one queue: `*out` is NULL.
 #[no_mangle]
 pub unsafe extern "C" fn TVMStreamCreate(
     device_type: c_int,
-    _device_id: c_int,
+    device_id: c_int,
     out_stream: *mut TVMStreamHandle,
 ) -> c_int {
     guard(|| {
-        check_device(device_type)?;
+        device_of(device_type, device_id)?;
         // SAFETY: caller's out-pointer.
         unsafe { out(out_stream, std::ptr::null_mut(), "TVMStreamCreate") }
     })
 }
 
-/// No-op on the CPU; other devices: error.
+/// Nothing to free (streams are NULL).
 #[no_mangle]
-pub extern "C" fn TVMStreamFree(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
-    guard(|| check_device(device_type))
+pub extern "C" fn TVMStreamFree(device_type: c_int, device_id: c_int, _stream: TVMStreamHandle) -> c_int {
+    guard(|| device_of(device_type, device_id).map(|_| ()))
 }
 
-/// No-op on the CPU; other devices: error.
+/// Work always goes on the device's one queue.
 #[no_mangle]
-pub extern "C" fn TVMSetStream(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
-    guard(|| check_device(device_type))
+pub extern "C" fn TVMSetStream(device_type: c_int, device_id: c_int, _stream: TVMStreamHandle) -> c_int {
+    guard(|| device_of(device_type, device_id).map(|_| ()))
 }
 
-/// CPU work is synchronous: returns 0. Other devices: error ("not enabled").
+/// Waits until the device has finished everything queued on it (at once on the CPU). A stream
+/// other than NULL is refused, as upstream's OpenCL.
 #[no_mangle]
-pub extern "C" fn TVMSynchronize(device_type: c_int, _device_id: c_int, _stream: TVMStreamHandle) -> c_int {
-    guard(|| check_device(device_type))
+pub extern "C" fn TVMSynchronize(device_type: c_int, device_id: c_int, stream: TVMStreamHandle) -> c_int {
+    guard(|| {
+        let api = device_of(device_type, device_id)?;
+        if !stream.is_null() && !device::is_host(DLDevice { device_type, device_id }) {
+            return Err(Error::value("TVMSynchronize: streams are not used on this device (pass NULL)"));
+        }
+        api.sync(device_id)
+    })
 }
 
-/// No-op on the CPU; other devices: error.
+/// One queue per device: the two streams are the same, nothing to order.
 #[no_mangle]
 pub extern "C" fn TVMStreamStreamSynchronize(
     device_type: c_int,
-    _device_id: c_int,
+    device_id: c_int,
     _src: TVMStreamHandle,
     _dst: TVMStreamHandle,
 ) -> c_int {
-    guard(|| check_device(device_type))
+    guard(|| device_of(device_type, device_id).map(|_| ()))
 }

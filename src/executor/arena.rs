@@ -4,12 +4,14 @@
 
 #![forbid(unsafe_code)]
 
+use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
 use crate::tensor::Buffer;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub struct Arena {
+    device: DLDevice,
     state: Mutex<State>,
     running: AtomicBool,
 }
@@ -30,9 +32,11 @@ impl Drop for RunGuard<'_> {
 }
 
 impl Arena {
-    pub fn new() -> Result<Arc<Arena>> {
+    /// An empty arena on `device`.
+    pub fn new(device: DLDevice) -> Result<Arc<Arena>> {
         Ok(Arc::new(Arena {
-            state: Mutex::new(State { buffer: Arc::new(Buffer::zeroed(0)?), generation: 0 }),
+            device,
+            state: Mutex::new(State { buffer: Arc::new(Buffer::zeroed_on(device, 0)?), generation: 0 }),
             running: AtomicBool::new(false),
         }))
     }
@@ -45,10 +49,14 @@ impl Arena {
     pub fn reserve(&self, bytes: usize) -> Result<()> {
         let mut st = self.state();
         if st.buffer.len() < bytes {
-            st.buffer = Arc::new(Buffer::zeroed(bytes)?);
+            st.buffer = Arc::new(Buffer::zeroed_on(self.device, bytes)?);
             st.generation += 1;
         }
         Ok(())
+    }
+
+    pub fn device(&self) -> DLDevice {
+        self.device
     }
 
     pub fn current(&self) -> (Arc<Buffer>, u64) {

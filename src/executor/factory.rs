@@ -29,7 +29,7 @@ impl Param {
     /// A new array holding a copy of the weight: what callers outside the executors get, so a
     /// write through it changes no executor.
     pub fn to_ndarray(&self) -> Result<ObjRef<NDArray>> {
-        NDArray::from_bytes(&self.shape, self.dtype, self.weight.bytes())
+        NDArray::from_bytes(&self.shape, self.dtype, &self.weight.bytes()?)
     }
 }
 

@@ -25,15 +25,15 @@ pub fn fold(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Ar
         for &e in op.outputs() {
             let r = root[e];
             if layout.homes[e] != Home::Slot && scratch[r].is_none() {
-                scratch[r] = Some(Arc::new(Buffer::zeroed(plan.root_bytes[r])?));
+                scratch[r] = Some(Arc::new(Buffer::zeroed_on(plan.device, plan.root_bytes[r])?));
             }
         }
         op.inputs().iter().for_each(|&e| last_read[root[e]] = Some(i));
     }
-    let unbind = |ops: &mut Ops, r: usize| (0..n).filter(|&e| root[e] == r).for_each(|e| ops.bind(e, Mem::None));
+    let unbind = |ops: &mut Ops, r: usize| (0..n).filter(|&e| root[e] == r).for_each(|e| ops.unbind(e));
     for e in 0..n {
         if let Some(b) = &scratch[root[e]] {
-            ops.bind(e, Mem::Buffer(b.clone(), 0));
+            ops.bind(e, Mem::Buffer(b.clone(), 0))?;
         }
     }
     for i in (0..plan.ops.len()).filter(|&i| layout.folded[i]) {
@@ -49,7 +49,7 @@ pub fn fold(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Ar
     // The results are weights from here on: no tensor points at the scratch any more.
     for e in 0..n {
         if scratch[root[e]].is_some() {
-            ops.bind(e, Mem::None);
+            ops.unbind(e);
         }
     }
     let mut derived = vec![None; n];

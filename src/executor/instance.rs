@@ -147,17 +147,21 @@ impl Instance {
             keep_derived,
             last_executed: None,
         };
-        inst.refresh();
+        inst.refresh()?;
         Ok(inst)
     }
 
     /// Points every entry tensor at its current memory. Until the layout is brought up to date,
-    /// activations stay in the previous layout's memory, which the tensors hold meanwhile.
-    fn refresh(&mut self) {
+    /// activations stay in the previous layout's memory, which the tensors hold meanwhile. Binds
+    /// every entry it can; the first entry a device could not bind is the error.
+    fn refresh(&mut self) -> Result<()> {
         let plan = self.plan.clone();
+        let mut failed = Ok(());
         for (eid, e) in plan.graph.entries.iter().enumerate() {
             let mem = self.memory_of(eid, e.storage_id);
-            self.ops.bind(eid, mem);
+            if let Err(err) = self.ops.bind(eid, mem) {
+                failed = failed.and(Err(err.context(format!("binding entry {eid}"))));
+            }
             // The array handed out for the entry follows it, where it can.
             if self.views[eid].as_ref().is_some_and(|view| !self.ops.follow(eid, view)) {
                 self.views[eid] = None;
@@ -165,6 +169,7 @@ impl Instance {
         }
         self.all_bound =
             self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.is_bound() || s.role != SlotRole::Input);
+        failed
     }
 
     /// The memory entry `eid` (in slot `sid`) uses now: a zero-copy binding, else its home.
@@ -271,7 +276,7 @@ impl Instance {
             Ok(a) => a,
             Err(e) => {
                 // Folding pointed tensors at its scratch memory: back to the old layout's.
-                self.refresh();
+                let _ = self.refresh();
                 return Err(e);
             }
         };
@@ -283,8 +288,7 @@ impl Instance {
         self.ops.set_folded(&layout.folded);
         self.layout = layout;
         self.stale = false;
-        self.refresh();
-        Ok(())
+        self.refresh()
     }
 
     /// What decides the layout besides the plan, from the bindings now.
@@ -321,7 +325,7 @@ impl Instance {
     /// The output region (allocated once) and the activation memory `layout` needs.
     fn memory_for(&mut self, layout: &Layout) -> Result<Activations> {
         if self.outputs.is_none() && self.plan.output_region_bytes > 0 {
-            self.outputs = Some(Arc::new(Buffer::zeroed(self.plan.output_region_bytes)?));
+            self.outputs = Some(Arc::new(Buffer::zeroed_on(self.plan.device, self.plan.output_region_bytes)?));
         }
         self.activations_for(layout.arena_bytes)
     }
@@ -331,7 +335,9 @@ impl Instance {
     fn activations_for(&self, need: usize) -> Result<Activations> {
         Ok(match &self.activations {
             Activations::Own(b) if b.len() == need => Activations::Own(b.clone()),
-            Activations::None | Activations::Own(_) => Activations::Own(Arc::new(Buffer::zeroed(need)?)),
+            Activations::None | Activations::Own(_) => {
+                Activations::Own(Arc::new(Buffer::zeroed_on(self.plan.device, need)?))
+            }
             Activations::Shared { arena, .. } => {
                 arena.reserve(need)?;
                 let (buffer, generation) = arena.current();
@@ -346,15 +352,14 @@ impl Instance {
         let bytes = self.plan.storage.slots[sid].bytes;
         let fresh = match &self.slots[sid] {
             SlotMemory::Owned(_) => return Ok(()),
-            SlotMemory::Unbound => Buffer::zeroed(bytes)?,
+            SlotMemory::Unbound => Buffer::zeroed_on(self.plan.device, bytes)?,
             SlotMemory::Weight(w) => {
                 self.stale = true;
-                w.to_buffer(0, bytes)?
+                w.to_buffer(self.plan.device, 0, bytes)?
             }
         };
         self.slots[sid] = SlotMemory::owned(fresh);
-        self.refresh();
-        Ok(())
+        self.refresh()
     }
 
     /// Binds slot `sid` to a weight; the weight must cover the slot.
@@ -368,8 +373,7 @@ impl Instance {
         }
         self.slots[sid] = SlotMemory::Weight(weight);
         self.stale = true;
-        self.refresh();
-        Ok(())
+        self.refresh()
     }
 
     /// Makes input entry `eid` hold parameter `name`'s value, `weight`: bound without a copy when
@@ -383,10 +387,12 @@ impl Instance {
         if shares {
             self.bind_weight(sid, weight)?;
         } else {
-            let bytes = weight.bytes().get(..self.plan.entry_bytes[eid]).ok_or_else(|| {
-                Error::value(format!("{} bytes, the entry {}", weight.len(), self.plan.entry_bytes[eid]))
+            let n = self.plan.entry_bytes[eid];
+            let write = weight.bytes().and_then(|all| {
+                let b = all.get(..n).ok_or_else(|| Error::value(format!("{} bytes, the entry {n}", weight.len())))?;
+                self.write_entry_bytes(eid, b)
             });
-            bytes.and_then(|b| self.write_entry_bytes(eid, b)).map_err(|e| e.context(format!("parameter '{name}'")))?;
+            write.map_err(|e| e.context(format!("parameter '{name}'")))?;
         }
         self.param_names.insert(name.to_string());
         Ok(shares)
@@ -400,12 +406,12 @@ impl Instance {
         // This executor's own hold on the memory (its tensors, the arrays it keeps to hand out
         // again) does not count as a view of someone else's.
         for e in (0..self.plan.graph.num_entries()).filter(|&e| self.plan.graph.entries[e].storage_id == sid) {
-            self.ops.bind(e, Mem::None);
+            self.ops.unbind(e);
             self.views[e] = None;
         }
         let weight = match std::mem::take(&mut self.slots[sid]) {
             SlotMemory::Weight(w) => w,
-            SlotMemory::Unbound => Arc::new(Weight::freeze(Buffer::zeroed(bytes)?)),
+            SlotMemory::Unbound => Arc::new(Weight::freeze(Buffer::zeroed_on(self.plan.device, bytes)?)),
             SlotMemory::Owned(buf) => match Arc::try_unwrap(buf) {
                 Ok(buf) => Arc::new(Weight::freeze(buf)),
                 Err(buf) => {
@@ -539,8 +545,7 @@ impl Instance {
         if matches!(self.slots[sid], SlotMemory::Weight(_)) {
             self.stale = true;
         }
-        self.refresh();
-        Ok(())
+        self.refresh()
     }
 
     /// Redirects output entry `eid` to caller memory, and the operator results it aliases
@@ -570,8 +575,7 @@ impl Instance {
                 }
             }
         }
-        self.refresh();
-        Ok(())
+        self.refresh()
     }
 
     fn check_external(&self, eid: usize, t: RawTensor<'_>) -> Result<()> {
@@ -605,21 +609,23 @@ impl Instance {
     fn bind_all(&mut self) -> Result<()> {
         for sid in 0..self.slots.len() {
             if !self.slots[sid].is_bound() && self.plan.storage.slots[sid].role == SlotRole::Input {
-                self.slots[sid] = SlotMemory::owned(Buffer::zeroed(self.plan.storage.slots[sid].bytes)?);
+                self.slots[sid] =
+                    SlotMemory::owned(Buffer::zeroed_on(self.plan.device, self.plan.storage.slots[sid].bytes)?);
             }
         }
-        self.refresh();
-        Ok(())
+        self.refresh()
     }
 
     /// Moves this executor's activations into `arena` (its own are released).
     pub fn join_arena(&mut self, arena: Arc<Arena>) -> Result<()> {
+        if arena.device() != self.plan.device {
+            return Err(Error::value("executors on different devices cannot share an activation arena"));
+        }
         self.prepare()?;
         arena.reserve(self.layout.arena_bytes)?;
         let (buffer, generation) = arena.current();
         self.activations = Activations::Shared { arena, buffer, generation };
-        self.refresh();
-        Ok(())
+        self.refresh()
     }
 
     pub fn arena(&self) -> Option<&Arc<Arena>> {
@@ -644,7 +650,7 @@ impl Instance {
                     if g != *generation {
                         // Another holder grew the arena since this executor last ran.
                         (*buffer, *generation) = (b, g);
-                        self.refresh();
+                        self.refresh()?;
                     }
                 }
                 Some(guard)
@@ -735,7 +741,7 @@ mod tests {
         inst.run().unwrap();
         inst.write_entry_bytes(1, &[9; 16]).unwrap();
         assert!(matches!(inst.slot(1), SlotMemory::Owned(_)));
-        assert_eq!(w.bytes(), &[7; 16], "the weight itself is untouched");
+        assert_eq!(&*w.bytes().unwrap(), &[7; 16], "the weight itself is untouched");
         inst.run().unwrap();
         assert_eq!(output(&mut inst), vec![9; 16]);
         assert_eq!(inst.layout().folded, vec![false, false], "a private input is not folded from");
@@ -754,7 +760,7 @@ mod tests {
         let view = inst.entry_view(1).unwrap();
         let shared = inst.share_out(1).unwrap();
         assert_ne!(shared.as_ptr(), view.data_ptr().cast_const(), "a copy, since the view still holds the memory");
-        assert_eq!((shared.bytes(), view.to_vec()), (&[4u8; 16][..], vec![4; 16]));
+        assert_eq!((&*shared.bytes().unwrap(), view.to_vec()), (&[4u8; 16][..], vec![4; 16]));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! each entry uses.
 
 use super::plan::{OpKind, Plan};
-use crate::dlpack::{kTVMDLTensorHandle, kTVMNullptr, DLDataType, DLTensor, TVMBackendPackedCFunc, TVMValue};
+use crate::device::Place;
+use crate::dlpack::{kTVMDLTensorHandle, kTVMNullptr, DLDataType, DLDevice, DLTensor, TVMBackendPackedCFunc, TVMValue};
 use crate::error::{Error, Result};
 use crate::last_error;
 use crate::object::ObjRef;
@@ -125,6 +126,8 @@ pub struct Ops {
     /// Bytes of each entry (the plan's), what every binding must cover.
     bytes: Vec<usize>,
     calls: Vec<OpCall>,
+    /// The device the tensors are on.
+    device: DLDevice,
 }
 
 // SAFETY: the table's pointers address memory `memory` keeps alive, the plan's shapes (the plan
@@ -167,27 +170,44 @@ impl Ops {
             })
             .collect();
         let n = plan.graph.num_entries();
-        Ops { tensors, memory: vec![Mem::None; n], bytes: plan.entry_bytes.clone(), calls }
+        Ops { tensors, memory: vec![Mem::None; n], bytes: plan.entry_bytes.clone(), calls, device: plan.device }
     }
 
-    /// Points entry `eid` at `mem`, which must cover the entry's bytes.
-    pub fn bind(&mut self, eid: usize, mem: Mem) {
+    /// Points entry `eid` at `mem`, which must cover the entry's bytes. Fails only when a device
+    /// cannot make the handle kernels take for the memory (the entry is then unbound).
+    pub fn bind(&mut self, eid: usize, mem: Mem) -> Result<()> {
         let bytes = self.bytes[eid];
-        let data: *mut c_void = match &mem {
-            Mem::None => std::ptr::null_mut(),
+        let data: Result<*mut c_void> = match &mem {
+            Mem::None => Ok(std::ptr::null_mut()),
             Mem::Buffer(b, at) => {
                 assert!(at + bytes <= b.len(), "entry {eid} ({bytes} bytes) at {at} of a buffer of {}", b.len());
-                b.as_ptr().wrapping_add(*at).cast()
+                b.data_at(*at, bytes)
             }
             Mem::Weight(w) => {
                 assert!(bytes <= w.len(), "entry {eid} ({bytes} bytes) in a weight of {}", w.len());
                 // Kernels take every argument as `void*`; weights are only ever operator inputs.
-                w.as_ptr().cast_mut().cast()
+                w.data_on(self.device)
             }
-            Mem::External(External(p)) => *p,
+            Mem::External(External(p)) => Ok(*p),
         };
-        self.tensors.set_data(eid, data);
-        self.memory[eid] = mem;
+        match data {
+            Ok(p) => {
+                self.tensors.set_data(eid, p);
+                self.memory[eid] = mem;
+                Ok(())
+            }
+            Err(e) => {
+                self.tensors.set_data(eid, std::ptr::null_mut());
+                self.memory[eid] = Mem::None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Points entry `eid` at nothing.
+    pub fn unbind(&mut self, eid: usize) {
+        self.tensors.set_data(eid, std::ptr::null_mut());
+        self.memory[eid] = Mem::None;
     }
 
     /// How many entry tensors are bound to `weight` (each holds a count of it).
@@ -222,11 +242,20 @@ impl Ops {
     }
 
     /// Where entry `eid` may be written: memory of this runtime or the caller's, never a weight.
-    fn writable(&self, eid: usize) -> Result<*mut u8> {
+    fn writable(&self, eid: usize) -> Result<Place> {
         match &self.memory[eid] {
-            Mem::Buffer(..) | Mem::External(_) => Ok(self.tensors.data(eid).cast()),
+            Mem::Buffer(b, at) => Ok(b.place(*at)),
+            Mem::External(External(p)) => Ok(Place { data: *p, offset: 0, device: self.device }),
             Mem::Weight(_) => Err(Error::internal(format!("entry {eid} is a weight: it is never written in place"))),
             Mem::None => Err(Error::internal(format!("entry {eid} has no memory to write"))),
+        }
+    }
+
+    /// Where entry `eid`'s bytes are, for reading.
+    fn readable(&self, eid: usize) -> Place {
+        match &self.memory[eid] {
+            Mem::Buffer(b, at) => b.place(*at),
+            _ => Place { data: self.tensors.data(eid), offset: 0, device: self.device },
         }
     }
 
@@ -235,7 +264,7 @@ impl Ops {
         let to = self.writable(eid)?;
         // SAFETY: `to` holds the entry's bytes (`bind` checked), memory of this runtime's or the
         // caller's under the zero-copy promise, and not a weight; `&mut self` keeps kernels off it.
-        unsafe { raw::copy_to_own(src, to, self.bytes[eid]) }
+        unsafe { raw::copy_to_place(src, to, self.bytes[eid]) }
     }
 
     /// Copies `bytes`, exactly the entry's size, into entry `eid`.
@@ -248,9 +277,9 @@ impl Ops {
             return Ok(());
         }
         let to = self.writable(eid)?;
-        // SAFETY: as in `write_from`; `bytes` is a distinct slice of `n` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), to, n) };
-        Ok(())
+        let from = Place { data: bytes.as_ptr().cast_mut().cast(), offset: 0, device: DLDevice::CPU };
+        // SAFETY: as in `write_from`; `bytes` is a distinct slice of `n` bytes, only read.
+        unsafe { crate::device::copy(from, to, n) }
     }
 
     /// Copies entry `eid` into `dst`, already checked to have its shape and element size.
@@ -260,7 +289,7 @@ impl Ops {
         }
         // SAFETY: the entry's memory holds `bytes[eid]` bytes (`bind` checked); `dst` is the
         // caller's tensor, writable per the packed-call contract.
-        unsafe { raw::copy_from_own(self.data(eid), dst, self.bytes[eid]) }
+        unsafe { raw::copy_from_place(self.readable(eid), dst, self.bytes[eid]) }
     }
 
     /// A read-only look at entry `eid`, for copying out of it.
@@ -277,7 +306,7 @@ impl Ops {
             Mem::Buffer(b, at) => Some(NDArray::view_of(b, *at, shape, dtype)?),
             // SAFETY: caller memory bound with zero-copy, which the caller keeps alive for as long
             // as it is bound (`ZeroCopy::new`).
-            Mem::External(External(p)) => Some(unsafe { NDArray::external(*p, shape, dtype) }),
+            Mem::External(External(p)) => Some(unsafe { NDArray::external(*p, shape, dtype, self.device) }),
             Mem::Weight(_) | Mem::None => None,
         })
     }
@@ -292,10 +321,7 @@ impl Ops {
         }
         let trusted = match &self.memory[eid] {
             Mem::External(_) => true,
-            Mem::Buffer(..) => view.buffer().is_some_and(|b| {
-                let start = b.as_ptr() as usize;
-                (start..=start + b.len().saturating_sub(self.bytes[eid])).contains(&(data as usize))
-            }),
+            Mem::Buffer(..) => view.buffer().is_some_and(|b| b.holds(data.cast(), self.bytes[eid])),
             Mem::Weight(_) | Mem::None => false,
         };
         if trusted {

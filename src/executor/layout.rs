@@ -16,7 +16,6 @@ use crate::memory_plan::SlotRole;
 use crate::tensor::Weight;
 
 /// Kernels may assume TVM's allocation alignment for every tensor.
-use crate::tensor::ALIGNMENT as ALIGN;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Home {
@@ -153,7 +152,7 @@ impl Layout {
         }
         plan.output_entries.iter().for_each(|&e| keep[root[e]] = true);
 
-        let (offsets, arena_bytes) = values.place()?;
+        let (offsets, arena_bytes) = values.place(plan.align)?;
         let homes = (0..g.num_entries())
             .map(|e| {
                 let r = root[e];
@@ -190,7 +189,7 @@ impl Layout {
                 Home::Output(at) => (at, plan.output_region_bytes, "output region"),
                 _ => continue,
             };
-            if at % ALIGN != 0 || at + plan.entry_bytes[e] > region {
+            if at % plan.align != 0 || at + plan.entry_bytes[e] > region {
                 return Err(format!("entry {e} at {at} (+{}) in an {what} of {region}", plan.entry_bytes[e]));
             }
         }
@@ -305,7 +304,7 @@ impl Values {
 
     /// Offsets (per root entry) in one arena, largest values first, each at the lowest offset free
     /// of every value live with it; and the arena's size.
-    fn place(&self) -> Result<(Vec<Option<usize>>, usize)> {
+    fn place(&self, align: usize) -> Result<(Vec<Option<usize>>, usize)> {
         let too_big = || Error::value("the activations of this graph add up to more memory than can be addressed");
         let mut order: Vec<&Value> = self.list.iter().collect();
         order.sort_by_key(|v| (std::cmp::Reverse(v.bytes), v.first));
@@ -315,7 +314,7 @@ impl Values {
         let mut busy = Vec::new();
         let mut arena = 0usize;
         for v in order {
-            let size = v.bytes.checked_next_multiple_of(ALIGN).ok_or_else(too_big)?.max(ALIGN);
+            let size = v.bytes.checked_next_multiple_of(align).ok_or_else(too_big)?.max(align);
             busy.clear();
             busy.extend(placed.iter().filter(|p| p.2.live_with(v)).map(|p| (p.0, p.1)));
             busy.sort_unstable();

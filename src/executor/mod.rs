@@ -419,7 +419,7 @@ impl GraphExecutor {
         // Size the arena for both first, so nobody binds a buffer that is replaced at once.
         let arena = match theirs.arena() {
             Some(a) => a.clone(),
-            None => arena::Arena::new()?,
+            None => arena::Arena::new(self.plan.device)?,
         };
         arena.reserve(mine.layout().arena_bytes.max(theirs.layout().arena_bytes))?;
         if theirs.arena().is_none_or(|a| !Arc::ptr_eq(a, &arena)) {

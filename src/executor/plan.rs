@@ -1,7 +1,7 @@
 //! The immutable part of an executor: graph, storage plan, resolved operators, name maps. One
 //! `Arc<Plan>` serves every executor of a model (a factory builds it once).
 
-use crate::dlpack::{kDLCPU, DLDevice, TVMBackendPackedCFunc};
+use crate::dlpack::{DLDevice, TVMBackendPackedCFunc};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeKind};
 use crate::memory_plan::{SlotRole, StoragePlan};
@@ -74,6 +74,9 @@ pub struct Plan {
     pub output_region_bytes: usize,
     pub library: ObjRef<Module>,
     pub device: DLDevice,
+    /// Offsets of entries in one buffer are multiples of this: TVM's allocation alignment, or
+    /// more where the device needs it for a region of a buffer (OpenCL sub-buffers).
+    pub align: usize,
 }
 
 /// Asks the library's `_lookup_linked_param(storage_id)` (present in link-params builds of TVM 0.8
@@ -133,15 +136,32 @@ fn aliases(graph: &Graph, storage: &StoragePlan, ops: &[OpPlan], input_entries: 
     (root, simple)
 }
 
+/// Every entry must be on the executor's device: graphs that place entries on several device
+/// types (`device_index`, heterogeneous execution) are not served yet.
+fn check_devices(graph: &Graph, device: DLDevice) -> Result<()> {
+    let other = graph.entries.iter().filter_map(|e| e.device_type).find(|&t| t != device.device_type);
+    match other {
+        None => Ok(()),
+        Some(t) if crate::device::is_host(device) && !crate::device::is_host(DLDevice { device_type: t, device_id: 0 }) => {
+            Err(Error::value(format!(
+                "this graph was built for {} (its entries' device_index): create the executor on that device, not the CPU",
+                crate::device::type_name(t)
+            )))
+        }
+        Some(t) => Err(Error::value(format!(
+            "this graph places entries on {} and {}: heterogeneous execution is not supported",
+            crate::device::type_name(device.device_type),
+            crate::device::type_name(t)
+        ))),
+    }
+}
+
 impl Plan {
     pub fn new(graph_json: &str, library: ObjRef<Module>, device: DLDevice) -> Result<Arc<Plan>> {
-        if device.device_type != kDLCPU {
-            return Err(Error::value(format!(
-                "device type {} is not enabled: this runtime runs on the CPU (device type 1)",
-                device.device_type
-            )));
-        }
+        let api = crate::device::api_of(device)?;
+        let align = api.region_alignment(device.device_id)?.max(crate::tensor::ALIGNMENT);
         let graph = Graph::parse(graph_json)?;
+        check_devices(&graph, device)?;
         let storage = StoragePlan::new(&graph)?;
         let mut ops = Vec::new();
         for (nid, node) in graph.nodes.iter().enumerate() {
@@ -199,8 +219,8 @@ impl Plan {
                 }
                 output_offsets[r] = Some(output_region_bytes);
                 output_region_bytes = root_bytes[r]
-                    .checked_next_multiple_of(crate::tensor::ALIGNMENT)
-                    .and_then(|b| output_region_bytes.checked_add(b.max(crate::tensor::ALIGNMENT)))
+                    .checked_next_multiple_of(align)
+                    .and_then(|b| output_region_bytes.checked_add(b.max(align)))
                     .ok_or_else(|| {
                         Error::value("the outputs of this graph add up to more memory than can be addressed")
                     })?;
@@ -224,6 +244,7 @@ impl Plan {
             inputs_per_slot,
             library,
             device,
+            align,
         }))
     }
 

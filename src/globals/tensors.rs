@@ -1,23 +1,38 @@
-//! The CPU device, arrays, params blobs, and the sort kernels' helpers.
+//! Devices, arrays, params blobs, and the sort kernels' helpers.
 
 #![forbid(unsafe_code)]
 
 use super::{def, Register};
-use crate::dlpack::kDLCPU;
+use crate::device::{self, Attr};
 use crate::error::{Error, Result};
 use crate::packed::{Args, MapObj, RetValue, ShapeTupleObj, StringObj};
 use crate::params;
 use crate::tensor::NDArray;
 
 pub(super) fn register(reg: &mut Register<'_>) {
-    def(reg, "device_api.cpu", |_| Ok(RetValue::Handle(std::ptr::NonNull::<u8>::dangling().as_ptr().cast())));
-    def(reg, "runtime.RuntimeEnabled", |a| Ok(matches!(a.str(0)?, "cpu" | "llvm" | "c").into()));
+    // Upstream hands out its C++ DeviceAPI object; only its presence is observable from C.
+    let present = |_: &Args<'_>| Ok(RetValue::Handle(std::ptr::NonNull::<u8>::dangling().as_ptr().cast()));
+    def(reg, "device_api.cpu", present);
+    def(reg, "device_api.opencl", present);
+    def(reg, "runtime.RuntimeEnabled", |a| Ok(matches!(a.str(0)?, "cpu" | "llvm" | "c" | "opencl" | "cl").into()));
     def(reg, "runtime.GetDeviceAttr", |a| {
-        let (dev_type, kind) = (a.int(0)?, a.int(2)?);
-        Ok(match kind {
-            0 => RetValue::Int((dev_type == kDLCPU as i64) as i64),
-            _ => RetValue::None,
+        let (dev_type, dev_id, kind) = (a.int32(0)?, a.int32(1)?, a.int32(2)?);
+        let api = match device::api(dev_type) {
+            Ok(api) => api,
+            // Existence is the one question a missing device answers.
+            Err(_) if kind == device::attr::EXIST => return Ok(RetValue::Int(0)),
+            Err(e) => return Err(e),
+        };
+        Ok(match api.attr(dev_id, kind)? {
+            Some(Attr::Int(v)) => RetValue::Int(v),
+            Some(Attr::Str(s)) => RetValue::Str(s),
+            None => RetValue::None,
         })
+    });
+    // What generated host code calls before launching kernels on a device.
+    def(reg, "__tvm_set_device", |a| {
+        device::api(a.int32(0)?)?.set_device(a.int32(1)?)?;
+        Ok(RetValue::None)
     });
     def(reg, "runtime.TVMSetStream", |_| Ok(RetValue::None));
 
@@ -29,7 +44,9 @@ pub(super) fn register(reg: &mut Register<'_>) {
         if a.len() > 3 && a.code(3) != crate::dlpack::kTVMNullptr {
             let scope = a.str(3)?;
             if !scope.is_empty() && scope != "global" {
-                return Err(Error::value(format!("memory scope '{scope}' is not supported on the CPU")));
+                return Err(Error::value(format!(
+                    "memory scope '{scope}' is not supported: this runtime allocates 'global' memory only"
+                )));
             }
         }
         Ok(NDArray::empty(shape.dims(), dtype, dev)?.into())

@@ -14,7 +14,7 @@ use std::any::Any;
 
 /// Module type keys this runtime can deserialise.
 pub const LOADERS: &[&str] =
-    &["GraphExecutorFactory", "GraphRuntimeFactory", "const_loader", "metadata", "metadata_module"];
+    &["GraphExecutorFactory", "GraphRuntimeFactory", "const_loader", "metadata", "metadata_module", "opencl"];
 
 /// Deserialises one module of type `key` from the stream.
 pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
@@ -22,6 +22,7 @@ pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
         "GraphExecutorFactory" | "GraphRuntimeFactory" => Ok(Module::new(Factory::load_binary(r)?)),
         "const_loader" | "metadata" => Ok(Module::new(ConstLoader::load_binary(r)?)),
         "metadata_module" => Ok(Module::new(MetadataModule)),
+        "opencl" => Ok(Module::new(crate::device::opencl::module::OpenClModule::load_binary(r)?)),
         other => Err(r.error(format!(
             "Binary was created using {other} but a loader of that name is not registered. Available loaders are {}. \
              Perhaps you need to recompile with this runtime enabled.",

@@ -1,9 +1,12 @@
-//! Aligned host memory. Large buffers are mapped and unmapped directly, so freeing a model returns
+//! Aligned memory: host memory, or memory on a device (see [`Buffer::zeroed_on`]). Large host buffers are mapped and unmapped directly, so freeing a model returns
 //! its memory to the system at once instead of leaving it in the heap (glibc raises its mmap
 //! threshold after frees and would otherwise keep big blocks in the arena).
 
+use crate::device::{self, DeviceMemory, Place};
+use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
 use std::alloc::Layout;
+use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -20,6 +23,8 @@ enum Backing {
     Heap(Layout),
     Mapped(usize),
     Empty,
+    /// Memory on a device: `ptr` is its handle, never dereferenced here.
+    Device(DeviceMemory),
 }
 
 /// A file mapped read-only and private: its pages are shared with every process mapping the same
@@ -83,7 +88,7 @@ impl Drop for FileMap {
     }
 }
 
-/// An owned, zero-initialised, 64-byte aligned block of host memory.
+/// An owned, zero-initialised block of memory: 64-byte aligned on the host, or on a device.
 pub struct Buffer {
     ptr: NonNull<u8>,
     len: usize,
@@ -138,6 +143,69 @@ impl Buffer {
         Ok(buf)
     }
 
+    /// A zeroed buffer of `len` bytes on `device` (host memory for the CPU).
+    pub fn zeroed_on(device: DLDevice, len: usize) -> Result<Buffer> {
+        if device::is_host(device) {
+            return Buffer::zeroed(len);
+        }
+        if len > MAX_ALLOCATION {
+            return Err(Error::value(format!("refusing to allocate {len} bytes")));
+        }
+        let mem = DeviceMemory::zeroed(device, len)?;
+        let ptr = NonNull::new(mem.handle().cast())
+            .ok_or_else(|| Error::internal("a device allocation with a null handle"))?;
+        Ok(Buffer { ptr, len, backing: Backing::Device(mem) })
+    }
+
+    /// A buffer on `device` holding a copy of `bytes`.
+    pub fn from_bytes_on(device: DLDevice, bytes: &[u8]) -> Result<Buffer> {
+        let mut buf = Buffer::zeroed_on(device, bytes.len())?;
+        buf.write(0, bytes)?;
+        Ok(buf)
+    }
+
+    /// The device the memory is on.
+    pub fn device(&self) -> DLDevice {
+        match &self.backing {
+            Backing::Device(m) => m.device(),
+            _ => DLDevice::CPU,
+        }
+    }
+
+    /// Where byte `offset` is, for copies.
+    pub fn place(&self, offset: usize) -> Place {
+        Place { data: self.ptr.as_ptr().cast(), offset, device: self.device() }
+    }
+
+    /// What a tensor of bytes `offset..offset + len` holds as `data` (with no byte offset, as
+    /// kernels take it): an address on the host, a region handle on a device.
+    pub fn data_at(&self, offset: usize, len: usize) -> Result<*mut c_void> {
+        self.check(offset, len)?;
+        match &self.backing {
+            Backing::Device(m) => m.region(offset, len),
+            _ => Ok(self.ptr.as_ptr().wrapping_add(offset).cast()),
+        }
+    }
+
+    /// Whether `data` (a tensor's data, as from [`Buffer::data_at`]) is inside this buffer.
+    pub fn holds(&self, data: *const c_void, len: usize) -> bool {
+        match &self.backing {
+            Backing::Device(m) => m.owns(data.cast_mut()),
+            _ => {
+                let start = self.ptr.as_ptr() as usize;
+                (start..=start + self.len.saturating_sub(len)).contains(&(data as usize))
+            }
+        }
+    }
+
+    /// The alignment offsets into this buffer need for [`Buffer::data_at`].
+    pub fn region_alignment(&self) -> Result<usize> {
+        match &self.backing {
+            Backing::Device(m) => m.region_alignment(),
+            _ => Ok(ALIGNMENT),
+        }
+    }
+
     /// A buffer holding a copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<Buffer> {
         let mut buf = Buffer::zeroed(bytes.len())?;
@@ -153,6 +221,8 @@ impl Buffer {
         self.len == 0
     }
 
+    /// The data handle: the address on the host, the device's handle on a device (not to be
+    /// dereferenced or offset; see [`Buffer::data_at`]).
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -162,6 +232,9 @@ impl Buffer {
     /// nobody else touches the bytes at that moment.
     pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
         self.check(offset, bytes.len())?;
+        if let Backing::Device(m) = &self.backing {
+            return m.write(offset, bytes);
+        }
         // SAFETY: bounds checked above; `bytes` cannot overlap a block we own exclusively.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), bytes.len()) };
         Ok(())
@@ -170,6 +243,9 @@ impl Buffer {
     /// Copies `out.len()` bytes out from `offset`.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
+        if let Backing::Device(m) = &self.backing {
+            return m.read(offset, out);
+        }
         // SAFETY: bounds checked above.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
         Ok(())
@@ -178,6 +254,11 @@ impl Buffer {
     /// A new buffer holding a copy of `len` bytes from `offset`.
     pub fn duplicate_range(&self, offset: usize, len: usize) -> Result<Buffer> {
         self.check(offset, len)?;
+        if let Backing::Device(m) = &self.backing {
+            let copy = m.duplicate_range(offset, len)?;
+            let ptr = NonNull::new(copy.handle().cast()).ok_or_else(|| Error::internal("null device handle"))?;
+            return Ok(Buffer { ptr, len, backing: Backing::Device(copy) });
+        }
         let copy = Buffer::zeroed(len)?;
         // SAFETY: bounds checked above; the blocks are distinct.
         unsafe { std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), copy.as_ptr(), len) };
@@ -201,7 +282,7 @@ impl Drop for Buffer {
                 // SAFETY: mapped by us with this length, unmapped once.
                 unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
             }
-            Backing::Empty => {}
+            Backing::Empty | Backing::Device(_) => {}
         }
     }
 }

@@ -62,7 +62,7 @@ impl Drop for NDArray {
 fn check_cpu(device: DLDevice) -> Result<()> {
     if device.device_type != kDLCPU {
         return Err(Error::value(format!(
-            "device type {} is not enabled: this runtime serves the CPU (device type 1) only",
+            "a DLPack tensor on device type {} cannot be imported: only CPU tensors are",
             device.device_type
         )));
     }
@@ -90,11 +90,10 @@ impl NDArray {
         })
     }
 
-    /// A new zeroed array on the CPU.
+    /// A new zeroed array on `device`.
     pub fn empty(shape: &[i64], dtype: DLDataType, device: DLDevice) -> Result<ObjRef<NDArray>> {
-        check_cpu(device)?;
         dtype.validate_for_alloc()?;
-        let buf = Arc::new(Buffer::zeroed(tensor_bytes(shape, dtype)?)?);
+        let buf = Arc::new(Buffer::zeroed_on(device, tensor_bytes(shape, dtype)?)?);
         Ok(Self::build(buf.as_ptr().cast(), shape, dtype, device, Owner::Buffer(buf)))
     }
 
@@ -107,8 +106,8 @@ impl NDArray {
                 buf.len()
             )));
         }
-        let data = buf.as_ptr().wrapping_add(offset).cast();
-        Ok(Self::build(data, shape, dtype, DLDevice::CPU, Owner::Buffer(buf.clone())))
+        let data = buf.data_at(offset, need)?;
+        Ok(Self::build(data, shape, dtype, buf.device(), Owner::Buffer(buf.clone())))
     }
 
     /// An array over memory someone else keeps alive for longer (a caller's zero-copy tensor).
@@ -116,8 +115,8 @@ impl NDArray {
     /// # Safety
     /// `data` must address the array's bytes, valid for reading and writing for as long as the
     /// array (or any view of it) lives.
-    pub unsafe fn external(data: *mut c_void, shape: &[i64], dtype: DLDataType) -> ObjRef<NDArray> {
-        Self::build(data, shape, dtype, DLDevice::CPU, Owner::External)
+    pub unsafe fn external(data: *mut c_void, shape: &[i64], dtype: DLDataType, device: DLDevice) -> ObjRef<NDArray> {
+        Self::build(data, shape, dtype, device, Owner::External)
     }
 
     /// An array holding a copy of `bytes`, which must be exactly its size.
@@ -218,15 +217,20 @@ impl NDArray {
         raw::copy_to_bytes(self.raw(), out)
     }
 
+    /// The bytes, copied to the host.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut out = vec![0u8; self.nbytes()];
-        self.copy_to_bytes(&mut out).expect("sizes agree");
+        // A device read only fails when the device is gone; the array then reads as zeros.
+        let _ = self.copy_to_bytes(&mut out);
         out
     }
 
-    /// A new array with the same shape, dtype and contents.
+    /// A new array with the same shape, dtype and contents, on the same device.
     pub fn deep_copy(&self) -> Result<ObjRef<NDArray>> {
-        NDArray::from_bytes(&self.shape, self.dtype(), &self.to_vec())
+        let copy = NDArray::empty(&self.shape, self.dtype(), self.device())?;
+        // SAFETY: `copy` is new: nobody else reaches its memory.
+        unsafe { raw::copy_tensor(self.raw(), copy.raw()) }?;
+        Ok(copy)
     }
 
     /// A view with another shape (no larger than this array), keeping this one alive.

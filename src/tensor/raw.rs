@@ -1,7 +1,8 @@
 //! Reading and copying `DLTensor`s that come from outside (a host program, Python, a kernel).
 //! The one place that dereferences tensor structs we did not build.
 
-use crate::dlpack::{kDLCPU, kDLCUDAHost, DLDataType, DLDevice, DLTensor};
+use crate::device::{self, Place};
+use crate::dlpack::{DLDataType, DLDevice, DLTensor};
 use crate::dtype::tensor_bytes;
 use crate::error::{Error, Result};
 
@@ -73,20 +74,16 @@ impl<'a> RawTensor<'a> {
         true
     }
 
-    /// Host memory in the one layout this runtime copies: on the CPU and compact.
-    fn check_host(&self, what: &str) -> Result<()> {
-        let dev = self.t.device.device_type;
-        if dev != kDLCPU && dev != kDLCUDAHost {
-            return Err(Error::value(format!("{what}: device type {dev} is not enabled in this CPU runtime")));
-        }
+    /// Where the tensor's first byte is, for copies on any device.
+    pub fn place(&self) -> Place {
+        Place { data: self.t.data, offset: self.t.byte_offset as usize, device: self.t.device }
+    }
+
+    /// The byte size of a tensor this runtime can copy: compact, with data unless empty.
+    fn copyable_bytes(&self, what: &str) -> Result<usize> {
         if !self.is_compact() {
             return Err(Error::value(format!("{what}: only compact (row-major, no strides) tensors are supported")));
         }
-        Ok(())
-    }
-
-    fn host_bytes(&self, what: &str) -> Result<usize> {
-        self.check_host(what)?;
         let n = self.nbytes()?;
         if n > 0 && self.t.data.is_null() {
             return Err(Error::value(format!("{what}: tensor data is null")));
@@ -95,65 +92,32 @@ impl<'a> RawTensor<'a> {
     }
 }
 
+fn host_place(p: *const u8) -> Place {
+    Place { data: p.cast_mut().cast(), offset: 0, device: DLDevice::CPU }
+}
+
 /// Copies `bytes` into `to`; the sizes must match exactly.
 ///
 /// # Safety
 /// `to`'s bytes must be writable, and nobody else may access them during the call.
 pub unsafe fn copy_from_bytes(to: RawTensor<'_>, bytes: &[u8]) -> Result<()> {
-    let n = to.host_bytes("copy from bytes")?;
+    let n = to.copyable_bytes("copy from bytes")?;
     if n != bytes.len() {
         return Err(Error::value(format!("size mismatch: the array holds {n} bytes, {} given", bytes.len())));
     }
-    // SAFETY: `to` is a valid host tensor of `n` bytes (checked above); the source is a slice.
-    unsafe { std::ptr::copy(bytes.as_ptr(), to.data_ptr(), n) };
-    Ok(())
+    // SAFETY: `to` is a valid tensor of `n` bytes on its device (checked above, and the caller's
+    // promise); the source is a slice.
+    unsafe { device::copy(host_place(bytes.as_ptr()), to.place(), n) }
 }
 
 /// Copies `from` out into `out`; the sizes must match exactly.
 pub fn copy_to_bytes(from: RawTensor<'_>, out: &mut [u8]) -> Result<()> {
-    let n = from.host_bytes("copy to bytes")?;
+    let n = from.copyable_bytes("copy to bytes")?;
     if n != out.len() {
         return Err(Error::value(format!("size mismatch: the array holds {n} bytes, {} requested", out.len())));
     }
-    // SAFETY: as in `copy_from_bytes`.
-    unsafe { std::ptr::copy(from.data_ptr(), out.as_mut_ptr(), n) };
-    Ok(())
-}
-
-/// Copies `n` bytes of `from` (whose shape and dtype the caller has matched to `n`) to `to`.
-///
-/// # Safety
-/// `to` must be null or valid for writing `n` bytes.
-pub unsafe fn copy_to_own(from: RawTensor<'_>, to: *mut u8, n: usize) -> Result<()> {
-    from.check_host("copy source")?;
-    if n == 0 {
-        return Ok(());
-    }
-    if from.t.data.is_null() || to.is_null() {
-        return Err(Error::value("tensor data is null"));
-    }
-    // SAFETY: `from` is a valid host tensor of `n` bytes (per the caller's match); `to` holds `n`
-    // per this function's contract.
-    unsafe { std::ptr::copy(from.data_ptr(), to, n) };
-    Ok(())
-}
-
-/// Copies `n` bytes at `from` into `to`, whose shape and dtype the caller has matched to `n`.
-///
-/// # Safety
-/// `from` must be null or valid for reading `n` bytes.
-pub unsafe fn copy_from_own(from: *const u8, to: RawTensor<'_>, n: usize) -> Result<()> {
-    to.check_host("copy destination")?;
-    if n == 0 {
-        return Ok(());
-    }
-    if from.is_null() || to.t.data.is_null() {
-        return Err(Error::value("tensor data is null"));
-    }
-    // SAFETY: `to` is a valid host tensor of `n` bytes (per the caller's match); `from` holds `n`
-    // per this function's contract.
-    unsafe { std::ptr::copy(from, to.data_ptr(), n) };
-    Ok(())
+    // SAFETY: as in `copy_from_bytes`; `out` is ours to write.
+    unsafe { device::copy(from.place(), host_place(out.as_mut_ptr()), n) }
 }
 
 /// Copies tensor to tensor; byte sizes must match (shapes and dtypes are not compared, as upstream).
@@ -161,8 +125,8 @@ pub unsafe fn copy_from_own(from: *const u8, to: RawTensor<'_>, n: usize) -> Res
 /// # Safety
 /// `to`'s bytes must be writable, and nobody else may access them during the call.
 pub unsafe fn copy_tensor(from: RawTensor<'_>, to: RawTensor<'_>) -> Result<()> {
-    let n = from.host_bytes("copy source")?;
-    let m = to.host_bytes("copy destination")?;
+    let n = from.copyable_bytes("copy source")?;
+    let m = to.copyable_bytes("copy destination")?;
     if n != m {
         return Err(Error::value(format!(
             "cannot copy {n} bytes ({} {:?}) into {m} bytes ({} {:?})",
@@ -172,7 +136,38 @@ pub unsafe fn copy_tensor(from: RawTensor<'_>, to: RawTensor<'_>) -> Result<()> 
             to.shape()
         )));
     }
-    // SAFETY: both are valid host tensors of `n` bytes; `copy` tolerates overlap.
-    unsafe { std::ptr::copy(from.data_ptr(), to.data_ptr(), n) };
-    Ok(())
+    // SAFETY: both are valid tensors of `n` bytes on their devices; host copies tolerate overlap.
+    unsafe { device::copy(from.place(), to.place(), n) }
+}
+
+/// Copies `n` bytes of `from` (whose shape and dtype the caller has matched to `n`) to `to`.
+///
+/// # Safety
+/// `to` must be valid for writing `n` bytes on its device.
+pub unsafe fn copy_to_place(from: RawTensor<'_>, to: Place, n: usize) -> Result<()> {
+    from.copyable_bytes("copy source")?;
+    if n == 0 {
+        return Ok(());
+    }
+    if to.data.is_null() {
+        return Err(Error::value("tensor data is null"));
+    }
+    // SAFETY: `from` holds `n` bytes (the caller's match); `to` per this function's contract.
+    unsafe { device::copy(from.place(), to, n) }
+}
+
+/// Copies `n` bytes at `from` into `to`, whose shape and dtype the caller has matched to `n`.
+///
+/// # Safety
+/// `from` must be valid for reading `n` bytes on its device.
+pub unsafe fn copy_from_place(from: Place, to: RawTensor<'_>, n: usize) -> Result<()> {
+    to.copyable_bytes("copy destination")?;
+    if n == 0 {
+        return Ok(());
+    }
+    if from.data.is_null() {
+        return Err(Error::value("tensor data is null"));
+    }
+    // SAFETY: `to` holds `n` bytes (the caller's match); `from` per this function's contract.
+    unsafe { device::copy(from, to.place(), n) }
 }

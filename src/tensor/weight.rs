@@ -7,9 +7,12 @@
 //! the library whose constant data it is.
 
 use super::buffer::{Buffer, FileMap};
+use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex, Weak};
 
 enum Backing {
@@ -22,9 +25,13 @@ enum Backing {
 }
 
 pub struct Weight {
+    /// The data handle: a host address, or a device's handle for a weight made on a device.
     ptr: *const u8,
     len: usize,
     backing: Backing,
+    /// Copies of a host weight on devices, made the first time an executor on that device binds
+    /// it, and shared by every executor that does (one copy per device, as for the host bytes).
+    mirrors: Mutex<Vec<Arc<Buffer>>>,
 }
 
 // SAFETY: the bytes are never written after construction, and the backing is Send + Sync.
@@ -35,7 +42,7 @@ unsafe impl Sync for Weight {}
 impl Weight {
     /// Freezes `buffer`: from now on nobody writes it.
     pub fn freeze(buffer: Buffer) -> Weight {
-        Weight { ptr: buffer.as_ptr(), len: buffer.len(), backing: Backing::Owned(buffer) }
+        Weight { ptr: buffer.as_ptr(), len: buffer.len(), backing: Backing::Owned(buffer), mirrors: Mutex::default() }
     }
 
     /// A weight holding a copy of `bytes`.
@@ -45,9 +52,50 @@ impl Weight {
 
     /// A weight holding a copy of `bytes`, zero-padded to at least `len` bytes.
     pub fn padded(bytes: &[u8], len: usize) -> Result<Weight> {
-        let mut buffer = Buffer::zeroed(len.max(bytes.len()))?;
+        Weight::padded_on(DLDevice::CPU, bytes, len)
+    }
+
+    /// A weight on `device` holding a copy of `bytes`, zero-padded to at least `len` bytes.
+    pub fn padded_on(device: DLDevice, bytes: &[u8], len: usize) -> Result<Weight> {
+        let mut buffer = Buffer::zeroed_on(device, len.max(bytes.len()))?;
         buffer.write(0, bytes)?;
         Ok(Weight::freeze(buffer))
+    }
+
+    /// The device the weight is on.
+    pub fn device(&self) -> DLDevice {
+        match &self.backing {
+            Backing::Owned(b) => b.device(),
+            _ => DLDevice::CPU,
+        }
+    }
+
+    /// What a kernel on `device` takes as the weight's data: the weight itself on its own device,
+    /// a copy of a host weight on another device (made once and kept with the weight).
+    pub fn data_on(&self, device: DLDevice) -> Result<*mut c_void> {
+        let own = self.device();
+        if crate::device::is_host(device) && crate::device::is_host(own) || device == own {
+            return Ok(self.ptr.cast_mut().cast());
+        }
+        if !crate::device::is_host(own) {
+            return Err(Error::value(format!(
+                "a weight on {} cannot be bound by an executor on {}",
+                crate::device::type_name(own.device_type),
+                crate::device::type_name(device.device_type)
+            )));
+        }
+        let mut mirrors = self.mirrors.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = mirrors.iter().find(|m| m.device() == device) {
+            return Ok(m.as_ptr().cast());
+        }
+        let m = Arc::new(Buffer::from_bytes_on(device, &self.bytes()?)?);
+        mirrors.push(m.clone());
+        Ok(m.as_ptr().cast())
+    }
+
+    /// Bytes held on devices for this weight besides the weight itself (its mirrors).
+    pub fn mirror_bytes(&self) -> usize {
+        self.mirrors.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|m| m.len()).sum()
     }
 
     /// A weight that is the range `bytes` of `map` (no copy).
@@ -55,7 +103,12 @@ impl Weight {
         if bytes.is_empty() || !map.contains(bytes.as_ptr()) || !map.contains(&bytes[bytes.len() - 1]) {
             return Err(Error::internal("a mapped weight must be a non-empty range of its mapping"));
         }
-        Ok(Weight { ptr: bytes.as_ptr(), len: bytes.len(), backing: Backing::Mapped(map.clone()) })
+        Ok(Weight {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+            backing: Backing::Mapped(map.clone()),
+            mirrors: Mutex::default(),
+        })
     }
 
     /// Constant data a loaded library links in (`_lookup_linked_param`); `keeper` (the library
@@ -67,7 +120,7 @@ impl Weight {
         if ptr.is_null() {
             return Err(Error::value("linked parameter at a null address"));
         }
-        Ok(Weight { ptr, len, backing: Backing::Linked(keeper) })
+        Ok(Weight { ptr, len, backing: Backing::Linked(keeper), mirrors: Mutex::default() })
     }
 
     pub fn len(&self) -> usize {
@@ -78,17 +131,31 @@ impl Weight {
         self.len == 0
     }
 
-    /// The bytes, for kernels to read. Writing through this pointer breaks every holder's
-    /// assumption; the executor only hands it to kernels as an operator input.
+    /// The data handle, for kernels to read (a host address for a host weight). Writing through
+    /// it breaks every holder's assumption; the executor only hands it to kernels as an operator
+    /// input.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    /// The bytes: borrowed on the host, read back from a device.
+    pub fn bytes(&self) -> Result<Cow<'_, [u8]>> {
+        if let Backing::Owned(b) = &self.backing {
+            if !crate::device::is_host(b.device()) {
+                let mut out = vec![0u8; self.len];
+                b.read(0, &mut out)?;
+                return Ok(Cow::Owned(out));
+            }
+        }
+        Ok(Cow::Borrowed(self.host_bytes()))
+    }
+
+    fn host_bytes(&self) -> &[u8] {
         if self.len == 0 {
             return &[];
         }
-        // SAFETY: `len` readable bytes that the backing keeps alive and nobody writes.
+        // SAFETY: `len` readable host bytes that the backing keeps alive and nobody writes
+        // (callers check the weight is on the host).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
@@ -97,13 +164,17 @@ impl Weight {
         matches!(self.backing, Backing::Mapped(_))
     }
 
-    /// A private, writable copy of `len` bytes from `offset`.
-    pub fn to_buffer(&self, offset: usize, len: usize) -> Result<Buffer> {
-        let range = offset.checked_add(len).and_then(|end| self.bytes().get(offset..end));
-        let bytes = range.ok_or_else(|| {
-            Error::index(format!("{len} bytes at offset {offset} exceed a weight of {} bytes", self.len))
-        })?;
-        Buffer::from_bytes(bytes)
+    /// A private, writable copy of `len` bytes from `offset`, on `device`.
+    pub fn to_buffer(&self, device: DLDevice, offset: usize, len: usize) -> Result<Buffer> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(Error::index(format!("{len} bytes at offset {offset} exceed a weight of {} bytes", self.len)));
+        }
+        match &self.backing {
+            Backing::Owned(b) if b.device() == device && !crate::device::is_host(device) => {
+                b.duplicate_range(offset, len)
+            }
+            _ => Buffer::from_bytes_on(device, &self.bytes()?[offset..offset + len]),
+        }
     }
 }
 
@@ -121,6 +192,10 @@ static DERIVED: Mutex<Option<ByLength>> = Mutex::new(None);
 /// Length -> weights of that length.
 type ByLength = HashMap<usize, Vec<Weak<Weight>>>;
 
+fn same_content(a: &Weight, b: &Weight) -> bool {
+    a.device() == b.device() && matches!((a.bytes(), b.bytes()), (Ok(x), Ok(y)) if x == y)
+}
+
 /// The weight already holding exactly these bytes, or `weight` itself, now findable by others.
 ///
 /// Candidates are the live weights of the same length, compared byte for byte: different
@@ -132,7 +207,7 @@ pub fn intern(weight: Weight) -> Arc<Weight> {
     let table = guard.get_or_insert_with(HashMap::new);
     let same = table
         .get(&weight.len())
-        .and_then(|list| list.iter().filter_map(Weak::upgrade).find(|w| w.bytes() == weight.bytes()));
+        .and_then(|list| list.iter().filter_map(Weak::upgrade).find(|w| same_content(w, &weight)));
     if let Some(existing) = same {
         return existing;
     }

@@ -93,9 +93,14 @@ impl Fixture {
 
     /// An executor from the factory's `default` function.
     pub fn executor_from_factory(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
+        self.executor_from_factory_on(lib, DLDevice::CPU)
+    }
+
+    /// An executor on `device` from the factory's `default` function, with the weights loaded.
+    pub fn executor_from_factory_on(&self, lib: &ObjRef<Module>, device: DLDevice) -> ObjRef<Module> {
         let f = Module::get_function(lib, "default", false).unwrap().expect("default");
         let mut a = ArgsBuilder::new();
-        a.device(DLDevice::CPU);
+        a.device(device);
         let m = f.call(&a.args()).unwrap().into_object::<Module>().unwrap();
         if !self.factory_weights {
             exec(&m).load_params(&self.params()).unwrap();
@@ -105,9 +110,17 @@ impl Fixture {
 
     /// An executor from `tvm.graph_executor.create`, with no weights loaded.
     pub fn executor_without_params(&self, lib: &ObjRef<Module>) -> ObjRef<Module> {
+        self.executor_without_params_on(lib, DLDevice::CPU)
+    }
+
+    /// An executor on `device` from `tvm.graph_executor.create`, with no weights loaded.
+    pub fn executor_without_params_on(&self, lib: &ObjRef<Module>, device: DLDevice) -> ObjRef<Module> {
         let create = registry::get("tvm.graph_executor.create").unwrap();
         let mut a = ArgsBuilder::new();
-        a.str(&self.graph_json()).object(lib.clone().into_any()).int(1).int(0);
+        a.str(&self.graph_json())
+            .object(lib.clone().into_any())
+            .int(device.device_type as i64)
+            .int(device.device_id as i64);
         create.call(&a.args()).unwrap().into_object::<Module>().unwrap()
     }
 

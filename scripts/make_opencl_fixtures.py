@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Compiles the OpenCL test models with TVM 0.16 (target `opencl`, host `llvm`), and records upstream's
+OpenCL outputs for them.
+
+Two steps, because the wheel's compiler has no OpenCL runtime and upstream's OpenCL runtime
+(`../shared/upstream/libtvm_runtime.so`) has no compiler:
+
+  build      (the wheel's TVM)            exports lib.so, graph.json, params.bin and the inputs
+  reference  (TVM's Python on upstream's  runs each model on `tvm.cl(0)` and writes out_<k>.bin and
+              OpenCL runtime)             the manifest (the same format as make_fixtures.py's)
+
+Run through scripts/make_fixtures.sh --opencl. Each model's CPU twin (the same weights and inputs,
+target llvm) is built too, as `<name>_cpu`, so tests compare the device against the CPU as well.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+os.environ.setdefault("TVM_NUM_THREADS", "1")
+os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+
+HOST = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
+
+
+def small_models():
+    from tvm import relay
+    import tvm.relay.testing  # noqa: F401
+
+    rng = np.random.default_rng(31)
+    models = {}
+    mod1, mlp_params = relay.testing.mlp.get_workload(batch_size=1)
+    mod4, _ = relay.testing.mlp.get_workload(batch_size=4)
+    # Bound: the factory carries the weights.
+    models["mlp_cl"] = (mod1, mlp_params, True)
+    # Unbound, batch 1 and 4 with the same weights: load_params / share_params across variants.
+    models["mlp_unbound_cl_b1"] = (mod1, mlp_params, False)
+    models["mlp_unbound_cl_b4"] = (mod4, mlp_params, False)
+
+    data = relay.var("data", shape=(1, 3, 16, 16))
+    w1 = relay.var("conv1_weight", shape=(8, 3, 3, 3))
+    b1 = relay.var("conv1_bias", shape=(8,))
+    wd = relay.var("fc_weight", shape=(10, 8))
+    x = relay.nn.relu(relay.nn.bias_add(relay.nn.conv2d(data, w1, padding=(1, 1), channels=8,
+                                                        kernel_size=(3, 3)), b1))
+    x = relay.nn.batch_flatten(relay.nn.global_avg_pool2d(x))
+    x = relay.nn.softmax(relay.nn.dense(x, wd))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(x), x)))
+    params = {p.name_hint: tvm.nd.array(rng.uniform(-0.5, 0.5, [int(d) for d in p.checked_type.shape])
+                                        .astype("float32"))
+              for p in mod["main"].params if p.name_hint != "data"}
+    # Unbound convnet: its weight-only operators (the conv's weight transform, if any) fold.
+    models["convnet_unbound_cl"] = (mod, params, False)
+    return models, rng
+
+
+def build(out):
+    from tvm import relay
+
+    models, rng = small_models()
+    inputs_by_shape = {}
+    for name, (mod, params, bind) in models.items():
+        for suffix, target in (("", tvm.target.Target("opencl", host=HOST)), ("_cpu", tvm.target.Target(HOST))):
+            d = os.path.join(out, name + suffix)
+            if os.path.isdir(d):
+                shutil.rmtree(d)
+            os.makedirs(d)
+            with tvm.transform.PassContext(opt_level=3):
+                lib = relay.build(mod, target=target, params=params if bind else None)
+            lib.export_library(os.path.join(d, "lib.so"))
+            with open(os.path.join(d, "graph.json"), "w") as f:
+                f.write(lib.get_graph_json())
+            nd = {k: (v if isinstance(v, tvm.nd.NDArray) else tvm.nd.array(v)) for k, v in params.items()}
+            with open(os.path.join(d, "params.bin"), "wb") as f:
+                f.write(relay.save_param_dict(lib.get_params() if bind else nd))
+            ins = []
+            for p in mod["main"].params:
+                if p.name_hint in params:
+                    continue
+                shape = tuple(int(s) for s in p.checked_type.shape)
+                key = (name, p.name_hint)
+                if key not in inputs_by_shape:
+                    inputs_by_shape[key] = rng.uniform(-1, 1, size=shape).astype(p.checked_type.dtype)
+                arr = inputs_by_shape[key]
+                fname = "in_%d.bin" % len(ins)
+                arr.tofile(os.path.join(d, fname))
+                ins.append({"name": p.name_hint, "dtype": str(arr.dtype), "shape": list(arr.shape), "file": fname})
+            meta = {"model": name + suffix, "factory_weights": bind, "inputs": ins,
+                    "device": "opencl" if suffix == "" else "cpu"}
+            with open(os.path.join(d, "build.json"), "w") as f:
+                json.dump(meta, f)
+            print("built", name + suffix)
+
+
+def reference(out):
+    from tvm.contrib import graph_executor
+
+    for name in sorted(os.listdir(out)):
+        d = os.path.join(out, name)
+        meta_path = os.path.join(d, "build.json")
+        if not os.path.isfile(meta_path):
+            continue
+        with open(meta_path) as f:
+            meta = json.load(f)
+        dev = tvm.cl(0) if meta["device"] == "opencl" else tvm.cpu(0)
+        lib = tvm.runtime.load_module(os.path.join(d, "lib.so"))
+        m = graph_executor.GraphModule(lib["default"](dev))
+        if not meta["factory_weights"]:
+            with open(os.path.join(d, "params.bin"), "rb") as f:
+                m.load_params(bytearray(f.read()))
+        lines = ["model %s" % meta["model"], "factory_weights %s" % ("yes" if meta["factory_weights"] else "no"),
+                 "device %s" % meta["device"]]
+        for i in meta["inputs"]:
+            arr = np.fromfile(os.path.join(d, i["file"]), dtype=i["dtype"]).reshape(i["shape"])
+            m.set_input(i["name"], arr)
+            lines.append("input %s %s %d %s %s" % (i["name"], i["dtype"], len(i["shape"]),
+                                                 " ".join(map(str, i["shape"])), i["file"]))
+        m.run()
+        for k in range(m.get_num_outputs()):
+            o = m.get_output(k).numpy()
+            o.tofile(os.path.join(d, "out_%d.bin" % k))
+            lines.append("output %s %d %s out_%d.bin" % (o.dtype, o.ndim, " ".join(map(str, o.shape)), k))
+        with open(os.path.join(d, "manifest.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.remove(meta_path) if os.environ.get("DROP_BUILD_JSON") else None
+        print("reference", name, "on", dev)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=["build", "reference"])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    build(args.out) if args.step == "build" else reference(args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+//! Memory on a device other than the host: one allocation, freed when its owner goes, and the
+//! regions of it handed to kernels (a kernel takes a tensor's `data` without an offset, so each
+//! entry of an arena on a device is a region of its own, made once and freed with the arena).
+
+use super::{api_of, DeviceApi, Place};
+use crate::dlpack::DLDevice;
+use crate::error::{Error, Result};
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+pub struct DeviceMemory {
+    device: DLDevice,
+    api: &'static dyn DeviceApi,
+    data: *mut c_void,
+    len: usize,
+    /// Regions made so far: (offset, len, handle).
+    regions: Mutex<Vec<(usize, usize, usize)>>,
+}
+
+// SAFETY: device handles are plain values that any thread may pass to the device API, which is
+// thread-safe; the region list is behind a mutex.
+unsafe impl Send for DeviceMemory {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceMemory {}
+
+impl DeviceMemory {
+    /// `len` zeroed bytes on `device`.
+    pub fn zeroed(device: DLDevice, len: usize) -> Result<DeviceMemory> {
+        let api = api_of(device)?;
+        let data = api.alloc(device.device_id, len)?;
+        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(Vec::new()) })
+    }
+
+    pub fn device(&self) -> DLDevice {
+        self.device
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The handle of the whole allocation (`DLTensor.data`).
+    pub fn handle(&self) -> *mut c_void {
+        self.data
+    }
+
+    /// Whether `handle` is this memory or one of its regions.
+    pub fn owns(&self, handle: *mut c_void) -> bool {
+        handle == self.data
+            || self.regions.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|&(_, _, h)| h == handle as usize)
+    }
+
+    /// The alignment a region's offset needs on this device.
+    pub fn region_alignment(&self) -> Result<usize> {
+        self.api.region_alignment(self.device.device_id)
+    }
+
+    /// A handle kernels take for bytes `offset..offset + len` (the whole handle for offset 0),
+    /// made on first request and kept until the memory is freed.
+    pub fn region(&self, offset: usize, len: usize) -> Result<*mut c_void> {
+        self.check(offset, len)?;
+        if offset == 0 {
+            return Ok(self.data);
+        }
+        let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(_, _, h)) = regions.iter().find(|&&(o, l, _)| o == offset && l == len) {
+            return Ok(h as *mut c_void);
+        }
+        // SAFETY: our live allocation, which covers the range (checked above).
+        let h = unsafe { self.api.region(self.device.device_id, self.data, offset, len) }?;
+        regions.push((offset, len, h as usize));
+        Ok(h)
+    }
+
+    fn place(&self, offset: usize) -> Place {
+        Place { data: self.data, offset, device: self.device }
+    }
+
+    fn check(&self, offset: usize, n: usize) -> Result<()> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::index(format!("{n} bytes at offset {offset} exceed {} bytes on the device", self.len))),
+        }
+    }
+
+    /// Copies `bytes` in at `offset` (waits until the device has them).
+    pub fn write(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.check(offset, bytes.len())?;
+        let from = Place { data: bytes.as_ptr().cast_mut().cast(), offset: 0, device: DLDevice::CPU };
+        // SAFETY: both ranges checked; the host slice is only read.
+        unsafe { self.api.copy(from, self.place(offset), bytes.len()) }
+    }
+
+    /// Copies `out.len()` bytes out from `offset` (after everything queued before).
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        let to = Place { data: out.as_mut_ptr().cast(), offset: 0, device: DLDevice::CPU };
+        // SAFETY: both ranges checked; `out` is ours to write.
+        unsafe { self.api.copy(self.place(offset), to, out.len()) }
+    }
+
+    /// New memory on the same device holding `len` bytes from `offset`.
+    pub fn duplicate_range(&self, offset: usize, len: usize) -> Result<DeviceMemory> {
+        self.check(offset, len)?;
+        let copy = DeviceMemory::zeroed(self.device, len)?;
+        // SAFETY: both ranges checked, distinct allocations.
+        unsafe { self.api.copy(self.place(offset), copy.place(0), len) }?;
+        Ok(copy)
+    }
+
+    /// Copies `len` bytes from `from` (any device of this type, or the host) to `offset`.
+    ///
+    /// # Safety
+    /// `from` addresses `len` readable bytes on its device.
+    pub unsafe fn copy_in(&self, from: Place, offset: usize, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        // SAFETY: our range checked; the source per the caller's promise.
+        unsafe { super::copy(from, self.place(offset), len) }
+    }
+
+    /// Copies `len` bytes from `offset` to `to`.
+    ///
+    /// # Safety
+    /// `to` addresses `len` writable bytes on its device.
+    pub unsafe fn copy_out(&self, offset: usize, to: Place, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        // SAFETY: our range checked; the destination per the caller's promise.
+        unsafe { super::copy(self.place(offset), to, len) }
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        let id = self.device.device_id;
+        for (_, _, h) in self.regions.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            // SAFETY: a region of ours, freed once, before the memory it is part of.
+            let _ = unsafe { self.api.free(id, h as *mut c_void) };
+        }
+        // SAFETY: our allocation, freed once.
+        let _ = unsafe { self.api.free(id, self.data) };
+    }
+}
+
+impl std::fmt::Debug for DeviceMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceMemory({} bytes on {}({}))",
+            self.len,
+            super::type_name(self.device.device_type),
+            self.device.device_id
+        )
+    }
+}

@@ -1,0 +1,178 @@
+//! Devices: one [`DeviceApi`] per device type (the CPU, OpenCL), behind which every allocation,
+//! copy, synchronisation and attribute query of a tensor's memory goes. The C API, NDArrays and the
+//! executor speak to this trait only; a new backend (CUDA, Vulkan, Metal) is one more module and
+//! one more arm in [`api`] (docs/DEVICES.md).
+//!
+//! What `DLTensor.data` holds is the device's business: a host address on the CPU, the address of
+//! a buffer descriptor on OpenCL (upstream's layout, which hosts and kernels rely on). Code outside
+//! a device's module never dereferences it.
+
+pub mod cpu;
+pub(crate) mod memory;
+pub mod opencl;
+
+use crate::dlpack::{kDLCPU, kDLCUDAHost, DLDevice};
+use crate::error::{Error, Result};
+use std::ffi::c_void;
+
+pub use memory::DeviceMemory;
+
+/// `kDLOpenCL`.
+pub const kDLOpenCL: i32 = 4;
+
+/// One side of a copy: a tensor's `data` on its device and a byte offset from it.
+#[derive(Clone, Copy, Debug)]
+pub struct Place {
+    pub data: *mut c_void,
+    pub offset: usize,
+    pub device: DLDevice,
+}
+
+/// A device attribute's value (`runtime.GetDeviceAttr`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attr {
+    Int(i64),
+    Str(String),
+}
+
+/// The attribute kinds of upstream's `DeviceAttrKind`.
+pub mod attr {
+    pub const EXIST: i32 = 0;
+    pub const MAX_THREADS_PER_BLOCK: i32 = 1;
+    pub const WARP_SIZE: i32 = 2;
+    pub const MAX_SHARED_MEMORY_PER_BLOCK: i32 = 3;
+    pub const COMPUTE_VERSION: i32 = 4;
+    pub const DEVICE_NAME: i32 = 5;
+    pub const MAX_CLOCK_RATE: i32 = 6;
+    pub const MULTI_PROCESSOR_COUNT: i32 = 7;
+    pub const MAX_THREAD_DIMENSIONS: i32 = 8;
+    pub const API_VERSION: i32 = 11;
+    pub const DRIVER_VERSION: i32 = 12;
+    pub const L2_CACHE_SIZE_BYTES: i32 = 13;
+    pub const TOTAL_GLOBAL_MEMORY: i32 = 14;
+}
+
+/// What one device type does with memory. `id` is the device's index among those of its type.
+///
+/// Handles are what `DLTensor.data` holds on the device; the unsafe methods take handles the
+/// caller got from the same API (or a host passed as a tensor of that device), still allocated.
+pub trait DeviceApi: Send + Sync {
+    /// Upstream's name of the device type (`device_api.<name>`).
+    fn name(&self) -> &'static str;
+
+    /// How many devices of this type exist (initialising the backend on first use).
+    fn count(&self) -> Result<usize>;
+
+    /// An attribute of device `id`: `None` where upstream leaves it unset.
+    fn attr(&self, id: i32, kind: i32) -> Result<Option<Attr>>;
+
+    /// Makes `id` the calling thread's current device (what kernels launch on).
+    fn set_device(&self, id: i32) -> Result<()>;
+
+    /// Zeroed memory of `nbytes` on device `id`.
+    fn alloc(&self, id: i32, nbytes: usize) -> Result<*mut c_void>;
+
+    /// Frees memory from [`DeviceApi::alloc`] or [`DeviceApi::region`].
+    ///
+    /// # Safety
+    /// `data` came from this API for device `id` and is not used after the call.
+    unsafe fn free(&self, id: i32, data: *mut c_void) -> Result<()>;
+
+    /// The alignment a region's offset needs on device `id`.
+    fn region_alignment(&self, id: i32) -> Result<usize>;
+
+    /// A handle to bytes `offset..offset + len` of `data` that kernels take as a tensor of their
+    /// own (kernels never see a byte offset); free it with [`DeviceApi::free`] before `data`.
+    ///
+    /// # Safety
+    /// `data` is live memory of this API on device `id`, at least `offset + len` bytes.
+    unsafe fn region(&self, id: i32, data: *mut c_void, offset: usize, len: usize) -> Result<*mut c_void>;
+
+    /// Copies `nbytes` between two places, at least one of them on this API's device type.
+    ///
+    /// # Safety
+    /// Both places address at least `nbytes` bytes from their offsets, valid on their devices.
+    unsafe fn copy(&self, from: Place, to: Place, nbytes: usize) -> Result<()>;
+
+    /// Waits for everything queued on device `id`.
+    fn sync(&self, id: i32) -> Result<()>;
+
+    /// Scratch memory for a kernel (`TVMBackendAllocWorkspace`).
+    fn alloc_workspace(&self, id: i32, nbytes: usize) -> Result<*mut c_void>;
+
+    /// Returns scratch memory; anything [`DeviceApi::alloc_workspace`] did not hand out is refused.
+    fn free_workspace(&self, id: i32, data: *mut c_void) -> Result<()>;
+}
+
+/// The API of a device type, or an error saying it is not served.
+pub fn api(device_type: i32) -> Result<&'static dyn DeviceApi> {
+    match device_type {
+        kDLCPU | kDLCUDAHost => Ok(&cpu::Cpu),
+        kDLOpenCL => Ok(opencl::api()),
+        other => Err(Error::value(format!(
+            "Device API {} is not enabled: this runtime serves the CPU (1) and OpenCL (4)",
+            type_name(other)
+        ))),
+    }
+}
+
+/// The API of `device`, checking that the device exists.
+pub fn api_of(device: DLDevice) -> Result<&'static dyn DeviceApi> {
+    let api = api(device.device_type)?;
+    if !is_host(device) {
+        let n = api.count()?;
+        if device.device_id < 0 || device.device_id as usize >= n {
+            return Err(Error::value(format!(
+                "Invalid device id {}: {} has {n} device(s)",
+                device.device_id,
+                api.name()
+            )));
+        }
+    }
+    Ok(api)
+}
+
+/// Whether `device` is host memory (kernels and copies use plain addresses).
+pub fn is_host(device: DLDevice) -> bool {
+    matches!(device.device_type, kDLCPU | kDLCUDAHost)
+}
+
+/// Copies `nbytes` between two places on any devices, through the API of the non-host side.
+///
+/// # Safety
+/// As [`DeviceApi::copy`].
+pub unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
+    let (a, b) = (from.device, to.device);
+    if !is_host(a) && !is_host(b) && a.device_type != b.device_type {
+        return Err(Error::value(format!(
+            "Can not copy across different device types directly: from {} to {}",
+            type_name(a.device_type),
+            type_name(b.device_type)
+        )));
+    }
+    let api = api_of(if is_host(a) { b } else { a })?;
+    // SAFETY: the caller's promise.
+    unsafe { api.copy(from, to, nbytes) }
+}
+
+/// Upstream's name of a device type code.
+pub fn type_name(device_type: i32) -> String {
+    let name = match device_type {
+        1 => "cpu",
+        2 => "cuda",
+        3 => "cuda_host",
+        4 => "opencl",
+        7 => "vulkan",
+        8 => "metal",
+        9 => "vpi",
+        10 => "rocm",
+        11 => "rocm_host",
+        12 => "ext_dev",
+        13 => "cuda_managed",
+        14 => "oneapi",
+        15 => "webgpu",
+        16 => "hexagon",
+        _ => return format!("device type {device_type}"),
+    };
+    name.to_string()
+}

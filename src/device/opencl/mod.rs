@@ -1,0 +1,510 @@
+//! OpenCL: the library opened at first use, platforms and devices discovered as upstream (GPU
+//! devices of every platform, else CPU devices), one context per platform and one in-order queue
+//! per device, shared by all threads. `DLTensor.data` of an OpenCL tensor is the address of a
+//! [`Descriptor`] whose first field is the `cl_mem` (upstream's layout: hosts and kernels' argument
+//! code read it there).
+
+pub mod module;
+pub mod sys;
+
+use super::{attr, Attr, DeviceApi, Place};
+use crate::error::{Error, Result};
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+use sys::{check, Api, ClUint, Mem};
+
+/// Upstream's `cl::BufferDescriptor`: 24 bytes, the buffer at offset 0.
+#[repr(C)]
+pub struct Descriptor {
+    pub buffer: Mem,
+    pub host_ptr: *mut u8,
+    /// 0: a 1-D buffer (the only layout served here; textures need memory scopes).
+    pub layout: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<Descriptor>() == 24);
+
+/// One OpenCL device in use.
+struct Device {
+    id: sys::DeviceId,
+    context: sys::Context,
+    queue: sys::Queue,
+    name: String,
+    /// CL_DEVICE_VERSION, "OpenCL <major.minor> ...".
+    version: String,
+    /// Byte alignment of sub-buffer origins (CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits).
+    base_align: usize,
+    /// Kernel scratch buffers, reused by size (a fused operator asks for the same sizes every run).
+    workspaces: Mutex<Vec<Workspace>>,
+}
+
+/// The OpenCL state of the process: made once, never torn down (queues and contexts live as long
+/// as the loaded library, as upstream's).
+pub struct State {
+    pub(crate) api: Api,
+    devices: Vec<Device>,
+}
+
+// SAFETY: OpenCL objects are thread-safe, but for `clSetKernelArg` on one kernel object, which
+// `module` serialises; the workspace lists are behind mutexes.
+unsafe impl Send for State {}
+// SAFETY: as above.
+unsafe impl Sync for State {}
+
+static STATE: OnceLock<std::result::Result<State, String>> = OnceLock::new();
+
+thread_local! {
+    /// The calling thread's current OpenCL device (`__tvm_set_device`).
+    static CURRENT: Cell<i32> = const { Cell::new(0) };
+}
+
+/// The OpenCL state, initialised on first use; an error when OpenCL cannot be opened.
+pub fn state() -> Result<&'static State> {
+    STATE.get_or_init(|| State::init().map_err(|e| e.to_string())).as_ref().map_err(|e| Error::tvm(e.clone()))
+}
+
+/// The calling thread's current device.
+pub fn current_device() -> i32 {
+    CURRENT.with(Cell::get)
+}
+
+fn info_bytes(f: impl Fn(usize, *mut c_void, *mut usize) -> sys::ClInt, call: &str) -> Result<Vec<u8>> {
+    let mut n = 0usize;
+    check(f(0, std::ptr::null_mut(), &mut n), call)?;
+    let mut buf = vec![0u8; n];
+    check(f(n, buf.as_mut_ptr().cast(), std::ptr::null_mut()), call)?;
+    Ok(buf)
+}
+
+fn info_string(bytes: Vec<u8>) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+impl State {
+    fn init() -> Result<State> {
+        let api = Api::open()?;
+        let mut n: ClUint = 0;
+        // SAFETY: a count query with no output array.
+        let rc = unsafe { (api.clGetPlatformIDs)(0, std::ptr::null_mut(), &mut n) };
+        if rc == sys::CL_PLATFORM_NOT_FOUND_KHR || n == 0 {
+            return Ok(State { api, devices: Vec::new() });
+        }
+        check(rc, "clGetPlatformIDs")?;
+        let mut platforms = vec![std::ptr::null_mut(); n as usize];
+        // SAFETY: an array of `n` platform ids.
+        check(unsafe { (api.clGetPlatformIDs)(n, platforms.as_mut_ptr(), std::ptr::null_mut()) }, "clGetPlatformIDs")?;
+        // GPUs of every platform; CPU devices only when there is no GPU (upstream's order).
+        let mut found = Self::devices_of(&api, &platforms, sys::CL_DEVICE_TYPE_GPU)?;
+        if found.iter().all(|(_, d)| d.is_empty()) {
+            found = Self::devices_of(&api, &platforms, sys::CL_DEVICE_TYPE_CPU)?;
+        }
+        let mut devices = Vec::new();
+        for (platform, ids) in found.into_iter().filter(|(_, d)| !d.is_empty()) {
+            let _ = platform;
+            let mut rc = 0;
+            // SAFETY: the ids are devices of one platform; no callback.
+            let context = unsafe {
+                (api.clCreateContext)(
+                    std::ptr::null(),
+                    ids.len() as ClUint,
+                    ids.as_ptr(),
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    &mut rc,
+                )
+            };
+            check(rc, "clCreateContext")?;
+            for id in ids {
+                // SAFETY: a device of this context; in-order, no profiling.
+                let queue = unsafe { (api.clCreateCommandQueue)(context, id, 0, &mut rc) };
+                check(rc, "clCreateCommandQueue")?;
+                let string = |param| {
+                    // SAFETY: a size query then a read into a buffer of that size.
+                    info_bytes(|n, p, r| unsafe { (api.clGetDeviceInfo)(id, param, n, p, r) }, "clGetDeviceInfo")
+                        .map(info_string)
+                };
+                let mut bits: ClUint = 0;
+                let bits_ptr = (&mut bits as *mut ClUint).cast();
+                // SAFETY: a cl_uint query into a cl_uint.
+                let rc = unsafe {
+                    (api.clGetDeviceInfo)(id, sys::CL_DEVICE_MEM_BASE_ADDR_ALIGN, 4, bits_ptr, std::ptr::null_mut())
+                };
+                check(rc, "clGetDeviceInfo")?;
+                devices.push(Device {
+                    id,
+                    context,
+                    queue,
+                    name: string(sys::CL_DEVICE_NAME)?,
+                    version: string(sys::CL_DEVICE_VERSION)?,
+                    base_align: (bits as usize / 8).max(crate::tensor::ALIGNMENT).next_power_of_two(),
+                    workspaces: Mutex::new(Vec::new()),
+                });
+            }
+        }
+        Ok(State { api, devices })
+    }
+
+    /// Per platform, its devices of `kind` that support OpenCL 1.2 or later.
+    fn devices_of(api: &Api, platforms: &[sys::PlatformId], kind: u64) -> Result<Vec<(usize, Vec<sys::DeviceId>)>> {
+        let mut out = Vec::new();
+        for (p, &platform) in platforms.iter().enumerate() {
+            let mut n: ClUint = 0;
+            // SAFETY: a count query.
+            let rc = unsafe { (api.clGetDeviceIDs)(platform, kind, 0, std::ptr::null_mut(), &mut n) };
+            if rc == sys::CL_DEVICE_NOT_FOUND || n == 0 {
+                out.push((p, Vec::new()));
+                continue;
+            }
+            check(rc, "clGetDeviceIDs")?;
+            let mut ids = vec![std::ptr::null_mut(); n as usize];
+            // SAFETY: an array of `n` ids.
+            let rc = unsafe { (api.clGetDeviceIDs)(platform, kind, n, ids.as_mut_ptr(), std::ptr::null_mut()) };
+            check(rc, "clGetDeviceIDs")?;
+            ids.retain(|&id| {
+                // SAFETY: a size query then a read into a buffer of that size.
+                info_bytes(
+                    |n, q, r| unsafe { (api.clGetDeviceInfo)(id, sys::CL_DEVICE_VERSION, n, q, r) },
+                    "clGetDeviceInfo",
+                )
+                .map(info_string)
+                .is_ok_and(|v| version_at_least_1_2(&v))
+            });
+            out.push((p, ids));
+        }
+        Ok(out)
+    }
+
+    fn device(&self, id: i32) -> Result<&Device> {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.devices.get(i))
+            .ok_or_else(|| Error::value(format!("Invalid device id {id}: OpenCL has {} device(s)", self.devices.len())))
+    }
+
+    pub(crate) fn queue(&self, id: i32) -> Result<sys::Queue> {
+        Ok(self.device(id)?.queue)
+    }
+
+    pub(crate) fn context_and_device(&self, id: i32) -> Result<(sys::Context, sys::DeviceId)> {
+        let d = self.device(id)?;
+        Ok((d.context, d.id))
+    }
+
+    fn device_info<T: Default + Copy>(&self, id: i32, param: ClUint) -> Result<T> {
+        let d = self.device(id)?;
+        let mut v = T::default();
+        let out = (&mut v as *mut T).cast();
+        // SAFETY: a fixed-size query into a value of that size.
+        let rc =
+            unsafe { (self.api.clGetDeviceInfo)(d.id, param, std::mem::size_of::<T>(), out, std::ptr::null_mut()) };
+        check(rc, "clGetDeviceInfo")?;
+        Ok(v)
+    }
+
+    fn create_buffer(&self, id: i32, nbytes: usize) -> Result<Mem> {
+        let d = self.device(id)?;
+        let mut rc = 0;
+        // SAFETY: a device buffer with no host pointer.
+        let mem = unsafe {
+            (self.api.clCreateBuffer)(d.context, sys::CL_MEM_READ_WRITE, nbytes.max(1), std::ptr::null_mut(), &mut rc)
+        };
+        check(rc, "clCreateBuffer").map_err(|e| e.context(format!("allocating {nbytes} bytes on opencl({id})")))?;
+        if nbytes > 0 {
+            let zero = 0u8;
+            // SAFETY: fills the buffer just made; the pattern is copied at enqueue.
+            let rc = unsafe {
+                (self.api.clEnqueueFillBuffer)(
+                    d.queue,
+                    mem,
+                    (&zero as *const u8).cast(),
+                    1,
+                    0,
+                    nbytes,
+                    0,
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                )
+            };
+            if let Err(e) = check(rc, "clEnqueueFillBuffer") {
+                // SAFETY: made above, not handed out.
+                unsafe { (self.api.clReleaseMemObject)(mem) };
+                return Err(e);
+            }
+        }
+        Ok(mem)
+    }
+}
+
+fn version_at_least_1_2(version: &str) -> bool {
+    let v = version.strip_prefix("OpenCL ").unwrap_or("");
+    let num = v.split_whitespace().next().unwrap_or("");
+    let mut parts = num.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (1, 2)
+}
+
+/// Boxes a descriptor for `mem`: the handle `DLTensor.data` holds.
+fn descriptor(mem: Mem) -> *mut c_void {
+    Box::into_raw(Box::new(Descriptor { buffer: mem, host_ptr: std::ptr::null_mut(), layout: 0 })).cast()
+}
+
+/// The buffer a handle's descriptor holds.
+///
+/// # Safety
+/// `data` is an OpenCL tensor's data: a live descriptor.
+unsafe fn buffer_of(data: *mut c_void) -> Result<Mem> {
+    if data.is_null() {
+        return Err(Error::value("an OpenCL tensor with null data"));
+    }
+    // SAFETY: the caller's promise.
+    Ok(unsafe { (*data.cast::<Descriptor>()).buffer })
+}
+
+/// The OpenCL device API.
+pub struct OpenCl;
+
+pub fn api() -> &'static OpenCl {
+    &OpenCl
+}
+
+impl DeviceApi for OpenCl {
+    fn name(&self) -> &'static str {
+        "opencl"
+    }
+
+    fn count(&self) -> Result<usize> {
+        Ok(state()?.devices.len())
+    }
+
+    fn attr(&self, id: i32, kind: i32) -> Result<Option<Attr>> {
+        if kind == attr::EXIST {
+            let n = state().map_or(0, |s| s.devices.len());
+            return Ok(Some(Attr::Int(i64::from(usize::try_from(id).is_ok_and(|i| i < n)))));
+        }
+        let s = state()?;
+        let d = s.device(id)?;
+        let int = |v: u64| Ok(Some(Attr::Int(v as i64)));
+        match kind {
+            attr::MAX_THREADS_PER_BLOCK => int(s.device_info::<usize>(id, sys::CL_DEVICE_MAX_WORK_GROUP_SIZE)? as u64),
+            attr::WARP_SIZE => {
+                let w = std::env::var("TVM_OPENCL_WARP_SIZE").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1);
+                int(w)
+            }
+            attr::MAX_SHARED_MEMORY_PER_BLOCK => int(s.device_info::<u64>(id, sys::CL_DEVICE_LOCAL_MEM_SIZE)?),
+            attr::COMPUTE_VERSION => {
+                let v = d.version.strip_prefix("OpenCL ").unwrap_or(&d.version);
+                Ok(Some(Attr::Str(v.split(' ').next().unwrap_or("").to_string())))
+            }
+            attr::DEVICE_NAME => Ok(Some(Attr::Str(d.name.clone()))),
+            attr::MAX_CLOCK_RATE => {
+                int(u64::from(s.device_info::<ClUint>(id, sys::CL_DEVICE_MAX_CLOCK_FREQUENCY)?) * 1000)
+            }
+            attr::MULTI_PROCESSOR_COUNT => {
+                int(u64::from(s.device_info::<ClUint>(id, sys::CL_DEVICE_MAX_COMPUTE_UNITS)?))
+            }
+            attr::MAX_THREAD_DIMENSIONS => {
+                let dims = s.device_info::<[usize; 3]>(id, sys::CL_DEVICE_MAX_WORK_ITEM_SIZES)?;
+                Ok(Some(Attr::Str(format!("[{}, {}, {}]", dims[0], dims[1], dims[2]))))
+            }
+            attr::API_VERSION => int(120),
+            attr::DRIVER_VERSION => {
+                // SAFETY: a size query then a read into a buffer of that size.
+                let v = info_bytes(
+                    |n, p, r| unsafe { (s.api.clGetDeviceInfo)(d.id, sys::CL_DRIVER_VERSION, n, p, r) },
+                    "clGetDeviceInfo",
+                )?;
+                Ok(Some(Attr::Str(info_string(v))))
+            }
+            attr::L2_CACHE_SIZE_BYTES => int(s.device_info::<u64>(id, sys::CL_DEVICE_GLOBAL_MEM_CACHE_SIZE)?),
+            attr::TOTAL_GLOBAL_MEMORY => int(s.device_info::<u64>(id, sys::CL_DEVICE_GLOBAL_MEM_SIZE)?),
+            _ => Ok(None),
+        }
+    }
+
+    fn set_device(&self, id: i32) -> Result<()> {
+        CURRENT.with(|c| c.set(id));
+        Ok(())
+    }
+
+    fn alloc(&self, id: i32, nbytes: usize) -> Result<*mut c_void> {
+        Ok(descriptor(state()?.create_buffer(id, nbytes)?))
+    }
+
+    unsafe fn free(&self, _id: i32, data: *mut c_void) -> Result<()> {
+        if data.is_null() {
+            return Ok(());
+        }
+        let s = state()?;
+        // SAFETY: a descriptor boxed by `descriptor` (the caller's promise), freed once. Commands
+        // queued on the buffer keep it alive in OpenCL until they finish.
+        let d = unsafe { Box::from_raw(data.cast::<Descriptor>()) };
+        // SAFETY: the buffer the descriptor owned.
+        check(unsafe { (s.api.clReleaseMemObject)(d.buffer) }, "clReleaseMemObject")
+    }
+
+    fn region_alignment(&self, id: i32) -> Result<usize> {
+        Ok(state()?.device(id)?.base_align)
+    }
+
+    unsafe fn region(&self, id: i32, data: *mut c_void, offset: usize, len: usize) -> Result<*mut c_void> {
+        let s = state()?;
+        s.device(id)?;
+        // SAFETY: the caller's promise.
+        let parent = unsafe { buffer_of(data) }?;
+        let region = sys::BufferRegion { origin: offset, size: len.max(1) };
+        let mut rc = 0;
+        // SAFETY: a region of a live buffer, which the caller says covers it.
+        let mem = unsafe {
+            (s.api.clCreateSubBuffer)(
+                parent,
+                sys::CL_MEM_READ_WRITE,
+                sys::CL_BUFFER_CREATE_TYPE_REGION,
+                (&region as *const sys::BufferRegion).cast(),
+                &mut rc,
+            )
+        };
+        check(rc, "clCreateSubBuffer").map_err(|e| e.context(format!("{len} bytes at offset {offset}")))?;
+        Ok(descriptor(mem))
+    }
+
+    unsafe fn copy(&self, from: Place, to: Place, nbytes: usize) -> Result<()> {
+        if nbytes == 0 {
+            return Ok(());
+        }
+        let s = state()?;
+        let (from_host, to_host) = (super::is_host(from.device), super::is_host(to.device));
+        match (from_host, to_host) {
+            (true, false) => {
+                let q = s.queue(to.device.device_id)?;
+                // SAFETY: `to` is a live OpenCL tensor and `from` host memory of `nbytes` (the
+                // caller's promise); blocking, so the host memory may change once it returns.
+                check(
+                    unsafe {
+                        (s.api.clEnqueueWriteBuffer)(
+                            q,
+                            buffer_of(to.data)?,
+                            1,
+                            to.offset,
+                            nbytes,
+                            from.data.cast::<u8>().add(from.offset).cast(),
+                            0,
+                            std::ptr::null(),
+                            std::ptr::null_mut(),
+                        )
+                    },
+                    "clEnqueueWriteBuffer",
+                )
+            }
+            (false, true) => {
+                let q = s.queue(from.device.device_id)?;
+                // SAFETY: as above, reading; blocking, so queued kernels finish first (in order).
+                check(
+                    unsafe {
+                        (s.api.clEnqueueReadBuffer)(
+                            q,
+                            buffer_of(from.data)?,
+                            1,
+                            from.offset,
+                            nbytes,
+                            to.data.cast::<u8>().add(to.offset).cast(),
+                            0,
+                            std::ptr::null(),
+                            std::ptr::null_mut(),
+                        )
+                    },
+                    "clEnqueueReadBuffer",
+                )
+            }
+            (false, false) => {
+                let (a, b) = (s.device(from.device.device_id)?, s.device(to.device.device_id)?);
+                if a.context != b.context {
+                    return Err(Error::value(format!(
+                        "cannot copy between opencl({}) and opencl({}): they belong to different platforms",
+                        from.device.device_id, to.device.device_id
+                    )));
+                }
+                // SAFETY: two live buffers of one context (the caller's promise for the sizes);
+                // queued on the destination's queue, as upstream.
+                check(
+                    unsafe {
+                        (s.api.clEnqueueCopyBuffer)(
+                            b.queue,
+                            buffer_of(from.data)?,
+                            buffer_of(to.data)?,
+                            from.offset,
+                            to.offset,
+                            nbytes,
+                            0,
+                            std::ptr::null(),
+                            std::ptr::null_mut(),
+                        )
+                    },
+                    "clEnqueueCopyBuffer",
+                )
+            }
+            (true, true) => Err(Error::internal("Expect copy from/to OpenCL or between OpenCL")),
+        }
+    }
+
+    fn sync(&self, id: i32) -> Result<()> {
+        let s = state()?;
+        // SAFETY: a live queue.
+        check(unsafe { (s.api.clFinish)(s.queue(id)?) }, "clFinish")
+    }
+
+    fn alloc_workspace(&self, id: i32, nbytes: usize) -> Result<*mut c_void> {
+        let d = state()?.device(id)?;
+        // Rounded as upstream's pool, so the sizes of one operator's calls match again.
+        let size = nbytes.max(1).next_multiple_of(4096);
+        let mut pool = d.workspaces.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = pool.iter_mut().find(|w| !w.in_use && w.size == size) {
+            w.in_use = true;
+            return Ok(w.handle as *mut c_void);
+        }
+        let handle = self.alloc(id, size)? as usize;
+        pool.push(Workspace { handle, size, in_use: true });
+        Ok(handle as *mut c_void)
+    }
+
+    fn free_workspace(&self, id: i32, data: *mut c_void) -> Result<()> {
+        let d = state()?.device(id)?;
+        let mut pool = d.workspaces.lock().unwrap_or_else(|e| e.into_inner());
+        let i = pool
+            .iter()
+            .position(|w| w.in_use && w.handle == data as usize)
+            .ok_or_else(|| Error::value("trying to free an OpenCL workspace that was not allocated"))?;
+        pool[i].in_use = false;
+        // Keep a few parked for the next run; release the rest.
+        if pool.iter().filter(|w| !w.in_use).count() > MAX_PARKED_WORKSPACES {
+            let w = pool.swap_remove(i);
+            // SAFETY: a buffer `alloc_workspace` made, no longer listed, so handed out to nobody.
+            unsafe { self.free(id, w.handle as *mut c_void) }?;
+        }
+        Ok(())
+    }
+}
+
+/// Scratch buffers parked per device for reuse.
+const MAX_PARKED_WORKSPACES: usize = 16;
+
+/// A kernel scratch buffer of a device's pool.
+struct Workspace {
+    handle: usize,
+    size: usize,
+    in_use: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_at_least_1_2;
+
+    #[test]
+    fn versions() {
+        assert!(version_at_least_1_2("OpenCL 3.0 PoCL HSTR: pthread"));
+        assert!(version_at_least_1_2("OpenCL 1.2 CUDA"));
+        assert!(!version_at_least_1_2("OpenCL 1.1 Mesa"));
+        assert!(!version_at_least_1_2("garbage"));
+    }
+}

@@ -1,0 +1,403 @@
+//! The `opencl` module of `__tvm_dev_mblob`: OpenCL C source split per kernel, and each kernel's
+//! argument types and launch tags. Loading touches no OpenCL API; a kernel's program is built on
+//! its first call on each device, and its calls set arguments and enqueue under a lock of its own
+//! (`clSetKernelArg` is not thread-safe on one kernel object).
+
+use super::sys::{self, check};
+use super::{buffer_of, current_device, state};
+use crate::dlpack::{kDLFloat, kDLInt, kDLOpaqueHandle, kDLUInt, kTVMNullptr, kTVMOpaqueHandle, DLDataType};
+use crate::error::{Error, Result};
+use crate::module::{Module, ModuleNode};
+use crate::object::ObjRef;
+use crate::packed::{Args, PackedFunc, RetValue};
+use crate::stream::Reader;
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex};
+
+/// How a launch tag sets the work size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tag {
+    /// `blockIdx.{x,y,z}`: work groups along an axis.
+    Grid(usize),
+    /// `threadIdx.{x,y,z}`: work items per group along an axis.
+    Block(usize),
+    /// `tir.use_dyn_shared_memory`: a size OpenCL ignores.
+    DynShared,
+}
+
+fn parse_tag(tag: &str) -> Result<Tag> {
+    let axis = |s: &str| match s {
+        "x" => Ok(0),
+        "y" => Ok(1),
+        "z" => Ok(2),
+        _ => Err(Error::value(format!("opencl module: unknown launch tag '{tag}'"))),
+    };
+    if let Some(a) = tag.strip_prefix("blockIdx.") {
+        Ok(Tag::Grid(axis(a)?))
+    } else if let Some(a) = tag.strip_prefix("threadIdx.") {
+        Ok(Tag::Block(axis(a)?))
+    } else if tag == "tir.use_dyn_shared_memory" {
+        Ok(Tag::DynShared)
+    } else {
+        Err(Error::value(format!("opencl module: unknown launch tag '{tag}'")))
+    }
+}
+
+/// How a kernel argument reaches `clSetKernelArg`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ArgKind {
+    Buffer,
+    I64,
+    I32,
+    U32,
+    F32,
+    F64,
+}
+
+fn arg_kind(t: DLDataType) -> Result<ArgKind> {
+    Ok(match (t.code, t.bits, t.lanes) {
+        (kDLOpaqueHandle, _, 1) => ArgKind::Buffer,
+        (kDLInt, 64, 1) => ArgKind::I64,
+        (kDLInt, 32, 1) => ArgKind::I32,
+        (kDLUInt, 32, 1) => ArgKind::U32,
+        (kDLFloat, 32, 1) => ArgKind::F32,
+        (kDLFloat, 64, 1) => ArgKind::F64,
+        _ => return Err(Error::value(format!("Cannot handle {t} as device function argument"))),
+    })
+}
+
+/// A kernel as the module describes it.
+struct KernelInfo {
+    arg_types: Vec<DLDataType>,
+    tags: Vec<String>,
+}
+
+/// A built kernel on one device.
+struct Built {
+    program: sys::Program,
+    kernel: sys::Kernel,
+}
+
+struct Inner {
+    fmt: String,
+    /// Per kernel: its own translation unit, or (modules from before TVM split sources per kernel)
+    /// the whole source, built once per kernel.
+    sources: HashMap<String, Arc<CString>>,
+    kernels: HashMap<String, KernelInfo>,
+    /// Per kernel and device, built on first use; the lock also serialises its launches.
+    built: HashMap<String, Mutex<Vec<Option<Built>>>>,
+    source_text: String,
+}
+
+// SAFETY: the OpenCL objects are used under the per-kernel locks (argument setting) or are
+// thread-safe (programs, queues).
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let Ok(s) = state() else { return };
+        for slot in self.built.values_mut() {
+            for b in slot.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..).flatten() {
+                // SAFETY: objects this module created, released once, no launch running (the
+                // module is being dropped, so no function of it is alive).
+                unsafe {
+                    (s.api.clReleaseKernel)(b.kernel);
+                    (s.api.clReleaseProgram)(b.program);
+                }
+            }
+        }
+    }
+}
+
+/// The loaded `opencl` module.
+pub struct OpenClModule {
+    inner: Arc<Inner>,
+}
+
+/// Splits a per-kernel source on `// Function: <name>` lines; `None` when it has no delimiter.
+fn split_source(source: &str) -> Option<HashMap<String, String>> {
+    const DELIM: &str = "// Function: ";
+    let mut out = HashMap::new();
+    let mut rest = source.find(DELIM).map(|i| &source[i..])?;
+    while let Some(body) = rest.strip_prefix(DELIM) {
+        let (name, after) = body.split_once('\n').unwrap_or((body, ""));
+        let end = after.find(DELIM).unwrap_or(after.len());
+        out.insert(name.trim().to_string(), after[..end].to_string());
+        rest = &after[end..];
+    }
+    Some(out)
+}
+
+impl OpenClModule {
+    /// Reads the serialised module: str fmt, map of function infos, str source.
+    pub fn load_binary(r: &mut Reader<'_>) -> Result<OpenClModule> {
+        let fmt = r.string()?.to_string();
+        let n = r.count(8)?;
+        let mut kernels = HashMap::new();
+        for _ in 0..n {
+            let key = r.string()?.to_string();
+            let _name = r.string()?;
+            let k = r.count(4)?;
+            let mut arg_types = Vec::with_capacity(k);
+            for _ in 0..k {
+                let (code, bits, lanes) = (r.u8()?, r.u8()?, r.u16()?);
+                arg_types.push(DLDataType { code, bits, lanes });
+            }
+            let tags = r.strings()?.into_iter().map(str::to_string).collect::<Vec<_>>();
+            for t in &tags {
+                parse_tag(t)?;
+            }
+            kernels.insert(key, KernelInfo { arg_types, tags });
+        }
+        let source_text = r.string()?.to_string();
+        OpenClModule::new(fmt, kernels, source_text)
+    }
+
+    fn new(fmt: String, kernels: HashMap<String, KernelInfo>, source_text: String) -> Result<OpenClModule> {
+        let cstring =
+            |s: &str| CString::new(s).map(Arc::new).map_err(|_| Error::value("opencl module: source holds a NUL byte"));
+        let mut sources = HashMap::new();
+        if fmt == "cl" {
+            match split_source(&source_text) {
+                Some(parts) => {
+                    if parts.len() != kernels.len() {
+                        return Err(Error::value(format!(
+                            "opencl module: the number of parsed kernel sources ({}) does not match the number of \
+                             kernel functions ({})",
+                            parts.len(),
+                            kernels.len()
+                        )));
+                    }
+                    for (name, src) in parts {
+                        sources.insert(name, cstring(&src)?);
+                    }
+                }
+                None => {
+                    let whole = cstring(&source_text)?;
+                    for name in kernels.keys() {
+                        sources.insert(name.clone(), whole.clone());
+                    }
+                }
+            }
+        }
+        let built = kernels.keys().map(|k| (k.clone(), Mutex::new(Vec::new()))).collect();
+        Ok(OpenClModule { inner: Arc::new(Inner { fmt, sources, kernels, built, source_text }) })
+    }
+}
+
+impl Inner {
+    /// Kernel `name` built for device `dev` (on first use), under its lock.
+    fn with_kernel<T>(&self, name: &str, dev: i32, f: impl FnOnce(sys::Kernel) -> Result<T>) -> Result<T> {
+        let slot = self.built.get(name).ok_or_else(|| Error::internal(format!("no kernel {name}")))?;
+        let mut built = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let i = usize::try_from(dev).map_err(|_| Error::value(format!("Invalid device id {dev}")))?;
+        if built.len() <= i {
+            built.resize_with(i + 1, || None);
+        }
+        if built[i].is_none() {
+            built[i] = Some(self.build(name, dev)?);
+        }
+        f(built[i].as_ref().expect("built above").kernel)
+    }
+
+    fn build(&self, name: &str, dev: i32) -> Result<Built> {
+        let s = state()?;
+        let (context, device) = s.context_and_device(dev)?;
+        let source = self.sources.get(name).ok_or_else(|| {
+            Error::value(format!("Unknown OpenCL format '{}' (kernel {name}): only 'cl' source is served", self.fmt))
+        })?;
+        let mut rc = 0;
+        let ptr = source.as_ptr();
+        let len = source.as_bytes().len();
+        // SAFETY: one NUL-terminated source string of `len` bytes.
+        let program = unsafe { (s.api.clCreateProgramWithSource)(context, 1, &ptr, &len, &mut rc) };
+        check(rc, "clCreateProgramWithSource")?;
+        let release = |e: Error| {
+            // SAFETY: the program made above, not handed out.
+            unsafe { (s.api.clReleaseProgram)(program) };
+            e
+        };
+        // SAFETY: a program of this device's context; no options, no callback.
+        let rc = unsafe {
+            (s.api.clBuildProgram)(program, 1, &device, std::ptr::null(), std::ptr::null(), std::ptr::null_mut())
+        };
+        if rc != sys::CL_SUCCESS {
+            // SAFETY: a size query then a read into a buffer of that size.
+            let log = super::info_bytes(
+                |n, p, r| unsafe { (s.api.clGetProgramBuildInfo)(program, device, sys::CL_PROGRAM_BUILD_LOG, n, p, r) },
+                "clGetProgramBuildInfo",
+            )
+            .map(super::info_string)
+            .unwrap_or_default();
+            return Err(release(Error::tvm(format!(
+                "OpenCL build error for kernel {name} on opencl({dev}): {}\n{log}",
+                sys::status_name(rc)
+            ))));
+        }
+        let cname = CString::new(name).map_err(|_| release(Error::value("kernel name holds a NUL byte")))?;
+        let mut rc = 0;
+        // SAFETY: a built program and a NUL-terminated name.
+        let kernel = unsafe { (s.api.clCreateKernel)(program, cname.as_ptr(), &mut rc) };
+        check(rc, "clCreateKernel").map_err(|e| release(e.context(format!("kernel {name}"))))?;
+        Ok(Built { program, kernel })
+    }
+}
+
+/// A kernel's launch: arguments and work sizes from one packed call.
+struct Launch {
+    kinds: Vec<ArgKind>,
+    tags: Vec<Tag>,
+}
+
+impl Launch {
+    fn call(&self, inner: &Inner, name: &str, args: &Args<'_>) -> Result<RetValue> {
+        let n = self.kinds.len();
+        if args.len() != n + self.tags.len() {
+            return Err(Error::value(format!(
+                "kernel {name} takes {} arguments and {} launch extents, {} given",
+                n,
+                self.tags.len(),
+                args.len()
+            )));
+        }
+        let (values, codes) = (args.raw_values(), args.raw_codes());
+        let (mut grid, mut block) = ([1usize; 3], [1usize; 3]);
+        let mut dims = 1;
+        for (i, tag) in self.tags.iter().enumerate() {
+            let v = usize::try_from(args.int(n + i)?).map_err(|_| Error::value("a negative launch extent"))?;
+            let (slot, axis) = match *tag {
+                Tag::Grid(a) => (&mut grid, a),
+                Tag::Block(a) => (&mut block, a),
+                Tag::DynShared => continue,
+            };
+            slot[axis] = v.max(1);
+            dims = dims.max(axis + 1);
+        }
+        let global: Vec<usize> = (0..dims).map(|a| grid[a] * block[a]).collect();
+        let local: Vec<usize> = block[..dims].to_vec();
+        let dev = current_device();
+        let s = state()?;
+        let queue = s.queue(dev)?;
+        inner.with_kernel(name, dev, |kernel| {
+            for (i, kind) in self.kinds.iter().enumerate() {
+                // SAFETY: reading the union member the type code says is set.
+                let v = values[i];
+                let set = |size: usize, p: *const c_void| {
+                    // SAFETY: `p` addresses `size` bytes of the argument; the kernel is locked.
+                    check(unsafe { (s.api.clSetKernelArg)(kernel, i as u32, size, p) }, "clSetKernelArg")
+                        .map_err(|e| e.context(format!("kernel {name} argument {i}")))
+                };
+                match kind {
+                    ArgKind::Buffer => {
+                        let mem: sys::Mem = match codes[i] {
+                            kTVMNullptr => std::ptr::null_mut(),
+                            // SAFETY: a handle argument is an OpenCL tensor's data: a descriptor
+                            // of a live buffer (the host code passes `DLTensor.data`).
+                            kTVMOpaqueHandle => unsafe { buffer_of(v.v_handle)? },
+                            c => {
+                                return Err(Error::type_err(format!(
+                                    "kernel {name} argument {i}: a buffer handle expected, type code {c} given"
+                                )))
+                            }
+                        };
+                        set(std::mem::size_of::<sys::Mem>(), (&mem as *const sys::Mem).cast())?;
+                    }
+                    ArgKind::I64 => {
+                        let x = args.int(i)?;
+                        set(8, (&x as *const i64).cast())?;
+                    }
+                    ArgKind::I32 => {
+                        let x = args.int(i)? as i32;
+                        set(4, (&x as *const i32).cast())?;
+                    }
+                    ArgKind::U32 => {
+                        let x = args.int(i)? as u32;
+                        set(4, (&x as *const u32).cast())?;
+                    }
+                    ArgKind::F32 => {
+                        let x = args.float(i)? as f32;
+                        set(4, (&x as *const f32).cast())?;
+                    }
+                    ArgKind::F64 => {
+                        let x = args.float(i)?;
+                        set(8, (&x as *const f64).cast())?;
+                    }
+                }
+            }
+            // SAFETY: a kernel with every argument set, sizes of `dims` entries.
+            let rc = unsafe {
+                (s.api.clEnqueueNDRangeKernel)(
+                    queue,
+                    kernel,
+                    dims as u32,
+                    std::ptr::null(),
+                    global.as_ptr(),
+                    local.as_ptr(),
+                    0,
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                )
+            };
+            check(rc, "clEnqueueNDRangeKernel").map_err(|e| e.context(format!("kernel {name}")))
+        })?;
+        Ok(RetValue::None)
+    }
+}
+
+impl ModuleNode for OpenClModule {
+    fn type_key(&self) -> &str {
+        "opencl"
+    }
+
+    fn get_function(&self, _this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
+        if name == "__tvm_main__" {
+            return Err(Error::value("opencl module: __tvm_main__ is not a kernel"));
+        }
+        if name == "get_source" || name == "opencl.get_source" {
+            let text = self.inner.source_text.clone();
+            return Ok(Some(PackedFunc::native(move |_| Ok(RetValue::Str(text.clone())))));
+        }
+        let Some(info) = self.inner.kernels.get(name) else { return Ok(None) };
+        let launch = Launch {
+            kinds: info.arg_types.iter().map(|&t| arg_kind(t)).collect::<Result<_>>()?,
+            tags: info.tags.iter().map(|t| parse_tag(t)).collect::<Result<_>>()?,
+        };
+        let inner = self.inner.clone();
+        let name = name.to_string();
+        Ok(Some(PackedFunc::native(move |args| launch.call(&inner, &name, args))))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_split_per_kernel() {
+        let src =
+            "// header\n// Function: a_kernel\n__kernel void a() {}\n// Function: b_kernel\n__kernel void b() {}\n";
+        let parts = split_source(src).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts["a_kernel"], "__kernel void a() {}\n");
+        assert_eq!(parts["b_kernel"], "__kernel void b() {}\n");
+        assert!(split_source("__kernel void a() {}").is_none());
+    }
+
+    #[test]
+    fn tags_and_arguments() {
+        assert_eq!(parse_tag("blockIdx.y").unwrap(), Tag::Grid(1));
+        assert_eq!(parse_tag("threadIdx.z").unwrap(), Tag::Block(2));
+        assert!(parse_tag("warp.x").is_err());
+        assert_eq!(arg_kind(DLDataType { code: 3, bits: 64, lanes: 1 }).unwrap(), ArgKind::Buffer);
+        assert_eq!(arg_kind(DLDataType { code: 0, bits: 32, lanes: 1 }).unwrap(), ArgKind::I32);
+        assert!(arg_kind(DLDataType { code: 2, bits: 16, lanes: 1 }).is_err());
+    }
+}
