@@ -47,3 +47,230 @@ fn outputs_match_upstream_on_both_paths() {
         f.check_outputs(&m, "create");
     }
 }
+
+/// Executors sharing weights on the device point at the same device buffers, across batch
+/// variants, and each gives upstream's bytes.
+#[test]
+fn shared_weights_live_once_in_device_memory() {
+    if !have_opencl() {
+        return;
+    }
+    let (f1, f4) = (Fixture::load("opencl/mlp_unbound_cl_b1"), Fixture::load("opencl/mlp_unbound_cl_b4"));
+    let (lib1, lib4) = (f1.load_lib(), f4.load_lib());
+    let a = f1.executor_without_params_on(&lib1, CL);
+    exec(&a).load_params(&f1.params()).unwrap();
+    let b = f1.executor_without_params_on(&lib1, CL);
+    exec(&b).share_params(exec(&a), &f1.params()).unwrap();
+    let c = f4.executor_without_params_on(&lib4, CL);
+    exec(&c).share_params(exec(&a), &f4.params()).unwrap();
+    for (f, m) in [(&f1, &a), (&f1, &b), (&f4, &c)] {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        f.check_outputs(m, "shared");
+    }
+    let plan = exec(&a).plan().clone();
+    let weight_entries: Vec<usize> = (0..plan.num_inputs())
+        .filter(|&i| exec(&a).is_param(plan.input_name(i)))
+        .map(|i| plan.input_entries[i])
+        .collect();
+    assert!(!weight_entries.is_empty());
+    for &e in &weight_entries {
+        let name = plan.input_name(plan.input_entries.iter().position(|&x| x == e).unwrap());
+        let j = exec(&c).plan().input_index(name).unwrap();
+        let ec = exec(&c).plan().input_entries[j];
+        assert_eq!(exec(&a).entry_data(e), exec(&b).entry_data(e), "{name}: one device buffer");
+        assert_eq!(exec(&a).entry_data(e), exec(&c).entry_data(ec), "{name}: one device buffer across batch sizes");
+    }
+    let (ma, mb) = (exec(&a).memory_usage(), exec(&b).memory_usage());
+    assert_eq!(ma.device, CL);
+    assert!(mb.weights_shared > 0 && mb.weights_owned == 0, "{mb:?}");
+}
+
+/// A factory's weights go to the device once for all its executors (one mirror per device).
+#[test]
+fn factory_weights_are_mirrored_once() {
+    if !have_opencl() {
+        return;
+    }
+    let f = Fixture::load("opencl/mlp_cl");
+    let lib = f.load_lib();
+    let a = f.executor_from_factory_on(&lib, CL);
+    let b = f.executor_from_factory_on(&lib, CL);
+    for m in [&a, &b] {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        f.check_outputs(m, "factory");
+    }
+    let (ua, ub) = (exec(&a).memory_usage(), exec(&b).memory_usage());
+    assert!(ua.weights_mirrored > 0 && ua.weights_mirrored == ub.weights_mirrored, "{ua:?} {ub:?}");
+    let plan = exec(&a).plan().clone();
+    for i in (0..plan.num_inputs()).filter(|&i| exec(&a).is_param(plan.input_name(i))) {
+        let e = plan.input_entries[i];
+        assert_eq!(exec(&a).entry_data(e), exec(&b).entry_data(e));
+    }
+}
+
+/// Weight-only operators fold on the device; the folded and unfolded runs agree byte for byte.
+#[test]
+fn folding_on_the_device() {
+    if !have_opencl() {
+        return;
+    }
+    for name in MODELS {
+        let f = Fixture::load(name);
+        let lib = f.load_lib();
+        for fold in [true, false] {
+            let m = f.executor_without_params_on(&lib, CL);
+            exec(&m).set_fold_weights(fold).unwrap();
+            exec(&m).load_params(&f.params()).unwrap();
+            f.set_inputs(&m);
+            exec(&m).run().unwrap();
+            f.check_outputs(&m, if fold { "folded" } else { "not folded" });
+            let u = exec(&m).memory_usage();
+            if !fold {
+                assert_eq!(u.ops_folded, 0);
+            }
+        }
+    }
+}
+
+/// Arrays on the device: inputs from device arrays, outputs into host and device arrays, views
+/// of the executor's device memory, zero-copy binding of device buffers.
+#[test]
+fn device_arrays_in_and_out() {
+    use tvm_runtime::tensor::NDArray;
+    if !have_opencl() {
+        return;
+    }
+    let f = Fixture::load("opencl/mlp_cl");
+    let lib = f.load_lib();
+    let m = f.executor_from_factory_on(&lib, CL);
+    let ex = exec(&m);
+    let input = &f.inputs[0];
+    let dev_in = NDArray::empty(&input.shape, input.dtype, CL).unwrap();
+    // SAFETY: a new array nobody else uses.
+    unsafe { dev_in.copy_from_bytes(&input.data) }.unwrap();
+    assert_eq!(dev_in.to_vec(), input.data, "host -> device -> host");
+    ex.set_input(ex.plan().input_index(&input.name).unwrap(), dev_in.raw()).unwrap();
+    ex.run().unwrap();
+    let want = &f.outputs[0];
+    let out = ex.output(0).unwrap();
+    assert_eq!(out.device(), CL);
+    assert_eq!(out.to_vec(), want.data);
+    let host = NDArray::empty(&want.shape, want.dtype, DLDevice::CPU).unwrap();
+    ex.copy_output_to(0, host.raw()).unwrap();
+    assert_eq!(host.to_vec(), want.data);
+    let dev_out = NDArray::empty(&want.shape, want.dtype, CL).unwrap();
+    ex.copy_output_to(0, dev_out.raw()).unwrap();
+    assert_eq!(dev_out.to_vec(), want.data);
+    assert_eq!(dev_out.deep_copy().unwrap().to_vec(), want.data);
+
+    // Zero-copy: the caller's device buffers become the input and the output.
+    let zin = NDArray::empty(&input.shape, input.dtype, CL).unwrap();
+    // SAFETY: a new array nobody else uses.
+    unsafe { zin.copy_from_bytes(&input.data) }.unwrap();
+    let zout = NDArray::empty(&want.shape, want.dtype, CL).unwrap();
+    let i = ex.plan().input_index(&input.name).unwrap();
+    // SAFETY: both arrays outlive the executor's use of them (they live to the end of the test,
+    // and the executor is not run after they go).
+    unsafe {
+        ex.set_input_zero_copy(i, tvm_runtime::executor::ZeroCopy::new(zin.raw())).unwrap();
+        ex.set_output_zero_copy(0, tvm_runtime::executor::ZeroCopy::new(zout.raw())).unwrap();
+    }
+    ex.run().unwrap();
+    assert_eq!(zout.to_vec(), want.data, "output written into the caller's device buffer");
+    // A host array cannot be bound on the device.
+    let host_in = NDArray::from_bytes(&input.shape, input.dtype, &input.data).unwrap();
+    // SAFETY: refused before anything is bound.
+    let e = unsafe { ex.set_input_zero_copy(i, tvm_runtime::executor::ZeroCopy::new(host_in.raw())) }.unwrap_err();
+    assert!(e.to_string().contains("device"), "{e}");
+}
+
+/// Bad input on devices: errors, never a crash.
+#[test]
+fn bad_input_on_devices() {
+    use tvm_runtime::tensor::NDArray;
+    if !have_opencl() {
+        return;
+    }
+    let f32 = tvm_runtime::dlpack::DLDataType::F32;
+    let e = NDArray::empty(&[4], f32, DLDevice { device_type: 4, device_id: 9 }).unwrap_err();
+    assert!(e.to_string().contains("Invalid device id 9"), "{e}");
+    let e = NDArray::empty(&[4], f32, DLDevice { device_type: 2, device_id: 0 }).unwrap_err();
+    assert!(e.to_string().contains("cuda is not enabled"), "{e}");
+    let a = NDArray::empty(&[4], f32, CL).unwrap();
+    let b = NDArray::empty(&[5], f32, CL).unwrap();
+    // SAFETY: our own arrays.
+    let e = unsafe { tvm_runtime::tensor::raw::copy_tensor(a.raw(), b.raw()) }.unwrap_err();
+    assert!(e.to_string().contains("cannot copy 16 bytes"), "{e}");
+    // SAFETY: our own array.
+    assert!(unsafe { a.copy_from_bytes(&[0u8; 12]) }.is_err());
+
+    // A CPU model on the device, and an OpenCL model on the CPU.
+    let cpu = Fixture::load("mlp_b1");
+    let lib = cpu.load_lib();
+    let create = tvm_runtime::packed::registry::get("tvm.graph_executor.create").unwrap();
+    let mut args = tvm_runtime::packed::ArgsBuilder::new();
+    args.str(&cpu.graph_json()).object(lib.into_any()).int(4).int(0);
+    let e = create.call(&args.args()).unwrap_err();
+    assert!(e.to_string().contains("built for cpu"), "{e}");
+    let f = Fixture::load("opencl/mlp_cl");
+    let lib = f.load_lib();
+    let mut args = tvm_runtime::packed::ArgsBuilder::new();
+    args.str(&f.graph_json()).object(lib.into_any()).int(1).int(0);
+    let e = create.call(&args.args()).unwrap_err();
+    assert!(e.to_string().contains("built for opencl"), "{e}");
+}
+
+/// An `opencl` module as `export_library` writes it: str fmt, the function infos, str source.
+fn opencl_module_bytes(source: &str, tags: &[&str]) -> Vec<u8> {
+    let mut b = Vec::new();
+    let s = |b: &mut Vec<u8>, v: &str| {
+        b.extend((v.len() as u64).to_le_bytes());
+        b.extend(v.as_bytes());
+    };
+    s(&mut b, "cl");
+    b.extend(1u64.to_le_bytes());
+    s(&mut b, "k");
+    s(&mut b, "");
+    b.extend(1u64.to_le_bytes());
+    b.extend([3u8, 64, 1, 0]);
+    b.extend((tags.len() as u64).to_le_bytes());
+    for t in tags {
+        s(&mut b, t);
+    }
+    s(&mut b, source);
+    b
+}
+
+/// A kernel that does not compile fails its call with the build log; a good one runs.
+#[test]
+fn kernel_build_errors_are_errors() {
+    use tvm_runtime::device::opencl::module::OpenClModule;
+    use tvm_runtime::module::Module;
+    use tvm_runtime::packed::ArgsBuilder;
+    use tvm_runtime::tensor::NDArray;
+    if !have_opencl() {
+        return;
+    }
+    let a = NDArray::empty(&[8], tvm_runtime::dlpack::DLDataType::F32, CL).unwrap();
+    let call = |source: &str| {
+        let m = Module::new(OpenClModule::from_bytes(&opencl_module_bytes(source, &["threadIdx.x"])).unwrap());
+        let k = Module::get_function(&m, "k", false).unwrap().unwrap();
+        let mut args = ArgsBuilder::new();
+        // A buffer argument is the tensor's data handle (type code 3), then the extent.
+        // SAFETY: the data of our live device array, as the kernel takes it.
+        unsafe { args.handle(a.data_ptr().cast()) }.int(8);
+        k.call(&args.args())
+    };
+    let e = call("// Function: k\n__kernel void k(__global float* a) { this is not C; }\n").unwrap_err();
+    assert!(e.to_string().contains("OpenCL build error for kernel k"), "{e}");
+    call("// Function: k\n__kernel void k(__global float* a) { a[get_local_id(0)] = 2.0f; }\n").unwrap();
+    let got: Vec<f32> = a.to_vec().chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(got, vec![2.0; 8]);
+    // Malformed modules are refused at load.
+    assert!(OpenClModule::from_bytes(&opencl_module_bytes("no delimiter", &["warp.q"])).is_err());
+    let mut truncated = opencl_module_bytes("// Function: k\n", &[]);
+    truncated.truncate(truncated.len() - 3);
+    assert!(OpenClModule::from_bytes(&truncated).is_err());
+}

@@ -185,8 +185,9 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 let m = ex.memory_usage();
                 let ws = crate::backend::workspace::pooled_bytes();
                 Ok(RetValue::Str(format!(
-                    "{{\"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"weights_derived\": {}, \"activations\": {}, \"activations_shared\": {}, \"activation_arena\": {}, \"activation_bound\": {}, \"ops_folded\": {}, \"ops_total\": {}, \"workspace\": {}}}",
-                    m.weights_owned, m.weights_shared, m.weights_mapped, m.weights_derived, m.activations,
+                    "{{\"device\": \"{}({})\", \"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"weights_mirrored\": {}, \"weights_derived\": {}, \"activations\": {}, \"activations_shared\": {}, \"activation_arena\": {}, \"activation_bound\": {}, \"ops_folded\": {}, \"ops_total\": {}, \"workspace\": {}}}",
+                    crate::device::type_name(m.device.device_type), m.device.device_id,
+                    m.weights_owned, m.weights_shared, m.weights_mapped, m.weights_mirrored, m.weights_derived, m.activations,
                     m.activations_shared, m.activation_arena, m.activation_bound, m.ops_folded, m.ops_total, ws
                 )))
             },

@@ -587,8 +587,13 @@ impl Instance {
                 self.plan.device
             )));
         }
-        if t.data_ptr() as usize % 64 != 0 {
-            return Err(Error::value("zero-copy tensor data must be aligned to 64 bytes"));
+        if crate::device::is_host(t.device()) {
+            if t.data_ptr() as usize % 64 != 0 {
+                return Err(Error::value("zero-copy tensor data must be aligned to 64 bytes"));
+            }
+        } else if t.place().offset != 0 {
+            // Kernels take a device tensor's data without its offset.
+            return Err(Error::value("a zero-copy tensor on a device must have byte_offset 0"));
         }
         if t.shape() != &*e.shape || t.dtype() != e.dtype {
             return Err(Error::value(format!(

@@ -63,7 +63,7 @@ pub enum SlotUse {
 }
 
 /// What an executor holds, in bytes (`get_memory_usage`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryUsage {
     /// Weights only this executor holds (loaded into it, or left to it by the others).
     pub weights_owned: usize,
@@ -87,6 +87,11 @@ pub struct MemoryUsage {
     /// Operators folded (run once for the weights, skipped by `run`), of all operators.
     pub ops_folded: usize,
     pub ops_total: usize,
+    /// Device copies of host weights this executor binds (a factory's or a mapped file's weights
+    /// used on a device: one copy per device, shared by every executor there).
+    pub weights_mirrored: usize,
+    /// Where the memory above is (except host weights that are mirrored).
+    pub device: DLDevice,
 }
 
 /// A name or an index, as executor functions accept them.
@@ -500,14 +505,33 @@ impl GraphExecutor {
     pub fn memory_usage(&self) -> MemoryUsage {
         let st = self.lock();
         let plan = &self.plan;
-        let mut m = MemoryUsage::default();
+        let mut m = MemoryUsage {
+            weights_owned: 0,
+            weights_shared: 0,
+            weights_mapped: 0,
+            activations: 0,
+            activations_shared: 0,
+            weights_derived: 0,
+            activation_arena: 0,
+            activation_bound: 0,
+            ops_folded: 0,
+            ops_total: 0,
+            weights_mirrored: 0,
+            device: plan.device,
+        };
         for (sid, is_weight) in st.param_slots().into_iter().enumerate() {
             match st.slot(sid) {
                 SlotMemory::Unbound => {}
-                SlotMemory::Weight(w) if w.is_mapped() => m.weights_mapped += w.len(),
+                SlotMemory::Weight(w) if w.is_mapped() => {
+                    m.weights_mapped += w.len();
+                    m.weights_mirrored += w.mirror_bytes();
+                }
                 // Loaded by this executor and held by nobody else: its own.
                 SlotMemory::Weight(w) if st.weight_is_own(sid) => m.weights_owned += w.len(),
-                SlotMemory::Weight(w) => m.weights_shared += w.len(),
+                SlotMemory::Weight(w) => {
+                    m.weights_shared += w.len();
+                    m.weights_mirrored += w.mirror_bytes();
+                }
                 SlotMemory::Owned(b) if is_weight => m.weights_owned += b.len(),
                 SlotMemory::Owned(b) => m.activations += b.len(),
             }

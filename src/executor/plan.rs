@@ -139,21 +139,29 @@ fn aliases(graph: &Graph, storage: &StoragePlan, ops: &[OpPlan], input_entries: 
 /// Every entry must be on the executor's device: graphs that place entries on several device
 /// types (`device_index`, heterogeneous execution) are not served yet.
 fn check_devices(graph: &Graph, device: DLDevice) -> Result<()> {
-    let other = graph.entries.iter().filter_map(|e| e.device_type).find(|&t| t != device.device_type);
-    match other {
-        None => Ok(()),
-        Some(t) if crate::device::is_host(device) && !crate::device::is_host(DLDevice { device_type: t, device_id: 0 }) => {
-            Err(Error::value(format!(
-                "this graph was built for {} (its entries' device_index): create the executor on that device, not the CPU",
-                crate::device::type_name(t)
-            )))
-        }
-        Some(t) => Err(Error::value(format!(
-            "this graph places entries on {} and {}: heterogeneous execution is not supported",
-            crate::device::type_name(device.device_type),
-            crate::device::type_name(t)
+    let mut types: Vec<i32> = graph.entries.iter().filter_map(|e| e.device_type).collect();
+    types.sort_unstable();
+    types.dedup();
+    let host = |t: i32| crate::device::is_host(DLDevice { device_type: t, device_id: 0 });
+    let same = |t: i32| t == device.device_type || (host(t) && crate::device::is_host(device));
+    match types[..] {
+        [] => Ok(()),
+        [t] if same(t) => Ok(()),
+        [t] => Err(Error::value(format!(
+            "this graph was built for {} (its entries' device_index), not {}: create the executor on that device",
+            crate::device::type_name(t),
+            crate::device::type_name(device.device_type)
+        ))),
+        _ => Err(Error::value(format!(
+            "this graph places entries on {}: heterogeneous execution (several device types) is not supported",
+            types.iter().map(|&t| crate::device::type_name(t)).collect::<Vec<_>>().join(" and ")
         ))),
     }
+}
+
+/// Whether `module` or anything it imports is of type `key`.
+fn has_module_of(module: &ObjRef<Module>, key: &str) -> bool {
+    module.type_key() == key || module.imports().iter().any(|m| has_module_of(m, key))
 }
 
 impl Plan {
@@ -162,6 +170,13 @@ impl Plan {
         let align = api.region_alignment(device.device_id)?.max(crate::tensor::ALIGNMENT);
         let graph = Graph::parse(graph_json)?;
         check_devices(&graph, device)?;
+        if !crate::device::is_host(device) && !has_module_of(&library, api.name()) {
+            // Host kernels would read device handles as host memory.
+            return Err(Error::value(format!(
+                "this library has no {} kernels (it was built for the CPU): create the executor on the CPU",
+                api.name()
+            )));
+        }
         let storage = StoragePlan::new(&graph)?;
         let mut ops = Vec::new();
         for (nid, node) in graph.nodes.iter().enumerate() {

@@ -43,16 +43,22 @@ impl LibContext {
         self.modules.lock().unwrap_or_else(|e| e.into_inner()).retain(|&m| m != header);
     }
 
-    /// A live library module of this image (with a new count), if any.
-    pub fn module(&self) -> Option<ObjRef<Module>> {
+    /// The live library modules of this image (with new counts), newest first. Each load of the
+    /// image made one; a load still in progress may not have its imports yet, so callers look
+    /// through all of them.
+    pub fn modules(&self) -> Vec<ObjRef<Module>> {
         let modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
-        modules.iter().rev().find_map(|&m| {
-            // SAFETY: registered headers stay allocated until their module's drop unregisters them,
-            // which takes this lock; a module already on its way out (count 0) is skipped.
-            unsafe { AnyObject::try_retain_raw(m as *mut ObjectHeader) }
-                .and_then(|o| o.downcast::<Module>().ok())
-                .filter(|m| m.node::<LibraryModule>().is_some())
-        })
+        modules
+            .iter()
+            .rev()
+            .filter_map(|&m| {
+                // SAFETY: registered headers stay allocated until their module's drop unregisters
+                // them, which takes this lock; a module already on its way out (count 0) is skipped.
+                unsafe { AnyObject::try_retain_raw(m as *mut ObjectHeader) }
+                    .and_then(|o| o.downcast::<Module>().ok())
+                    .filter(|m| m.node::<LibraryModule>().is_some())
+            })
+            .collect()
     }
 }
 

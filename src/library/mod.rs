@@ -112,10 +112,12 @@ pub fn get_func_from_env(ctx: *mut c_void, name: &str) -> Result<*mut ObjectHead
         return Ok(f.as_ptr());
     }
     let mut found = None;
-    for import in ctx.module().map(|m| m.imports()).unwrap_or_default() {
-        if let Some(f) = Module::get_function(&import, name, true)? {
-            found = Some(f);
-            break;
+    'search: for module in ctx.modules() {
+        for import in module.imports() {
+            if let Some(f) = Module::get_function(&import, name, true)? {
+                found = Some(f);
+                break 'search;
+            }
         }
     }
     let f = found.or_else(|| registry::get(name)).ok_or_else(|| {

@@ -324,6 +324,15 @@ impl ArgsBuilder {
         self.push(TVMValue { v_str: p }, kTVMStr)
     }
 
+    /// An opaque handle (type code 3).
+    ///
+    /// # Safety
+    /// The function called may use the handle as what its contract says it is (a kernel: a
+    /// device tensor's data): it must be that, alive for the call.
+    pub unsafe fn handle(&mut self, p: *mut std::ffi::c_void) -> &mut Self {
+        self.push(TVMValue { v_handle: p }, kTVMOpaqueHandle)
+    }
+
     pub fn null(&mut self) -> &mut Self {
         self.push(TVMValue::NULL, kTVMNullptr)
     }

@@ -157,6 +157,16 @@ impl OpenClModule {
         OpenClModule::new(fmt, kernels, source_text)
     }
 
+    /// A module from its serialised bytes (what `load_binary` reads from a module blob).
+    pub fn from_bytes(bytes: &[u8]) -> Result<OpenClModule> {
+        let mut r = Reader::new(bytes, "opencl module");
+        let m = OpenClModule::load_binary(&mut r)?;
+        if !r.is_at_end() {
+            return Err(r.error("trailing bytes after the module"));
+        }
+        Ok(m)
+    }
+
     fn new(fmt: String, kernels: HashMap<String, KernelInfo>, source_text: String) -> Result<OpenClModule> {
         let cstring =
             |s: &str| CString::new(s).map(Arc::new).map_err(|_| Error::value("opencl module: source holds a NUL byte"));
