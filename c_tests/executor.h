@@ -31,14 +31,15 @@ static inline void load_params(TVMModuleHandle gmod, const char* dir) {
   free(blob);
 }
 
-static inline TVMModuleHandle create_from_factory(TVMModuleHandle lib) {
+/* An executor on device (type, 0) from the factory's default function. */
+static inline TVMModuleHandle create_from_factory_on(TVMModuleHandle lib, int device_type) {
   TVMFunctionHandle f = NULL;
   OK(TVMModGetFunction(lib, "default", 0, &f));
   CHECK(f != NULL, "no default function");
   if (!f) return NULL;
   TVMValue v[1], r;
   int c[1] = {kDLDevice}, rc = 0;
-  v[0].v_device.device_type = kDLCPU;
+  v[0].v_device.device_type = (DLDeviceType)device_type;
   v[0].v_device.device_id = 0;
   OK(call(f, v, c, 1, &r, &rc));
   CHECK(rc == kTVMModuleHandle, "default returned type code %d", rc);
@@ -46,7 +47,12 @@ static inline TVMModuleHandle create_from_factory(TVMModuleHandle lib) {
   return rc == kTVMModuleHandle ? r.v_handle : NULL;
 }
 
-static inline TVMModuleHandle create_from_json(TVMModuleHandle lib, const char* dir) {
+static inline TVMModuleHandle create_from_factory(TVMModuleHandle lib) {
+  return create_from_factory_on(lib, kDLCPU);
+}
+
+/* An executor on device (type, 0) from tvm.graph_executor.create, no weights loaded. */
+static inline TVMModuleHandle create_from_json_on(TVMModuleHandle lib, const char* dir, int device_type) {
   char path[700];
   size_t size = 0;
   snprintf(path, sizeof path, "%s/graph.json", dir);
@@ -61,13 +67,17 @@ static inline TVMModuleHandle create_from_json(TVMModuleHandle lib, const char* 
   int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc = 0;
   v[0].v_str = json;
   v[1].v_handle = lib;
-  v[2].v_int64 = kDLCPU;
+  v[2].v_int64 = device_type;
   v[3].v_int64 = 0;
   OK(call(create, v, c, 4, &r, &rc));
   CHECK(rc == kTVMModuleHandle, "create returned type code %d", rc);
   TVMFuncFree(create);
   free(json);
   return rc == kTVMModuleHandle ? r.v_handle : NULL;
+}
+
+static inline TVMModuleHandle create_from_json(TVMModuleHandle lib, const char* dir) {
+  return create_from_json_on(lib, dir, kDLCPU);
 }
 
 /* share_params(src, blob): dst takes src's memory for every weight named in the params blob. */
@@ -82,7 +92,9 @@ static inline void share_params_blob(TVMModuleHandle dst, TVMModuleHandle src, c
   TVMFuncFree(f);
 }
 
-static inline void run_and_check(TVMModuleHandle gmod, const Fixture* fx, const char* how) {
+/* Sets the fixture's inputs from arrays on `array_device` (type, id 0), runs, and compares every
+ * output (the executor's array, and copies into arrays on `array_device`) with upstream's bytes. */
+static inline void run_and_check_with(TVMModuleHandle gmod, const Fixture* fx, const char* how, int array_device) {
   TVMFunctionHandle set_input = get_fn(gmod, "set_input");
   TVMFunctionHandle run = get_fn(gmod, "run");
   TVMFunctionHandle get_output = get_fn(gmod, "get_output");
@@ -95,7 +107,7 @@ static inline void run_and_check(TVMModuleHandle gmod, const Fixture* fx, const 
     int code, bits;
     dtype_of(t->dtype, &code, &bits);
     TVMArrayHandle arr = NULL;
-    OK(TVMArrayAlloc(t->shape, t->ndim, code, bits, 1, kDLCPU, 0, &arr));
+    OK(TVMArrayAlloc(t->shape, t->ndim, code, bits, 1, array_device, 0, &arr));
     size_t size = 0;
     void* data = read_file(t->file, &size);
     CHECK(data && (int64_t)size == num_bytes(t), "input file %s", t->file);
@@ -137,7 +149,7 @@ static inline void run_and_check(TVMModuleHandle gmod, const Fixture* fx, const 
     int code, bits;
     dtype_of(t->dtype, &code, &bits);
     TVMArrayHandle copy = NULL;
-    OK(TVMArrayAlloc(t->shape, t->ndim, code, bits, 1, kDLCPU, 0, &copy));
+    OK(TVMArrayAlloc(t->shape, t->ndim, code, bits, 1, array_device, 0, &copy));
     v[1].v_handle = copy;
     c[1] = kTVMNDArrayHandle;
     OK(call(get_output, v, c, 2, &r, &rc));
@@ -153,6 +165,10 @@ static inline void run_and_check(TVMModuleHandle gmod, const Fixture* fx, const 
   TVMFuncFree(run);
   TVMFuncFree(get_output);
   TVMFuncFree(get_num_outputs);
+}
+
+static inline void run_and_check(TVMModuleHandle gmod, const Fixture* fx, const char* how) {
+  run_and_check_with(gmod, fx, how, kDLCPU);
 }
 
 #endif

@@ -9,11 +9,11 @@ using namespace tvmrt;
 // Arrays.
 
 namespace {
-// Only the global (default) memory scope exists on the CPU.
+// Only the global (default) memory scope is served.
 void CheckScope(const Optional<String>& mem_scope) {
   std::string scope = StringOf(mem_scope.get());
   if (!scope.empty() && scope != "global")
-    throw InternalError("libtvm_runtime.so", 0, "ValueError: memory scope '" + scope + "' is not supported on the CPU");
+    throw InternalError("libtvm_runtime.so", 0, "ValueError: memory scope '" + scope + "' is not supported: this runtime allocates 'global' memory only");
 }
 }  // namespace
 

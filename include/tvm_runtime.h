@@ -130,7 +130,7 @@
 // tensor is the payload's first field, right after the 16-byte header.
 #define NDARRAY_TENSOR_OFFSET 16
 
-// Device type codes (`DLDeviceType`). Only the CPU is served by this runtime.
+// Device type codes (`DLDeviceType`). The CPU and OpenCL are served (`crate::device`).
 typedef int32_t DLDeviceType;
 
 // A device: type and ordinal. 8 bytes.
@@ -217,7 +217,15 @@ typedef int32_t (*TVMBackendPackedCFunc)(union TVMValue *args, int32_t *type_cod
 
 #define kDLCPU 1
 
+#define kDLCUDA 2
+
 #define kDLCUDAHost 3
+
+#define kDLOpenCL 4
+
+#define kDLVulkan 7
+
+#define kDLMetal 8
 
 #define kTVMArgInt 0
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: formatting and lints, the Rust tests, the C and C++ suite under
 # CTest (also under valgrind; hosts built against upstream TVM 0.16's C and C++ headers, the C++ one
-# also run on upstream's own library), the old-ABI build with its C++ host, and TVM's own
-# Python package driving this runtime under pytest. Installs what is missing (cmake, valgrind via
-# apt; TVM's wheel and a Python venv via pip).
+# also run on upstream's own library), models built for OpenCL on pocl's CPU device, the old-ABI
+# build with its C++ host, and TVM's own Python package driving this runtime under pytest. Installs
+# what is missing (cmake, valgrind, pocl via apt; TVM's wheel and a Python venv via pip).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -14,6 +14,10 @@ command -v valgrind >/dev/null || need_apt+=(valgrind)
 command -v cc >/dev/null || need_apt+=(gcc)
 command -v c++ >/dev/null || need_apt+=(g++)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# A CPU OpenCL device (pocl) and the ICD loader, for the OpenCL tests (skipped without a device,
+# unless TVM_RT_REQUIRE_OPENCL=1, as CI sets).
+[ -e /etc/OpenCL/vendors/pocl.icd ] || need_apt+=(pocl-opencl-icd)
+ldconfig -p 2>/dev/null | grep -q 'libOpenCL.so.1 ' || need_apt+=(ocl-icd-libopencl1)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -3,10 +3,14 @@
 
 use std::ffi::{c_char, c_void};
 
-/// Device type codes (`DLDeviceType`). Only the CPU is served by this runtime.
+/// Device type codes (`DLDeviceType`). The CPU and OpenCL are served (`crate::device`).
 pub type DLDeviceType = i32;
 pub const kDLCPU: DLDeviceType = 1;
+pub const kDLCUDA: DLDeviceType = 2;
 pub const kDLCUDAHost: DLDeviceType = 3;
+pub const kDLOpenCL: DLDeviceType = 4;
+pub const kDLVulkan: DLDeviceType = 7;
+pub const kDLMetal: DLDeviceType = 8;
 
 /// `DLDataTypeCode` values.
 pub const kDLInt: u8 = 0;

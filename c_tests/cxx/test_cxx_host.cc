@@ -397,6 +397,65 @@ static void Logging() {
   EXPECT(caught, "an ill-formed TVM_LOG_DEBUG throws");
 }
 
+// Models built for OpenCL, the way TVM's docs deploy them, on the first OpenCL device: arrays
+// made, filled and read on the device, both creation paths, weights shared on the device. Skipped
+// where the runtime has no OpenCL device (test_opencl, in C, insists on one in CI).
+static void OpenCL(const std::string& root) {
+  const PackedFunc* attr = Registry::Get("runtime.GetDeviceAttr");
+  int exist = attr ? static_cast<int>((*attr)(static_cast<int>(kDLOpenCL), 0, 0)) : 0;
+  if (!exist) {
+    std::printf("no OpenCL device: the OpenCL part is skipped\n");
+    return;
+  }
+  DLDevice cl{kDLOpenCL, 0}, cpu{kDLCPU, 0};
+  DLDataType f32{kDLFloat, 32, 1};
+  std::vector<float> host{1.5f, -2.f, 3.25f, 0.f, 7.f, -0.5f};
+  NDArray a = NDArray::Empty({2, 3}, f32, cl);
+  EXPECT(a->device.device_type == kDLOpenCL, "an array on the device");
+  a.CopyFromBytes(host.data(), host.size() * sizeof(float));
+  NDArray b = NDArray::Empty({2, 3}, f32, cl);
+  b.CopyFrom(a);
+  NDArray c = b.CopyTo(cpu);
+  EXPECT(std::memcmp(c->data, host.data(), host.size() * sizeof(float)) == 0, "host -> device -> device -> host");
+  std::vector<float> back(6);
+  a.CopyToBytes(back.data(), back.size() * sizeof(float));
+  EXPECT(back == host, "device -> bytes");
+
+  Fixture fx(root + "/mlp_cl");
+  Module lib = Module::LoadFromFile(root + "/mlp_cl/lib.so");
+  Module gmod = lib.GetFunction("default")(cl);
+  PackedFunc set_input = gmod.GetFunction("set_input");
+  for (const auto& t : fx.inputs) {
+    // Inputs from device arrays.
+    NDArray x = NDArray::Empty(tvm::runtime::ShapeTuple(t.shape), ParseDType(t.dtype), cl);
+    std::string bytes = ReadFile(t.file);
+    x.CopyFromBytes(bytes.data(), bytes.size());
+    set_input(t.name, x);
+  }
+  gmod.GetFunction("run")();
+  CheckOutputs(gmod, fx, "mlp_cl on OpenCL through the factory");
+  NDArray y = gmod.GetFunction("get_output")(0);
+  EXPECT(y->device.device_type == kDLOpenCL, "outputs live on the device");
+
+  std::string dir = root + "/mlp_unbound_cl_b1";
+  Fixture fu(dir);
+  const PackedFunc* create = Registry::Get("tvm.graph_executor.create");
+  Module ulib = Module::LoadFromFile(dir + "/lib.so");
+  std::string json = ReadFile(dir + "/graph.json");
+  std::string params = ReadFile(dir + "/params.bin");
+  TVMByteArray blob{params.data(), params.size()};
+  Module m1 = (*create)(json, ulib, static_cast<int>(kDLOpenCL), 0);
+  m1.GetFunction("load_params")(blob);
+  Module m2 = (*create)(json, ulib, static_cast<int>(kDLOpenCL), 0);
+  m2.GetFunction("share_params")(m1, blob);
+  for (Module m : {m1, m2}) {
+    SetInputs(m, fu);
+    m.GetFunction("run")();
+    CheckOutputs(m, fu, "mlp_unbound_cl_b1 on OpenCL through create, sharing");
+  }
+  EXPECT(TVMSynchronize(kDLOpenCL, 0, nullptr) == 0, "the device's queue drains");
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
   std::string fixtures = argv[1];
@@ -411,5 +470,6 @@ int main(int argc, char** argv) {
   Arrays();
   ObjectProtocol();
   Logging();
+  OpenCL(fixtures + "/opencl");
   return ExitStatus("C++ host ok");
 }

@@ -11,14 +11,12 @@ pub mod cpu;
 pub(crate) mod memory;
 pub mod opencl;
 
+pub use crate::dlpack::kDLOpenCL;
 use crate::dlpack::{kDLCPU, kDLCUDAHost, DLDevice};
 use crate::error::{Error, Result};
 use std::ffi::c_void;
 
 pub use memory::DeviceMemory;
-
-/// `kDLOpenCL`.
-pub const kDLOpenCL: i32 = 4;
 
 /// One side of a copy: a tensor's `data` on its device and a byte offset from it.
 #[derive(Clone, Copy, Debug)]

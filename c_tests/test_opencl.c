@@ -1,0 +1,158 @@
+/* OpenCL through the C API: device attributes, device arrays, both creation paths of models built
+ * for OpenCL (outputs byte-equal to upstream's OpenCL runtime), weights shared across executors
+ * and batch variants, and bad input on devices. Exits 77 (skipped) when there is no OpenCL
+ * device, unless TVM_RT_REQUIRE_OPENCL=1. Usage: test_opencl <fixtures/opencl> [arrays]; with
+ * "arrays", only the device arrays (for valgrind: pocl's compiler takes minutes under it). */
+#include "executor.h"
+
+static int64_t device_attr(int device_type, int device_id, int kind, int* code) {
+  TVMFunctionHandle f = NULL;
+  OK(TVMFuncGetGlobal("runtime.GetDeviceAttr", &f));
+  TVMValue v[3], r;
+  int c[3] = {kDLInt, kDLInt, kDLInt};
+  v[0].v_int64 = device_type;
+  v[1].v_int64 = device_id;
+  v[2].v_int64 = kind;
+  *code = -1;
+  r.v_int64 = -1;
+  if (TVMFuncCall(f, v, c, 3, &r, code) != 0) *code = -2;
+  return r.v_int64;
+}
+
+static void check_arrays(void) {
+  int64_t shape[2] = {3, 5};
+  float host[15], back[15];
+  for (int i = 0; i < 15; i++) host[i] = (float)i * 0.5f - 3.0f;
+  TVMArrayHandle a = NULL, b = NULL, small = NULL, cpu = NULL;
+  OK(TVMArrayAlloc(shape, 2, kDLFloat, 32, 1, kDLOpenCL, 0, &a));
+  OK(TVMArrayAlloc(shape, 2, kDLFloat, 32, 1, kDLOpenCL, 0, &b));
+  OK(TVMArrayAlloc(shape, 2, kDLFloat, 32, 1, kDLCPU, 0, &cpu));
+  CHECK(a->device.device_type == kDLOpenCL, "device type %d", a->device.device_type);
+  OK(TVMArrayCopyFromBytes(a, host, sizeof host));
+  OK(TVMArrayCopyFromTo(a, b, NULL)); /* device -> device */
+  OK(TVMSynchronize(kDLOpenCL, 0, NULL));
+  OK(TVMArrayCopyFromTo(b, cpu, NULL)); /* device -> host */
+  memcpy(back, cpu->data, sizeof back);
+  CHECK(memcmp(host, back, sizeof host) == 0, "host -> device -> device -> host");
+  memset(back, 0, sizeof back);
+  OK(TVMArrayCopyToBytes(b, back, sizeof back));
+  CHECK(memcmp(host, back, sizeof host) == 0, "device -> bytes");
+
+  /* Bad input: sizes that differ, a device that does not exist, a device type not served. */
+  int64_t two = 2;
+  OK(TVMArrayAlloc(&two, 1, kDLFloat, 32, 1, kDLOpenCL, 0, &small));
+  CHECK(TVMArrayCopyFromTo(a, small, NULL) == -1, "copy between sizes");
+  CHECK(strstr(TVMGetLastError(), "cannot copy") != NULL, "%s", TVMGetLastError());
+  CHECK(TVMArrayCopyFromBytes(a, host, 7) == -1, "copy of 7 bytes");
+  TVMArrayHandle none = NULL;
+  CHECK(TVMArrayAlloc(shape, 2, kDLFloat, 32, 1, kDLOpenCL, 9, &none) == -1 && none == NULL, "device 9");
+  CHECK(strstr(TVMGetLastError(), "Invalid device id 9") != NULL, "%s", TVMGetLastError());
+  CHECK(TVMArrayAlloc(shape, 2, kDLFloat, 32, 1, kDLCUDA, 0, &none) == -1, "cuda");
+  CHECK(TVMSynchronize(kDLOpenCL, 3, NULL) == -1, "sync of a missing device");
+
+  /* Raw device memory. */
+  DLDevice dev = {kDLOpenCL, 0};
+  DLDataType f32 = {kDLFloat, 32, 1};
+  void* p = NULL;
+  OK(TVMDeviceAllocDataSpace(dev, 256, 64, f32, &p));
+  CHECK(p != NULL, "device data space");
+  OK(TVMDeviceFreeDataSpace(dev, p));
+  CHECK(TVMDeviceAllocDataSpaceWithScope(dev, 2, shape, f32, "global.texture", &p) == -1, "texture scope");
+  TVMStreamHandle s = (TVMStreamHandle)1;
+  OK(TVMStreamCreate(kDLOpenCL, 0, &s));
+  CHECK(s == NULL, "streams are NULL");
+  OK(TVMStreamFree(kDLOpenCL, 0, s));
+
+  OK(TVMArrayFree(a));
+  OK(TVMArrayFree(b));
+  OK(TVMArrayFree(small));
+  OK(TVMArrayFree(cpu));
+}
+
+static void check_model(const char* dir, int factory) {
+  Fixture fx;
+  CHECK(load_fixture(dir, &fx) == 0, "cannot read %s", dir);
+  char path[700];
+  snprintf(path, sizeof path, "%s/lib.so", dir);
+  TVMModuleHandle lib = NULL;
+  OK(TVMModLoadFromFile(path, "so", &lib));
+  if (!lib) return;
+  TVMModuleHandle m = factory ? create_from_factory_on(lib, kDLOpenCL) : create_from_json_on(lib, dir, kDLOpenCL);
+  if (m) {
+    if (!factory || !fx.factory_weights) load_params(m, dir);
+    /* Host arrays in and out, then device arrays in and out. */
+    run_and_check_with(m, &fx, factory ? "factory, host arrays" : "create, host arrays", kDLCPU);
+    run_and_check_with(m, &fx, factory ? "factory, device arrays" : "create, device arrays", kDLOpenCL);
+    OK(TVMModFree(m));
+  }
+  OK(TVMModFree(lib));
+}
+
+/* Batch 1 and batch 4 builds sharing one copy of the weights on the device. */
+static void check_sharing(const char* root) {
+  char d1[600], d4[600], path[700];
+  snprintf(d1, sizeof d1, "%s/mlp_unbound_cl_b1", root);
+  snprintf(d4, sizeof d4, "%s/mlp_unbound_cl_b4", root);
+  Fixture f1, f4;
+  CHECK(load_fixture(d1, &f1) == 0 && load_fixture(d4, &f4) == 0, "fixtures");
+  TVMModuleHandle lib1 = NULL, lib4 = NULL;
+  snprintf(path, sizeof path, "%s/lib.so", d1);
+  OK(TVMModLoadFromFile(path, "so", &lib1));
+  snprintf(path, sizeof path, "%s/lib.so", d4);
+  OK(TVMModLoadFromFile(path, "so", &lib4));
+  if (!lib1 || !lib4) return;
+  TVMModuleHandle a = create_from_json_on(lib1, d1, kDLOpenCL);
+  TVMModuleHandle b = create_from_json_on(lib4, d4, kDLOpenCL);
+  load_params(a, d1);
+  snprintf(path, sizeof path, "%s/params.bin", d4);
+  size_t size = 0;
+  void* blob = read_file(path, &size);
+  share_params_blob(b, a, blob, size);
+  free(blob);
+  /* The source goes first: the shared device buffers live on with the sharer. */
+  run_and_check(a, &f1, "shared source");
+  OK(TVMModFree(a));
+  run_and_check(b, &f4, "batch 4 sharing batch 1's device weights");
+  OK(TVMModFree(b));
+  OK(TVMModFree(lib1));
+  OK(TVMModFree(lib4));
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s <fixtures/opencl>\n", argv[0]);
+    return 2;
+  }
+  int code = 0;
+  int64_t exist = device_attr(kDLOpenCL, 0, 0, &code);
+  if (code != kDLInt || exist != 1) {
+    const char* req = getenv("TVM_RT_REQUIRE_OPENCL");
+    if (req && !strcmp(req, "1")) {
+      fprintf(stderr, "TVM_RT_REQUIRE_OPENCL=1 but no OpenCL device\n");
+      return 1;
+    }
+    printf("no OpenCL device: skipped\n");
+    return 77;
+  }
+  CHECK(device_attr(kDLOpenCL, 7, 0, &code) == 0, "opencl(7) does not exist");
+  CHECK(device_attr(kDLCUDA, 0, 0, &code) == 0 && code == kDLInt, "cuda does not exist");
+  CHECK(device_attr(kDLOpenCL, 0, 1, &code) > 0 && code == kDLInt, "max threads per block");
+  device_attr(kDLOpenCL, 0, 5, &code);
+  CHECK(code == kTVMStr, "device name is a string (code %d)", code);
+  check_arrays();
+  int arrays_only = argc > 2 && !strcmp(argv[2], "arrays");
+  const char* models[] = {"mlp_cl", "mlp_unbound_cl_b1", "mlp_unbound_cl_b4", "convnet_unbound_cl"};
+  for (int i = 0; i < 4 && !arrays_only; i++) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", argv[1], models[i]);
+    check_model(dir, 1);
+    check_model(dir, 0);
+  }
+  if (!arrays_only) check_sharing(argv[1]);
+  if (g_failures) {
+    fprintf(stderr, "%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("opencl: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,87 @@
+"""Models built for OpenCL through TVM's own Python, on this runtime: `tvm.cl(0)`, arrays on the
+device, the factory and `graph_executor.create`, sharing, `dev.sync()`. Outputs are upstream's
+OpenCL bytes. Skipped without an OpenCL device, unless TVM_RT_REQUIRE_OPENCL=1."""
+import os
+
+import numpy as np
+import pytest
+
+from conftest import Fixture
+
+MODELS = ["opencl/mlp_cl", "opencl/mlp_unbound_cl_b1", "opencl/mlp_unbound_cl_b4", "opencl/convnet_unbound_cl"]
+
+
+@pytest.fixture(scope="module")
+def cl(tvm):
+    dev = tvm.cl(0)
+    if not dev.exist:
+        assert os.environ.get("TVM_RT_REQUIRE_OPENCL") != "1", "TVM_RT_REQUIRE_OPENCL=1 but no OpenCL device"
+        pytest.skip("no OpenCL device")
+    return dev
+
+
+def test_device_attributes(tvm, cl):
+    assert cl.max_threads_per_block > 0
+    assert isinstance(cl.device_name, str) and cl.device_name
+    assert cl.compute_version.count(".") == 1
+    assert len(cl.max_thread_dimensions) == 3
+    assert cl.warp_size == 1
+    assert not tvm.cl(7).exist
+    assert not tvm.cuda(0).exist
+
+
+def test_arrays(tvm, cl):
+    x = np.arange(24, dtype="float32").reshape(2, 3, 4) - 7.5
+    a = tvm.nd.array(x, cl)
+    assert a.device == cl
+    np.testing.assert_array_equal(a.numpy(), x)
+    b = a.copyto(tvm.cl(0))
+    cl.sync()
+    np.testing.assert_array_equal(b.numpy(), x)
+    c = tvm.nd.empty((2, 3, 4), "float32", tvm.cpu())
+    b.copyto(c)
+    np.testing.assert_array_equal(c.numpy(), x)
+    with pytest.raises(tvm.TVMError):
+        a.copyfrom(tvm.nd.array(np.zeros((5,), "float32"), cl))
+    with pytest.raises(tvm.TVMError):
+        tvm.nd.empty((4,), "float32", tvm.cl(9))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_factory_and_create(tvm, cl, name):
+    from tvm.contrib import graph_executor
+
+    f = Fixture(name)
+    lib = tvm.runtime.load_module(f.lib_path)
+    factory = graph_executor.GraphModule(lib["default"](cl))
+    created = graph_executor.create(f.graph_json(), lib, cl)
+    created.load_params(f.params())
+    if not f.factory_weights:
+        factory.load_params(f.params())
+    for m in (factory, created):
+        for k, v in f.inputs.items():
+            m.set_input(k, tvm.nd.array(v, cl))
+        m.run()
+        cl.sync()
+        for i, want in enumerate(f.outputs):
+            out = m.get_output(i)
+            assert out.device == cl
+            np.testing.assert_array_equal(out.numpy(), want)
+            host = tvm.nd.empty(want.shape, str(want.dtype), tvm.cpu())
+            m.get_output(i, host)
+            np.testing.assert_array_equal(host.numpy(), want)
+
+
+def test_share_params_across_batch_sizes(tvm, cl):
+    from tvm.contrib import graph_executor
+
+    f1, f4 = Fixture("opencl/mlp_unbound_cl_b1"), Fixture("opencl/mlp_unbound_cl_b4")
+    a = graph_executor.create(f1.graph_json(), tvm.runtime.load_module(f1.lib_path), cl)
+    a.load_params(f1.params())
+    b = graph_executor.create(f4.graph_json(), tvm.runtime.load_module(f4.lib_path), cl)
+    b.module["share_params"](a.module, bytearray(f4.params()))
+    for m, f in ((a, f1), (b, f4)):
+        for k, v in f.inputs.items():
+            m.set_input(k, v)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), f.outputs[0])
