@@ -53,17 +53,27 @@ def small_models():
     params = {p.name_hint: tvm.nd.array(rng.uniform(-0.5, 0.5, [int(d) for d in p.checked_type.shape])
                                         .astype("float32"))
               for p in mod["main"].params if p.name_hint != "data"}
-    # Unbound convnet: its weight-only operators (the conv's weight transform, if any) fold.
+    # Unbound convnet.
     models["convnet_unbound_cl"] = (mod, params, False)
+
+    # A weight-only operator (a transpose and scale of the weight, fused into one kernel): folded
+    # once at load on the device.
+    x = relay.var("x", shape=(2, 16))
+    w = relay.var("w", shape=(16, 8))
+    y = relay.nn.relu(relay.nn.dense(x, relay.transpose(w) * relay.const(2.0)))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, w], y)))
+    models["fold_cl"] = (mod, {"w": tvm.nd.array(rng.uniform(-1, 1, (16, 8)).astype("float32"))}, False)
     return models, rng
 
 
-def build(out):
+def build(out, only=None):
     from tvm import relay
 
     models, rng = small_models()
     inputs_by_shape = {}
     for name, (mod, params, bind) in models.items():
+        if only and name not in only:
+            continue
         for suffix, target in (("", tvm.target.Target("opencl", host=HOST)), ("_cpu", tvm.target.Target(HOST))):
             d = os.path.join(out, name + suffix)
             if os.path.isdir(d):
@@ -134,9 +144,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("step", choices=["build", "reference"])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", help="build: comma-separated model names (default: all)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    build(args.out) if args.step == "build" else reference(args.out)
+    build(args.out, args.only.split(",") if args.only else None) if args.step == "build" else reference(args.out)
 
 
 if __name__ == "__main__":

@@ -129,6 +129,11 @@ fn folding_on_the_device() {
             let u = exec(&m).memory_usage();
             if !fold {
                 assert_eq!(u.ops_folded, 0);
+            } else if *name == "opencl/fold_cl" {
+                // The transpose-and-scale of the weight ran once, into a derived weight on the device.
+                assert_eq!((u.ops_folded, u.weights_derived), (1, 16 * 8 * 4), "{u:?}");
+                exec(&m).run().unwrap();
+                f.check_outputs(&m, "folded, run again");
             }
         }
     }

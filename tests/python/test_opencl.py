@@ -8,7 +8,13 @@ import pytest
 
 from conftest import Fixture
 
-MODELS = ["opencl/mlp_cl", "opencl/mlp_unbound_cl_b1", "opencl/mlp_unbound_cl_b4", "opencl/convnet_unbound_cl"]
+MODELS = [
+    "opencl/mlp_cl",
+    "opencl/mlp_unbound_cl_b1",
+    "opencl/mlp_unbound_cl_b4",
+    "opencl/convnet_unbound_cl",
+    "opencl/fold_cl",
+]
 
 
 @pytest.fixture(scope="module")

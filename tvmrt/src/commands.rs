@@ -50,7 +50,9 @@ fn print_json(v: &Value) {
 
 fn memory_json(ex: &GraphExecutor) -> Value {
     let m = ex.memory_usage();
-    json!({"weights_owned": m.weights_owned, "weights_shared": m.weights_shared, "weights_mapped": m.weights_mapped,
+    let device = format!("{}({})", tvm_runtime::device::type_name(m.device.device_type), m.device.device_id);
+    json!({"device": device, "weights_mirrored": m.weights_mirrored,
+           "weights_owned": m.weights_owned, "weights_shared": m.weights_shared, "weights_mapped": m.weights_mapped,
            "weights_derived": m.weights_derived, "activations": m.activations,
            "activations_shared": m.activations_shared, "activation_arena": m.activation_arena,
            "activation_bound": m.activation_bound,
@@ -60,8 +62,12 @@ fn memory_json(ex: &GraphExecutor) -> Value {
 
 /// The memory report in one line, the same words for every command.
 fn memory_line(label: &str, mem: &Value) -> String {
+    let device = match mem["device"].as_str() {
+        Some(d) if d != "cpu(0)" => format!(" on {d} (host weights mirrored there: {} B)", mem["weights_mirrored"]),
+        _ => String::new(),
+    };
     format!(
-        "{label} weights owned {} B, shared {} B, mapped {} B, derived {} B; activations {} B (bound {} B), shared arena {} B, workspace {} B",
+        "{label} weights owned {} B, shared {} B, mapped {} B, derived {} B; activations {} B (bound {} B), shared arena {} B, workspace {} B{device}",
         mem["weights_owned"],
         mem["weights_shared"],
         mem["weights_mapped"],
@@ -267,6 +273,7 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
     let mut runs = 0;
     while runs < number || warm.elapsed().as_secs_f64() < 2e-3 {
         ex.run()?;
+        model.sync()?;
         runs += 1;
     }
     let mut times = Vec::with_capacity(repeat);
@@ -275,6 +282,7 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
         for _ in 0..number {
             ex.run()?;
         }
+        model.sync()?;
         times.push(start.elapsed().as_secs_f64() * 1e3 / number as f64);
         progress("timing", r + 1, repeat);
     }
@@ -374,11 +382,13 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
     set_inputs(&a.data, &a.model, &model, ex)?;
     let repeat = a.repeat as usize;
     ex.run()?;
+    model.sync()?;
     // Whole runs first, then operator-by-operator runs: the sum is checked against the whole.
     let mut whole = Vec::with_capacity(repeat);
     for _ in 0..repeat {
         let start = Instant::now();
         ex.run()?;
+        model.sync()?;
         whole.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let n_ops = ex.plan().ops.len();
@@ -556,7 +566,7 @@ pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {
 }
 
 pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
-    let margs = ModelArgs { map_params: a.map_params, ..Default::default() };
+    let margs = ModelArgs { map_params: a.map_params, device: a.device, ..Default::default() };
     let models = a.models.iter().map(|s| Model::load(Some(s), &margs)).collect::<Result<Vec<_>>>()?;
     let executors = a.executors as usize;
     let mut execs = Vec::new();

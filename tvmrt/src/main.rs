@@ -77,6 +77,30 @@ pub struct ModelArgs {
     /// read only weights once at load (also TVM_RT_FOLD_WEIGHTS=0)
     #[arg(long)]
     pub no_fold: bool,
+    /// The device to run on: cpu, or opencl[:ID] for models built for OpenCL
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    pub device: DeviceArg,
+}
+
+/// A device as the command line names it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceArg(pub tvm_runtime::dlpack::DLDevice);
+
+impl Default for DeviceArg {
+    fn default() -> Self {
+        DeviceArg(tvm_runtime::dlpack::DLDevice::CPU)
+    }
+}
+
+fn parse_device(s: &str) -> Result<DeviceArg, String> {
+    let (kind, id) = s.split_once(':').unwrap_or((s, "0"));
+    let device_type = match kind {
+        "cpu" => 1,
+        "opencl" | "cl" => 4,
+        _ => return Err(format!("unknown device '{kind}' (cpu or opencl[:ID])")),
+    };
+    let device_id = id.parse().map_err(|_| format!("device id '{id}' is not a number"))?;
+    Ok(DeviceArg(tvm_runtime::dlpack::DLDevice { device_type, device_id }))
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,6 +179,9 @@ pub struct ShareArgs {
     /// Map each params file and use its weights in place (see run --help)
     #[arg(long)]
     pub map_params: bool,
+    /// The device the executors run on: cpu, or opencl[:ID]
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    pub device: DeviceArg,
 }
 
 fn parse_named_file(s: &str) -> Result<(String, PathBuf), String> {

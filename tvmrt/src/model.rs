@@ -22,6 +22,8 @@ pub struct Model {
     pub map_params: bool,
     /// Fold the operators that read only weights (`--no-fold` turns it off).
     pub fold: bool,
+    /// Where executors run (`--device`).
+    pub device: DLDevice,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -91,7 +93,14 @@ impl Model {
             params_path,
             map_params: args.map_params,
             fold: !args.no_fold,
+            device: args.device.0,
         })
+    }
+
+    /// Waits until the device has finished what executors queued on it (runs are queued on
+    /// devices other than the CPU).
+    pub fn sync(&self) -> Result<()> {
+        tvm_runtime::device::api_of(self.device)?.sync(self.device.device_id)
     }
 
     /// A new executor: from the factory when the library has one and no graph was given, else
@@ -107,9 +116,9 @@ impl Model {
 
     fn bound_executor(&self, debug: bool) -> Result<ObjRef<Module>> {
         let m = match self.lib.node::<Factory>() {
-            Some(f) if f.graph_json() == self.graph_json && !debug => f.create_executor(&self.lib, DLDevice::CPU)?,
+            Some(f) if f.graph_json() == self.graph_json && !debug => f.create_executor(&self.lib, self.device)?,
             _ => {
-                let plan = tvm_runtime::executor::plan::Plan::new(&self.graph_json, self.lib.clone(), DLDevice::CPU)?;
+                let plan = tvm_runtime::executor::plan::Plan::new(&self.graph_json, self.lib.clone(), self.device)?;
                 let ex = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
                 if let Some(f) = self.lib.node::<Factory>() {
                     for param in f.params() {
