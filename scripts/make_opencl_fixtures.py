@@ -27,6 +27,43 @@ import tvm  # noqa: E402
 HOST = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
 
 
+def register_gpu_elementwise():
+    """This fork's add/subtract/multiply/divide strategies have no GPU implementation (their
+    generic schedules refuse GPU targets): give them TVM's injective GPU schedule (FIXTURES.md,
+    "Models for OpenCL"). ResNet's residual adds need it; the small models do not."""
+    from tvm import topi
+    from tvm.relay.op import op as _op
+    from tvm.relay.op.strategy import generic
+
+    for name in ("add", "subtract", "multiply", "divide"):
+        def strategy(attrs, inputs, out_type, target, compute=getattr(topi, name), name=name):
+            s = _op.OpStrategy()
+            s.add_implementation(generic.wrap_topi_compute(compute),
+                                 generic.wrap_topi_schedule(topi.cuda.schedule_injective), name=name + ".gpu")
+            return s
+        getattr(generic, name + "_strategy").register(["cuda", "gpu"])(strategy)
+
+
+def bench_models():
+    """Benchmark models (never committed): the MLP (runtime overhead per run), MobileNet, and
+    ResNet-18 with params unbound at batch 1 and 4 (one set of weights)."""
+    from tvm import relay
+    import tvm.relay.testing  # noqa: F401
+
+    register_gpu_elementwise()
+    t = relay.testing
+    models = {}
+    mod, params = t.mlp.get_workload(batch_size=1)
+    models["mlp_cl"] = (mod, params, True)
+    mod, params = t.mobilenet.get_workload(batch_size=1)
+    models["mobilenet_cl"] = (mod, params, True)
+    mod1, params = t.resnet.get_workload(num_layers=18, batch_size=1)
+    mod4, _ = t.resnet.get_workload(num_layers=18, batch_size=4)
+    models["resnet18_unbound_cl_b1"] = (mod1, params, False)
+    models["resnet18_unbound_cl_b4"] = (mod4, params, False)
+    return models, np.random.default_rng(5)
+
+
 def small_models():
     from tvm import relay
     import tvm.relay.testing  # noqa: F401
@@ -66,15 +103,18 @@ def small_models():
     return models, rng
 
 
-def build(out, only=None):
+def build(out, only=None, bench=False):
     from tvm import relay
 
-    models, rng = small_models()
+    models, rng = bench_models() if bench else small_models()
     inputs_by_shape = {}
     for name, (mod, params, bind) in models.items():
         if only and name not in only:
             continue
-        for suffix, target in (("", tvm.target.Target("opencl", host=HOST)), ("_cpu", tvm.target.Target(HOST))):
+        targets = [("", tvm.target.Target("opencl", host=HOST))]
+        if not bench:
+            targets.append(("_cpu", tvm.target.Target(HOST)))
+        for suffix, target in targets:
             d = os.path.join(out, name + suffix)
             if os.path.isdir(d):
                 shutil.rmtree(d)
@@ -145,9 +185,13 @@ def main():
     ap.add_argument("step", choices=["build", "reference"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", help="build: comma-separated model names (default: all)")
+    ap.add_argument("--bench", action="store_true", help="build: the benchmark models instead")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    build(args.out, args.only.split(",") if args.only else None) if args.step == "build" else reference(args.out)
+    if args.step == "build":
+        build(args.out, args.only.split(",") if args.only else None, args.bench)
+    else:
+        reference(args.out)
 
 
 if __name__ == "__main__":

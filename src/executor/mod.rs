@@ -313,7 +313,8 @@ impl GraphExecutor {
                 )));
             }
             let slot_bytes = self.plan.storage.slots[e.storage_id].bytes;
-            // Used in place when the file's bytes cover the slot; else a weight of its own,
+            // Used in place when the file's bytes cover the slot (on a device: mirrored there once,
+            // the mapping staying shared between processes); else a weight of its own,
             // read-only, so what is derived from it can be kept (writing it later makes a private
             // copy, as for a shared one). `set_param` decides whether the slot takes it.
             let weight = match map {
@@ -322,7 +323,8 @@ impl GraphExecutor {
                 {
                     Weight::mapped(map, rec.data)?
                 }
-                _ => Weight::padded(rec.data, slot_bytes)?,
+                // On a device, straight into device memory: the host bytes are the caller's blob.
+                _ => Weight::padded_on(self.plan.device, rec.data, slot_bytes)?,
             };
             let in_place = weight.is_mapped();
             match st.set_param(name, eid, Arc::new(weight))? {

@@ -1,0 +1,105 @@
+/* One C driver for both runtimes on OpenCL device 0 (the dynamic linker picks libtvm_runtime.so):
+ *   opencl_bench latency MODEL_DIR ROUNDS   median microseconds per run (run + TVMSynchronize)
+ *   opencl_bench load    MODEL_DIR          milliseconds of create + load_params + the first run
+ *                                           (every kernel's program built) + TVMSynchronize
+ *   opencl_bench share   MODEL_DIR K [OTHER_DIR]
+ *                                           "first_kB per_extra_kB": VmData growth of the first
+ *                                           executor (created, params loaded, run) and of each
+ *                                           further one sharing its weights (share_params; with
+ *                                           OTHER_DIR, one executor of that graph instead, e.g. a
+ *                                           batch-4 build sharing batch 1's weights)
+ * Models: a folder with lib.so, graph.json, params.bin, built for OpenCL. */
+#include "bench_util.h"
+
+static TVMModuleHandle create_on_opencl(const char* dir, TVMModuleHandle* lib) {
+  char path[1024];
+  size_t n;
+  snprintf(path, sizeof path, "%s/lib.so", dir);
+  CHECK(TVMModLoadFromFile(path, "so", lib));
+  char* json = slurp(dir, "graph.json", &n);
+  TVMFunctionHandle create;
+  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &create));
+  TVMValue v[4], r;
+  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
+  v[0].v_str = json;
+  v[1].v_handle = *lib;
+  v[2].v_int64 = kDLOpenCL;
+  v[3].v_int64 = 0;
+  CHECK(TVMFuncCall(create, v, c, 4, &r, &rc));
+  TVMFuncFree(create);
+  free(json);
+  return r.v_handle;
+}
+
+static void run_sync(TVMModuleHandle ex) {
+  call_packed(ex, "run", NULL, NULL, 0);
+  CHECK(TVMSynchronize(kDLOpenCL, 0, NULL));
+}
+
+static long vm_data(void) {
+  long rss, data;
+  vm_kb(&rss, &data);
+  return data;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) return 2;
+  const char *mode = argv[1], *dir = argv[2];
+  size_t pn;
+  char* params = slurp(dir, "params.bin", &pn);
+  TVMByteArray blob = {params, pn};
+  TVMModuleHandle lib;
+  if (!strcmp(mode, "load")) {
+    double t0 = now_ns();
+    TVMModuleHandle ex = create_on_opencl(dir, &lib);
+    bind_weights(ex, NULL, &blob);
+    run_sync(ex);
+    printf("%.3f\n", (now_ns() - t0) / 1e6);
+    return 0;
+  }
+  if (!strcmp(mode, "latency")) {
+    int rounds = argc > 3 ? atoi(argv[3]) : 11;
+    TVMModuleHandle ex = create_on_opencl(dir, &lib);
+    bind_weights(ex, NULL, &blob);
+    run_sync(ex);
+    run_sync(ex);
+    double* t = malloc(sizeof(double) * rounds);
+    double probe = now_ns();
+    run_sync(ex);
+    probe = now_ns() - probe;
+    int inner = probe < 50e3 ? (int)(50e3 / (probe + 1)) + 1 : 1; /* batch tiny runs */
+    for (int i = 0; i < rounds; i++) {
+      double s = now_ns();
+      for (int j = 0; j < inner; j++) run_sync(ex);
+      t[i] = (now_ns() - s) / inner / 1e3;
+    }
+    qsort(t, rounds, sizeof(double), cmp_double);
+    printf("%.3f\n", t[rounds / 2]);
+    return 0;
+  }
+  if (!strcmp(mode, "share") && argc > 3) {
+    int k = atoi(argv[3]);
+    const char* other = argc > 4 ? argv[4] : NULL;
+    TVMModuleHandle* ex = calloc(k, sizeof *ex);
+    TVMModuleHandle* libs = calloc(k, sizeof *libs);
+    long base = vm_data();
+    ex[0] = create_on_opencl(dir, &libs[0]);
+    bind_weights(ex[0], NULL, &blob);
+    run_sync(ex[0]);
+    long first = vm_data();
+    for (int i = 1; i < k; i++) {
+      const char* d = other && i == k - 1 ? other : dir;
+      size_t on;
+      char* op = slurp(d, "params.bin", &on);
+      TVMByteArray ob = {op, on};
+      ex[i] = create_on_opencl(d, &libs[i]);
+      bind_weights(ex[i], ex[0], &ob);
+      run_sync(ex[i]);
+      free(op);
+    }
+    long all = vm_data();
+    printf("%ld %ld\n", first - base, k > 1 ? (all - first) / (k - 1) : 0);
+    return 0;
+  }
+  return 2;
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Ours vs upstream v0.16 built with OpenCL (../shared/upstream/libtvm_runtime.so) on the same models
+# built for OpenCL, on the same OpenCL device (pocl's CPU device here), under one C driver
+# (bench/opencl_bench.c), alternating the runtimes in separate processes ROUNDS times per figure;
+# prints medians, spread (min-max of the per-process figures) and ratios (ours / upstream).
+#   bench/opencl_bench.sh [ROUNDS]   (builds the benchmark models on first use, ~15 minutes)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+rounds=${1:-5}
+eval "$(scripts/tvm_env.sh)"
+upstream=${TVM_UPSTREAM_SHARED:-$repo/../shared/upstream}
+[ -f "$upstream/libtvm_runtime.so" ] || { echo "no upstream OpenCL runtime in $upstream" >&2; exit 1; }
+models=target/bench-models-cl
+need=()
+for m in mlp_cl mobilenet_cl resnet18_unbound_cl_b1 resnet18_unbound_cl_b4; do [ -f $models/$m/lib.so ] || need+=($m); done
+if [ ${#need[@]} -gt 0 ]; then
+  TVM_FFI=ctypes PYTHONPATH="$TVM_WHEEL_DIR" "$TVM_PYTHON" scripts/make_opencl_fixtures.py build --bench \
+    --out $models --only "$(IFS=,; echo "${need[*]}")"
+fi
+cargo build --release --quiet
+mkdir -p target/bench
+cc -O2 -o target/bench/opencl_bench bench/opencl_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" \
+  -L target/release -ltvm_runtime
+ours=$repo/target/release
+
+# measure LABEL FIELD ARGS...: alternate the runtimes, print one table row of output field FIELD.
+measure() {
+  local label=$1 field=$2 o=() u=()
+  shift 2
+  for _ in $(seq "$rounds"); do
+    o+=("$(LD_LIBRARY_PATH=$ours target/bench/opencl_bench "$@" 2>/dev/null | cut -d' ' -f"$field")")
+    u+=("$(LD_LIBRARY_PATH=$upstream target/bench/opencl_bench "$@" 2>/dev/null | cut -d' ' -f"$field")")
+  done
+  python3 - "$label" "${o[*]}" "${u[*]}" <<'PY'
+import statistics, sys
+label, o, u = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
+mo, mu = statistics.median(o), statistics.median(u)
+print(f"| {label} | {mo:.1f} ({min(o):.1f}-{max(o):.1f}) | {mu:.1f} ({min(u):.1f}-{max(u):.1f}) | {mo / mu:.3f} |")
+PY
+}
+
+echo "| figure (OpenCL device 0: $(clinfo -l 2>/dev/null | sed -n 's/.*Device #0: //p' | head -1)) | ours: median (min-max) | upstream: median (min-max) | ours / upstream |"
+echo "|---|---|---|---|"
+measure "MLP latency (runtime overhead per run), us" 1 latency $models/mlp_cl 101
+measure "MobileNet latency, us" 1 latency $models/mobilenet_cl 11
+measure "ResNet-18 (unbound params, folding on the device) latency, us" 1 latency $models/resnet18_unbound_cl_b1 5
+measure "create + load_params + first run (programs built) ResNet-18, ms" 1 load $models/resnet18_unbound_cl_b1
+measure "VmData of the first ResNet-18 executor, kB" 1 share $models/resnet18_unbound_cl_b1 4
+measure "VmData per additional ResNet-18 executor sharing weights (K = 4), kB" 2 share $models/resnet18_unbound_cl_b1 4
+measure "VmData of a batch-4 build sharing the batch-1 weights, kB" 2 share $models/resnet18_unbound_cl_b1 2 \
+  $models/resnet18_unbound_cl_b4
