@@ -8,14 +8,16 @@
  *                                           further one sharing its weights (share_params; with
  *                                           OTHER_DIR, one executor of that graph instead, e.g. a
  *                                           batch-4 build sharing batch 1's weights)
- * Models: a folder with lib.so, graph.json, params.bin, built for OpenCL. */
+ * Models: a folder with lib.so, graph.json, params.bin, built for OpenCL. Each executor loads the
+ * library anew (as separate hosts would); ONE_LIB=1 makes them share one loaded library, VERBOSE=1
+ * prints each additional executor's steps (create, share_params, first run). */
 #include "bench_util.h"
 
 static TVMModuleHandle create_on_opencl(const char* dir, TVMModuleHandle* lib) {
   char path[1024];
   size_t n;
   snprintf(path, sizeof path, "%s/lib.so", dir);
-  CHECK(TVMModLoadFromFile(path, "so", lib));
+  if (!*lib) CHECK(TVMModLoadFromFile(path, "so", lib));
   char* json = slurp(dir, "graph.json", &n);
   TVMFunctionHandle create;
   CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &create));
@@ -48,7 +50,7 @@ int main(int argc, char** argv) {
   size_t pn;
   char* params = slurp(dir, "params.bin", &pn);
   TVMByteArray blob = {params, pn};
-  TVMModuleHandle lib;
+  TVMModuleHandle lib = NULL;
   if (!strcmp(mode, "load")) {
     double t0 = now_ns();
     TVMModuleHandle ex = create_on_opencl(dir, &lib);
@@ -92,9 +94,16 @@ int main(int argc, char** argv) {
       size_t on;
       char* op = slurp(d, "params.bin", &on);
       TVMByteArray ob = {op, on};
+      /* ONE_LIB=1: every executor of MODEL_DIR made from one loaded library. */
+      if (getenv("ONE_LIB") && !strcmp(getenv("ONE_LIB"), "1") && d == dir) libs[i] = libs[0];
+      long t0 = vm_data();
       ex[i] = create_on_opencl(d, &libs[i]);
+      long t1 = vm_data();
       bind_weights(ex[i], ex[0], &ob);
+      long t2 = vm_data();
       run_sync(ex[i]);
+      long t3 = vm_data();
+      if (getenv("VERBOSE")) fprintf(stderr, "create %ld share %ld run %ld\n", t1 - t0, t2 - t1, t3 - t2);
       free(op);
     }
     long all = vm_data();

@@ -1,8 +1,10 @@
 /* OpenCL through the C API: device attributes, device arrays, both creation paths of models built
  * for OpenCL (outputs byte-equal to upstream's OpenCL runtime), weights shared across executors
  * and batch variants, and bad input on devices. Exits 77 (skipped) when there is no OpenCL
- * device, unless TVM_RT_REQUIRE_OPENCL=1. Usage: test_opencl <fixtures/opencl> [arrays]; with
- * "arrays", only the device arrays (for valgrind: pocl's compiler takes minutes under it). */
+ * device, unless TVM_RT_REQUIRE_OPENCL=1. Usage: test_opencl <fixtures/opencl> [arrays|missing];
+ * with "arrays", only the device arrays (for valgrind: pocl's compiler takes minutes under it);
+ * with "missing", run where OpenCL cannot be opened (TVM_RT_OPENCL_LIBRARY names no library): OpenCL
+ * models fail with a clear error, CPU models still run. */
 #include "executor.h"
 
 static int64_t device_attr(int device_type, int device_id, int kind, int* code) {
@@ -118,11 +120,56 @@ static void check_sharing(const char* root) {
   OK(TVMModFree(lib4));
 }
 
+/* A machine without OpenCL: no device exists, OpenCL models fail with an error saying what is
+ * missing, CPU models run. */
+static int check_missing(const char* root) {
+  int code = 0;
+  CHECK(device_attr(kDLOpenCL, 0, 0, &code) == 0 && code == kDLInt, "no OpenCL device exists");
+  int64_t shape[1] = {4};
+  TVMArrayHandle a = NULL;
+  CHECK(TVMArrayAlloc(shape, 1, kDLFloat, 32, 1, kDLOpenCL, 0, &a) == -1, "an OpenCL array");
+  CHECK(strstr(TVMGetLastError(), "OpenCL is not available") != NULL, "%s", TVMGetLastError());
+  char dir[600], path[700];
+  snprintf(dir, sizeof dir, "%s/mlp_cl", root);
+  snprintf(path, sizeof path, "%s/lib.so", dir);
+  TVMModuleHandle lib = NULL;
+  OK(TVMModLoadFromFile(path, "so", &lib)); /* loading touches no OpenCL */
+  TVMFunctionHandle f = NULL;
+  OK(TVMModGetFunction(lib, "default", 0, &f));
+  TVMValue v[1], r;
+  int c[1] = {kDLDevice}, rc = 0;
+  v[0].v_device.device_type = kDLOpenCL;
+  v[0].v_device.device_id = 0;
+  CHECK(TVMFuncCall(f, v, c, 1, &r, &rc) == -1, "an executor on OpenCL");
+  CHECK(strstr(TVMGetLastError(), "OpenCL is not available") != NULL, "%s", TVMGetLastError());
+  TVMFuncFree(f);
+  OK(TVMModFree(lib));
+  /* The CPU still works. */
+  snprintf(dir, sizeof dir, "%s/../mlp_b1", root);
+  Fixture fx;
+  CHECK(load_fixture(dir, &fx) == 0, "cannot read %s", dir);
+  snprintf(path, sizeof path, "%s/lib.so", dir);
+  OK(TVMModLoadFromFile(path, "so", &lib));
+  TVMModuleHandle m = lib ? create_from_factory(lib) : NULL;
+  if (m) {
+    run_and_check(m, &fx, "CPU model without OpenCL");
+    OK(TVMModFree(m));
+  }
+  if (lib) OK(TVMModFree(lib));
+  if (g_failures) {
+    fprintf(stderr, "%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("without OpenCL: all checks passed\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <fixtures/opencl>\n", argv[0]);
+    fprintf(stderr, "usage: %s <fixtures/opencl> [arrays|missing]\n", argv[0]);
     return 2;
   }
+  if (argc > 2 && !strcmp(argv[2], "missing")) return check_missing(argv[1]);
   int code = 0;
   int64_t exist = device_attr(kDLOpenCL, 0, 0, &code);
   if (code != kDLInt || exist != 1) {

@@ -130,7 +130,7 @@
 // tensor is the payload's first field, right after the 16-byte header.
 #define NDARRAY_TENSOR_OFFSET 16
 
-// Device type codes (`DLDeviceType`). The CPU and OpenCL are served (`crate::device`).
+// Device type codes (`DLDeviceType`). The CPU and OpenCL are served (see the device module).
 typedef int32_t DLDeviceType;
 
 // A device: type and ordinal. 8 bytes.

@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_void};
 
-/// Device type codes (`DLDeviceType`). The CPU and OpenCL are served (`crate::device`).
+/// Device type codes (`DLDeviceType`). The CPU and OpenCL are served (see the device module).
 pub type DLDeviceType = i32;
 pub const kDLCPU: DLDeviceType = 1;
 pub const kDLCUDA: DLDeviceType = 2;

@@ -8,14 +8,14 @@ use crate::dtype;
 use crate::error::{Error, Result};
 use serde_json::{Map, Value};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum NodeKind {
     /// A graph input or parameter.
     Input,
     Op(OpAttrs),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct OpAttrs {
     pub func_name: String,
     pub num_inputs: usize,
@@ -25,7 +25,7 @@ pub struct OpAttrs {
     pub extra: Vec<(String, String)>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Node {
     pub name: String,
     pub kind: NodeKind,
@@ -33,7 +33,7 @@ pub struct Node {
     pub inputs: Vec<(usize, usize)>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub dtype: DLDataType,
     pub shape: Box<[i64]>,
@@ -42,7 +42,7 @@ pub struct Entry {
     pub scope: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Graph {
     pub nodes: Vec<Node>,
     pub arg_nodes: Vec<usize>,

@@ -279,3 +279,35 @@ fn kernel_build_errors_are_errors() {
     truncated.truncate(truncated.len() - 3);
     assert!(OpenClModule::from_bytes(&truncated).is_err());
 }
+
+/// Executors on several threads launch the same kernels at once (each kernel's arguments are set
+/// and enqueued under its own lock): every run gives upstream's bytes.
+#[test]
+fn concurrent_executors_share_kernels() {
+    if !have_opencl() {
+        return;
+    }
+    let f = Fixture::load("opencl/mlp_unbound_cl_b1");
+    let lib = f.load_lib();
+    let first = f.executor_without_params_on(&lib, CL);
+    exec(&first).load_params(&f.params()).unwrap();
+    let executors: Vec<_> = (0..4)
+        .map(|_| {
+            let m = f.executor_without_params_on(&lib, CL);
+            exec(&m).share_params(exec(&first), &f.params()).unwrap();
+            m
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for m in &executors {
+            let f = &f;
+            s.spawn(move || {
+                for _ in 0..20 {
+                    f.set_inputs(m);
+                    exec(m).run().unwrap();
+                    f.check_outputs(m, "concurrent");
+                }
+            });
+        }
+    });
+}

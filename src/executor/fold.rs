@@ -6,10 +6,93 @@
 
 use super::kernels::{Mem, Ops};
 use super::layout::{Home, Layout};
-use super::plan::Plan;
+use super::plan::{OpKind, Plan};
 use crate::error::{Error, Result};
+use crate::object::ObjRef;
 use crate::tensor::{weight, Buffer, Weight};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Per slot, the weight folding reads (`None`: not a constant).
+pub type Sources = [Option<Weak<Weight>>];
+
+/// What one executor folded: executors of the same plan binding the same weights with the same
+/// layout (K executors sharing one model's weights) take its results instead of running the
+/// operators again. Weak throughout: the cache keeps nothing alive.
+struct Folded {
+    plan: Weak<Plan>,
+    folded: Vec<bool>,
+    homes: Vec<Home>,
+    sources: Vec<Option<Weak<Weight>>>,
+    derived: Vec<Option<Weak<Weight>>>,
+}
+
+static FOLDED: Mutex<Vec<Folded>> = Mutex::new(Vec::new());
+
+/// Whether two source lists name the same weights.
+pub fn same_sources(a: &Sources, b: &Sources) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) => a.ptr_eq(b),
+            (None, None) => true,
+            _ => false,
+        })
+}
+
+/// Whether the operators `folded` marks compute the same in both plans: the same graph on the same
+/// device, each calling the same function (executors made one by one from the same model have
+/// plans of their own).
+fn same_model(a: &Plan, b: &Plan, folded: &[bool]) -> bool {
+    if std::ptr::eq(a, b) {
+        return true;
+    }
+    let same_call = |x: &OpKind, y: &OpKind| match (x, y) {
+        (OpKind::Nop, OpKind::Nop) | (OpKind::Copy, OpKind::Copy) => true,
+        (OpKind::Kernel { raw: Some(f), .. }, OpKind::Kernel { raw: Some(g), .. }) => *f as usize == *g as usize,
+        (OpKind::Kernel { func: f, raw: None }, OpKind::Kernel { func: g, raw: None }) => ObjRef::ptr_eq(f, g),
+        _ => false,
+    };
+    a.device == b.device
+        && a.graph == b.graph
+        && a.ops.iter().zip(&b.ops).zip(folded).all(|((x, y), &f)| !f || same_call(&x.kind, &y.kind))
+}
+
+/// The results an executor of the same model already derived from exactly these weights with
+/// this layout, when they are all still alive.
+pub fn cached(plan: &Arc<Plan>, layout: &Layout, sources: &Sources) -> Option<Vec<Option<Arc<Weight>>>> {
+    let cache = FOLDED.lock().unwrap_or_else(|e| e.into_inner());
+    cache
+        .iter()
+        .filter(|f| {
+            f.folded == layout.folded
+                && f.plan.upgrade().is_some_and(|p| same_model(&p, plan, &layout.folded))
+                && f.homes == layout.homes
+                && same_sources(&f.sources, sources)
+        })
+        .find_map(|f| {
+            // Every result alive, or no hit (`None` inside: a root that keeps nothing).
+            f.derived
+                .iter()
+                .map(|d| match d {
+                    None => Some(None),
+                    Some(w) => w.upgrade().map(Some),
+                })
+                .collect::<Option<Vec<_>>>()
+        })
+}
+
+/// Records what folding `plan` with `layout` on `sources` derived, for [`cached`].
+pub fn remember(plan: &Arc<Plan>, layout: &Layout, sources: &Sources, derived: &[Option<Arc<Weight>>]) {
+    let mut cache = FOLDED.lock().unwrap_or_else(|e| e.into_inner());
+    // Entries whose plan or results are gone can never be used again.
+    cache.retain(|f| f.plan.strong_count() > 0 && f.derived.iter().flatten().all(|d| d.strong_count() > 0));
+    cache.push(Folded {
+        plan: Arc::downgrade(plan),
+        folded: layout.folded.clone(),
+        homes: layout.homes.clone(),
+        sources: sources.to_vec(),
+        derived: derived.iter().map(|d| d.as_ref().map(Arc::downgrade)).collect(),
+    });
+}
 
 /// Runs the operators `layout` folds on the weights `ops` is bound to; returns, per alias root,
 /// the derived weight of each result the layout keeps. Leaves those results' entries unbound:

@@ -261,10 +261,17 @@ impl Instance {
         let sources = self.fold_sources(&facts.constant_slot);
         let refold = layout.folded != self.layout.folded
             || layout.homes != self.layout.homes
-            || !same(&sources, &self.derived_from);
+            || !fold::same_sources(&sources, &self.derived_from);
         let mut derived = None;
         if refold && layout.folds_anything() {
-            match fold::fold(&plan, &mut self.ops, &layout) {
+            // Another executor of this plan may have folded these very weights already.
+            let folded = match fold::cached(&plan, &layout, &sources) {
+                Some(d) => Ok(d),
+                None => {
+                    fold::fold(&plan, &mut self.ops, &layout).inspect(|d| fold::remember(&plan, &layout, &sources, d))
+                }
+            };
+            match folded {
                 Ok(d) => derived = Some(d),
                 // An operator failed on the weights (or memory ran out): fold nothing, so every
                 // operator runs at `run`, which reports the failure where upstream does.
@@ -692,15 +699,6 @@ impl LayoutFacts {
 }
 
 /// Whether two lists of weights name the same weights.
-fn same(a: &[Option<Weak<Weight>>], b: &[Option<Weak<Weight>>]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(a, b)| match (a, b) {
-            (Some(a), Some(b)) => a.ptr_eq(b),
-            (None, None) => true,
-            _ => false,
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
