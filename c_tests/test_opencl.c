@@ -188,8 +188,11 @@ int main(int argc, char** argv) {
   CHECK(code == kTVMStr, "device name is a string (code %d)", code);
   check_arrays();
   int arrays_only = argc > 2 && !strcmp(argv[2], "arrays");
-  const char* models[] = {"mlp_cl", "mlp_unbound_cl_b1", "mlp_unbound_cl_b4", "convnet_unbound_cl", "fold_cl"};
-  for (int i = 0; i < 5 && !arrays_only; i++) {
+    /* hetero_cl places a CPU operator between OpenCL ones; given OpenCL alone, its CPU entries go to
+   * the CPU. */
+  const char* models[] = {"mlp_cl", "mlp_unbound_cl_b1", "mlp_unbound_cl_b4", "convnet_unbound_cl", "fold_cl",
+                          "hetero_cl"};
+  for (int i = 0; i < 6 && !arrays_only; i++) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", argv[1], models[i]);
     check_model(dir, 1);

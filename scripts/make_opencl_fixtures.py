@@ -100,6 +100,16 @@ def small_models():
     y = relay.nn.relu(relay.nn.dense(x, relay.transpose(w) * relay.const(2.0)))
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, w], y)))
     models["fold_cl"] = (mod, {"w": tvm.nd.array(rng.uniform(-1, 1, (16, 8)).astype("float32"))}, False)
+
+    # Heterogeneous: a dense on OpenCL, a CPU fallback operator in the middle (on_device), a softmax
+    # back on OpenCL; the graph carries device_index and __copy nodes between the devices.
+    x = relay.var("x", shape=(1, 16))
+    w = relay.var("w", shape=(8, 16))
+    y = relay.annotation.on_device(relay.nn.dense(x, w), tvm.cl(0))
+    z = relay.annotation.on_device(relay.tanh(y) * relay.const(3.0), tvm.cpu())
+    out = relay.nn.softmax(z)
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, w], out)))
+    models["hetero_cl"] = (mod, {"w": tvm.nd.array(rng.uniform(-1, 1, (8, 16)).astype("float32"))}, False)
     return models, rng
 
 
@@ -112,14 +122,18 @@ def build(out, only=None, bench=False):
         if only and name not in only:
             continue
         targets = [("", tvm.target.Target("opencl", host=HOST))]
-        if not bench:
+        if name == "hetero_cl":
+            # OpenCL by default, the CPU where annotated.
+            targets = [("", [tvm.target.Target("opencl", host=HOST), tvm.target.Target(HOST)])]
+        if not bench and name != "hetero_cl":
             targets.append(("_cpu", tvm.target.Target(HOST)))
         for suffix, target in targets:
             d = os.path.join(out, name + suffix)
             if os.path.isdir(d):
                 shutil.rmtree(d)
             os.makedirs(d)
-            with tvm.transform.PassContext(opt_level=3):
+            config = {"relay.fallback_device_type": 4} if isinstance(target, list) else {}
+            with tvm.transform.PassContext(opt_level=3, config=config):
                 lib = relay.build(mod, target=target, params=params if bind else None)
             lib.export_library(os.path.join(d, "lib.so"))
             with open(os.path.join(d, "graph.json"), "w") as f:
@@ -140,7 +154,7 @@ def build(out, only=None, bench=False):
                 arr.tofile(os.path.join(d, fname))
                 ins.append({"name": p.name_hint, "dtype": str(arr.dtype), "shape": list(arr.shape), "file": fname})
             meta = {"model": name + suffix, "factory_weights": bind, "inputs": ins,
-                    "device": "opencl" if suffix == "" else "cpu"}
+                    "device": ("opencl+cpu" if name == "hetero_cl" else "opencl") if suffix == "" else "cpu"}
             with open(os.path.join(d, "build.json"), "w") as f:
                 json.dump(meta, f)
             print("built", name + suffix)
@@ -156,9 +170,10 @@ def reference(out):
             continue
         with open(meta_path) as f:
             meta = json.load(f)
-        dev = tvm.cl(0) if meta["device"] == "opencl" else tvm.cpu(0)
+        devs = {"opencl": [tvm.cl(0)], "cpu": [tvm.cpu(0)], "opencl+cpu": [tvm.cl(0), tvm.cpu(0)]}[meta["device"]]
+        dev = devs[0]
         lib = tvm.runtime.load_module(os.path.join(d, "lib.so"))
-        m = graph_executor.GraphModule(lib["default"](dev))
+        m = graph_executor.GraphModule(lib["default"](*devs))
         if not meta["factory_weights"]:
             with open(os.path.join(d, "params.bin"), "rb") as f:
                 m.load_params(bytearray(f.read()))

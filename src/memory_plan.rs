@@ -79,13 +79,13 @@ impl StoragePlan {
 
     /// Where each activation slot lives inside one shared arena (64-byte aligned offsets), and the
     /// arena size this graph needs.
-    pub fn arena_layout(&self) -> Result<(Vec<Option<usize>>, usize)> {
+    pub fn arena_layout(&self, align: usize) -> Result<(Vec<Option<usize>>, usize)> {
         let mut end = 0usize;
         let mut offsets = Vec::with_capacity(self.slots.len());
         for s in &self.slots {
             offsets.push(if s.role == SlotRole::Activation {
                 let at = end;
-                end = s.bytes.checked_next_multiple_of(64).and_then(|b| end.checked_add(b)).ok_or_else(|| {
+                end = s.bytes.checked_next_multiple_of(align).and_then(|b| end.checked_add(b)).ok_or_else(|| {
                     Error::value("the activations of this graph add up to more memory than can be addressed")
                 })?;
                 Some(at)

@@ -218,7 +218,7 @@ fn bad_input_on_devices() {
     let mut args = tvm_runtime::packed::ArgsBuilder::new();
     args.str(&cpu.graph_json()).object(lib.into_any()).int(4).int(0);
     let e = create.call(&args.args()).unwrap_err();
-    assert!(e.to_string().contains("built for cpu"), "{e}");
+    assert!(e.to_string().contains("built for the CPU"), "{e}");
     let f = Fixture::load("opencl/mlp_cl");
     let lib = f.load_lib();
     let mut args = tvm_runtime::packed::ArgsBuilder::new();
@@ -310,4 +310,50 @@ fn concurrent_executors_share_kernels() {
             });
         }
     });
+}
+
+/// A graph on two devices (`device_index`: a dense and a softmax on OpenCL, a CPU fallback
+/// operator between them, `__copy` nodes across): upstream's bytes through the factory and
+/// `create` given both devices, and given OpenCL alone (CPU entries go to the CPU).
+#[test]
+fn heterogeneous_graphs_run_on_both_devices() {
+    use tvm_runtime::module::Module;
+    use tvm_runtime::packed::{registry, ArgsBuilder};
+    if !have_opencl() {
+        return;
+    }
+    let f = Fixture::load("opencl/hetero_cl");
+    let lib = f.load_lib();
+    let both = [CL, DLDevice::CPU];
+    let default = Module::get_function(&lib, "default", false).unwrap().unwrap();
+    let mut a = ArgsBuilder::new();
+    a.device(CL).device(DLDevice::CPU);
+    let from_factory = default.call(&a.args()).unwrap().into_object::<Module>().unwrap();
+    let create = registry::get("tvm.graph_executor.create").unwrap();
+    let mut a = ArgsBuilder::new();
+    a.str(&f.graph_json()).object(lib.clone().into_any());
+    for d in both {
+        a.int(d.device_type as i64).int(d.device_id as i64);
+    }
+    let from_create = create.call(&a.args()).unwrap().into_object::<Module>().unwrap();
+    let cl_only = f.executor_without_params_on(&lib, CL);
+    for (m, how) in [(&from_factory, "factory"), (&from_create, "create"), (&cl_only, "OpenCL given alone")] {
+        exec(m).load_params(&f.params()).unwrap();
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        f.check_outputs(m, how);
+        exec(m).run().unwrap();
+        f.check_outputs(m, how);
+        let plan = exec(m).plan();
+        assert_eq!(plan.devices, both, "{how}");
+        assert!(plan.entry_device.contains(&DLDevice::CPU) && plan.entry_device.contains(&CL));
+    }
+    // Executors sharing weights and activations: the arena spans two devices, so it stays each
+    // executor's own.
+    let e = exec(&from_create).share_activations(exec(&cl_only)).unwrap_err();
+    assert!(e.to_string().contains("one and the same device"), "{e}");
+    // A graph on OpenCL and the CPU, given a CUDA device: refused.
+    let mut a = ArgsBuilder::new();
+    a.str(&f.graph_json()).object(lib.into_any()).int(2).int(0);
+    assert!(create.call(&a.args()).is_err());
 }

@@ -40,16 +40,12 @@ impl GraphExecutor {
         let Some(op) = self.plan.ops.iter().position(|o| o.node == node) else {
             return Ok(vec![0.0; s.repeat as usize]);
         };
-        let device = self.plan.device;
-        let api = crate::device::api_of(device)?;
         let mut st = self.lock();
-        repeat_timed(s, || Ok(()), || st.run_ops(op..op + 1), &|| api.sync(device.device_id))
+        repeat_timed(s, || Ok(()), || st.run_ops(op..op + 1), &|| self.plan.sync())
     }
 
     /// Runs every operator once, in order, timing each: `(node, start since the first, duration)`.
     pub fn timed_run(&self) -> Result<Vec<(usize, std::time::Duration, std::time::Duration)>> {
-        let device = self.plan.device;
-        let api = crate::device::api_of(device)?;
         let mut st = self.lock();
         let t0 = std::time::Instant::now();
         let mut out = Vec::with_capacity(self.plan.ops.len());
@@ -57,7 +53,7 @@ impl GraphExecutor {
             let start = std::time::Instant::now();
             st.run_ops(i..i + 1)?;
             // An operator's time on a device is until the device has done it.
-            api.sync(device.device_id)?;
+            self.plan.sync()?;
             out.push((op.node, start - t0, start.elapsed()));
         }
         Ok(out)

@@ -81,16 +81,23 @@ impl Factory {
 
     /// A new executor on `device`, bound to the factory's weights.
     pub fn create_executor(&self, this: &ObjRef<Module>, device: DLDevice) -> Result<ObjRef<Module>> {
-        self.create(this, device, false)
+        self.create(this, &[device], false)
     }
 
-    fn create(&self, this: &ObjRef<Module>, device: DLDevice, debug: bool) -> Result<ObjRef<Module>> {
-        let cached = self.plan.get_or_try_init(|| Plan::new(&self.graph_json, Factory::library(this)?, device))?;
-        // One plan serves every executor on the first device; another device gets its own.
-        let plan = if cached.device == device {
+    /// A new executor on `devices` (the first the primary one; several for graphs on several
+    /// device types), bound to the factory's weights.
+    pub fn create_executor_on(&self, this: &ObjRef<Module>, devices: &[DLDevice]) -> Result<ObjRef<Module>> {
+        self.create(this, devices, false)
+    }
+
+    fn create(&self, this: &ObjRef<Module>, devices: &[DLDevice], debug: bool) -> Result<ObjRef<Module>> {
+        let cached =
+            self.plan.get_or_try_init(|| Plan::with_devices(&self.graph_json, Factory::library(this)?, devices))?;
+        // One plan serves every executor on the first devices; other devices get their own.
+        let plan = if cached.given == devices {
             cached.clone()
         } else {
-            Plan::new(&self.graph_json, Factory::library(this)?, device)?
+            Plan::with_devices(&self.graph_json, Factory::library(this)?, devices)?
         };
         let exec = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
         for param in &self.params {
@@ -101,15 +108,22 @@ impl Factory {
     }
 }
 
-fn devices(args: &Args<'_>) -> Result<DLDevice> {
+/// The devices a factory function is given: Device values, or (dev_type, dev_id) pairs as
+/// upstream's C++ also accepts.
+fn devices(args: &Args<'_>) -> Result<Vec<DLDevice>> {
     if args.is_empty() {
         return Err(Error::type_err("expected at least one device"));
     }
     if args.code(0) != kDLDevice {
-        // Upstream's C++ also accepts (dev_type, dev_id) pairs here.
-        return Ok(DLDevice { device_type: args.int32(0)?, device_id: args.int32(1)? });
+        if args.len() % 2 != 0 {
+            return Err(Error::type_err("devices must be given as (device_type, device_id) pairs"));
+        }
+        return (0..args.len())
+            .step_by(2)
+            .map(|i| Ok(DLDevice { device_type: args.int32(i)?, device_id: args.int32(i + 1)? }))
+            .collect();
     }
-    args.device(0)
+    (0..args.len()).map(|i| args.device(i)).collect()
 }
 
 fn factory(m: &ObjRef<Module>) -> &Factory {
@@ -125,8 +139,8 @@ impl ModuleNode for Factory {
         let m = this.clone();
         Ok(Some(match name {
             n if n == self.module_name => PackedFunc::native(move |a| {
-                let dev = devices(a)?;
-                factory(&m).create_executor(&m, dev).map(Into::into).map_err(|e| e.context("GraphExecutorFactory"))
+                let devs = devices(a)?;
+                factory(&m).create_executor_on(&m, &devs).map(Into::into).map_err(|e| e.context("GraphExecutorFactory"))
             }),
             "debug_create" => PackedFunc::native(move |a| {
                 let f = factory(&m);
@@ -138,7 +152,7 @@ impl ModuleNode for Factory {
                 } else {
                     DLDevice { device_type: a.int32(1)?, device_id: a.int32(2)? }
                 };
-                f.create(&m, dev, true).map(Into::into).map_err(|e| e.context("debug_create"))
+                f.create(&m, &[dev], true).map(Into::into).map_err(|e| e.context("debug_create"))
             }),
             "get_graph_json" => PackedFunc::native(move |_| Ok(RetValue::Str(factory(&m).graph_json.clone()))),
             // Copies, as upstream: the factory's weights are what its executors run on.

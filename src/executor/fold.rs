@@ -108,7 +108,7 @@ pub fn fold(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Ar
         for &e in op.outputs() {
             let r = root[e];
             if layout.homes[e] != Home::Slot && scratch[r].is_none() {
-                scratch[r] = Some(Arc::new(Buffer::zeroed_on(plan.device, plan.root_bytes[r])?));
+                scratch[r] = Some(Arc::new(Buffer::zeroed_on(plan.entry_device[r], plan.root_bytes[r])?));
             }
         }
         op.inputs().iter().for_each(|&e| last_read[root[e]] = Some(i));

@@ -12,6 +12,7 @@ use super::arena::Arena;
 use super::fold;
 use super::kernels::{External, Mem, Ops, ZeroCopy};
 use super::layout::{self, Folding, Home, Layout};
+use super::plan::Part;
 use super::plan::Plan;
 use crate::error::{Error, Result};
 use crate::memory_plan::SlotRole;
@@ -60,18 +61,47 @@ enum Activations {
     /// Not laid out yet.
     #[default]
     None,
-    /// This executor's own arena.
-    Own(Arc<Buffer>),
-    /// An arena shared with executors that run in turn, and the generation of it bound.
+    /// This executor's own arena: a buffer per part (per device).
+    Own(Parts),
+    /// An arena shared with executors that run in turn (one device), and the generation of it bound.
     Shared { arena: Arc<Arena>, buffer: Arc<Buffer>, generation: u64 },
 }
 
 impl Activations {
-    fn buffer(&self) -> Option<&Arc<Buffer>> {
+    fn at(&self, offset: usize) -> Mem {
         match self {
-            Activations::None => None,
-            Activations::Own(b) | Activations::Shared { buffer: b, .. } => Some(b),
+            Activations::None => Mem::None,
+            Activations::Own(parts) => parts.at(offset),
+            Activations::Shared { buffer, .. } => Mem::Buffer(buffer.clone(), offset),
         }
+    }
+}
+
+/// A region of the layout (the activation arena, the output region) in memory: one buffer per
+/// part, each on its part's device, at the part's base offset in the region.
+#[derive(Clone, Default)]
+struct Parts(Vec<(Part, Arc<Buffer>)>);
+
+impl Parts {
+    fn new(parts: &[Part]) -> Result<Parts> {
+        parts.iter().map(|&p| Ok((p, Arc::new(Buffer::zeroed_on(p.device, p.len)?)))).collect::<Result<_>>().map(Parts)
+    }
+
+    /// Whether this memory has exactly these parts.
+    fn fits(&self, parts: &[Part]) -> bool {
+        self.0.len() == parts.len() && self.0.iter().zip(parts).all(|((a, _), b)| a == b)
+    }
+
+    /// The memory at `offset` of the region.
+    fn at(&self, offset: usize) -> Mem {
+        self.0
+            .iter()
+            .find(|(p, _)| (p.base..p.base + p.len).contains(&offset))
+            .map_or(Mem::None, |(p, b)| Mem::Buffer(b.clone(), offset - p.base))
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.iter().map(|(p, _)| p.len).sum()
     }
 }
 
@@ -97,7 +127,7 @@ pub struct Instance {
     derived_from: Vec<Option<Weak<Weight>>>,
     activations: Activations,
     /// The graph outputs' region (`Home::Output`), allocated at the first layout and kept.
-    outputs: Option<Arc<Buffer>>,
+    outputs: Option<Parts>,
     /// Per entry: the array `entry_view` handed out, handed out again while it shows the entry.
     /// Upstream hands out its entries themselves, so a host's array follows the entry's zero-copy
     /// bindings; `refresh` points these arrays wherever the entry goes, when they can follow.
@@ -177,11 +207,10 @@ impl Instance {
         if let Some(x) = self.entry_override[eid].or(self.slot_override[sid]) {
             return Mem::External(x);
         }
-        let at = |b: Option<&Arc<Buffer>>, at: usize| b.map_or(Mem::None, |b| Mem::Buffer(b.clone(), at));
         match self.layout.homes.get(eid).copied().unwrap_or(Home::Slot) {
             Home::Slot => self.slots[sid].memory(),
-            Home::Arena(offset) => at(self.activations.buffer(), offset),
-            Home::Output(offset) => at(self.outputs.as_ref(), offset),
+            Home::Arena(offset) => self.activations.at(offset),
+            Home::Output(offset) => self.outputs.as_ref().map_or(Mem::None, |o| o.at(offset)),
             Home::Derived => {
                 self.derived.get(self.plan.alias_root[eid]).cloned().flatten().map_or(Mem::None, Mem::Weight)
             }
@@ -242,10 +271,10 @@ impl Instance {
     /// Bytes of this executor's own activation memory: its arena (unless shared) and its outputs.
     pub fn own_activation_bytes(&self) -> usize {
         let arena = match &self.activations {
-            Activations::Own(b) => b.len(),
+            Activations::Own(parts) => parts.bytes(),
             _ => 0,
         };
-        arena + self.outputs.as_ref().map_or(0, |b| b.len())
+        arena + self.outputs.as_ref().map_or(0, Parts::bytes)
     }
 
     /// Brings the layout up to date with the bindings: decides what to fold, runs the folded
@@ -332,21 +361,19 @@ impl Instance {
     /// The output region (allocated once) and the activation memory `layout` needs.
     fn memory_for(&mut self, layout: &Layout) -> Result<Activations> {
         if self.outputs.is_none() && self.plan.output_region_bytes > 0 {
-            self.outputs = Some(Arc::new(Buffer::zeroed_on(self.plan.device, self.plan.output_region_bytes)?));
+            self.outputs = Some(Parts::new(&self.plan.output_parts)?);
         }
-        self.activations_for(layout.arena_bytes)
+        self.activations_for(layout)
     }
 
-    /// Activation memory of `need` bytes: this executor's own arena (a new one whenever the size
-    /// changes, so a smaller layout returns memory), or the shared one, grown if needed.
-    fn activations_for(&self, need: usize) -> Result<Activations> {
+    /// Activation memory for `layout`: this executor's own arena (new whenever its parts change,
+    /// so a smaller layout returns memory), or the shared one, grown if needed.
+    fn activations_for(&self, layout: &Layout) -> Result<Activations> {
         Ok(match &self.activations {
-            Activations::Own(b) if b.len() == need => Activations::Own(b.clone()),
-            Activations::None | Activations::Own(_) => {
-                Activations::Own(Arc::new(Buffer::zeroed_on(self.plan.device, need)?))
-            }
+            Activations::Own(parts) if parts.fits(&layout.arena_parts) => Activations::Own(parts.clone()),
+            Activations::None | Activations::Own(_) => Activations::Own(Parts::new(&layout.arena_parts)?),
             Activations::Shared { arena, .. } => {
-                arena.reserve(need)?;
+                arena.reserve(layout.arena_bytes)?;
                 let (buffer, generation) = arena.current();
                 Activations::Shared { arena: arena.clone(), buffer, generation }
             }
@@ -359,10 +386,10 @@ impl Instance {
         let bytes = self.plan.storage.slots[sid].bytes;
         let fresh = match &self.slots[sid] {
             SlotMemory::Owned(_) => return Ok(()),
-            SlotMemory::Unbound => Buffer::zeroed_on(self.plan.device, bytes)?,
+            SlotMemory::Unbound => Buffer::zeroed_on(self.plan.slot_device[sid], bytes)?,
             SlotMemory::Weight(w) => {
                 self.stale = true;
-                w.to_buffer(self.plan.device, 0, bytes)?
+                w.to_buffer(self.plan.slot_device[sid], 0, bytes)?
             }
         };
         self.slots[sid] = SlotMemory::owned(fresh);
@@ -418,7 +445,7 @@ impl Instance {
         }
         let weight = match std::mem::take(&mut self.slots[sid]) {
             SlotMemory::Weight(w) => w,
-            SlotMemory::Unbound => Arc::new(Weight::freeze(Buffer::zeroed_on(self.plan.device, bytes)?)),
+            SlotMemory::Unbound => Arc::new(Weight::freeze(Buffer::zeroed_on(self.plan.slot_device[sid], bytes)?)),
             SlotMemory::Owned(buf) => match Arc::try_unwrap(buf) {
                 Ok(buf) => Arc::new(Weight::freeze(buf)),
                 Err(buf) => {
@@ -587,11 +614,12 @@ impl Instance {
 
     fn check_external(&self, eid: usize, t: RawTensor<'_>) -> Result<()> {
         let e = &self.plan.graph.entries[eid];
-        if t.device() != self.plan.device {
+        let device = self.plan.entry_device[eid];
+        if t.device() != device {
             return Err(Error::value(format!(
-                "zero-copy tensor is on device {:?}, the executor on {:?}",
+                "zero-copy tensor is on device {:?}, the entry on {:?}",
                 t.device(),
-                self.plan.device
+                device
             )));
         }
         if crate::device::is_host(t.device()) {
@@ -621,8 +649,10 @@ impl Instance {
     fn bind_all(&mut self) -> Result<()> {
         for sid in 0..self.slots.len() {
             if !self.slots[sid].is_bound() && self.plan.storage.slots[sid].role == SlotRole::Input {
-                self.slots[sid] =
-                    SlotMemory::owned(Buffer::zeroed_on(self.plan.device, self.plan.storage.slots[sid].bytes)?);
+                self.slots[sid] = SlotMemory::owned(Buffer::zeroed_on(
+                    self.plan.slot_device[sid],
+                    self.plan.storage.slots[sid].bytes,
+                )?);
             }
         }
         self.refresh()
@@ -630,8 +660,8 @@ impl Instance {
 
     /// Moves this executor's activations into `arena` (its own are released).
     pub fn join_arena(&mut self, arena: Arc<Arena>) -> Result<()> {
-        if arena.device() != self.plan.device {
-            return Err(Error::value("executors on different devices cannot share an activation arena"));
+        if arena.device() != self.plan.device || self.plan.devices.len() > 1 {
+            return Err(Error::value("only executors on one and the same device can share an activation arena"));
         }
         self.prepare()?;
         arena.reserve(self.layout.arena_bytes)?;

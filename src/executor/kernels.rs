@@ -126,8 +126,8 @@ pub struct Ops {
     /// Bytes of each entry (the plan's), what every binding must cover.
     bytes: Vec<usize>,
     calls: Vec<OpCall>,
-    /// The device the tensors are on.
-    device: DLDevice,
+    /// Per entry: the device its tensor is on.
+    devices: Vec<DLDevice>,
 }
 
 // SAFETY: the table's pointers address memory `memory` keeps alive, the plan's shapes (the plan
@@ -141,9 +141,10 @@ impl Ops {
             plan.graph
                 .entries
                 .iter()
-                .map(|e| DLTensor {
+                .zip(&plan.entry_device)
+                .map(|(e, &device)| DLTensor {
                     data: std::ptr::null_mut(),
-                    device: plan.device,
+                    device,
                     ndim: e.shape.len() as i32,
                     dtype: e.dtype,
                     // Kernels never write shapes; the plan outlives the executor's tensors.
@@ -170,7 +171,13 @@ impl Ops {
             })
             .collect();
         let n = plan.graph.num_entries();
-        Ops { tensors, memory: vec![Mem::None; n], bytes: plan.entry_bytes.clone(), calls, device: plan.device }
+        Ops {
+            tensors,
+            memory: vec![Mem::None; n],
+            bytes: plan.entry_bytes.clone(),
+            calls,
+            devices: plan.entry_device.clone(),
+        }
     }
 
     /// Points entry `eid` at `mem`, which must cover the entry's bytes. Fails only when a device
@@ -186,7 +193,7 @@ impl Ops {
             Mem::Weight(w) => {
                 assert!(bytes <= w.len(), "entry {eid} ({bytes} bytes) in a weight of {}", w.len());
                 // Kernels take every argument as `void*`; weights are only ever operator inputs.
-                w.data_on(self.device)
+                w.data_on(self.devices[eid])
             }
             Mem::External(External(p)) => Ok(*p),
         };
@@ -245,7 +252,7 @@ impl Ops {
     fn writable(&self, eid: usize) -> Result<Place> {
         match &self.memory[eid] {
             Mem::Buffer(b, at) => Ok(b.place(*at)),
-            Mem::External(External(p)) => Ok(Place { data: *p, offset: 0, device: self.device }),
+            Mem::External(External(p)) => Ok(Place { data: *p, offset: 0, device: self.devices[eid] }),
             Mem::Weight(_) => Err(Error::internal(format!("entry {eid} is a weight: it is never written in place"))),
             Mem::None => Err(Error::internal(format!("entry {eid} has no memory to write"))),
         }
@@ -255,7 +262,7 @@ impl Ops {
     fn readable(&self, eid: usize) -> Place {
         match &self.memory[eid] {
             Mem::Buffer(b, at) => b.place(*at),
-            _ => Place { data: self.tensors.data(eid), offset: 0, device: self.device },
+            _ => Place { data: self.tensors.data(eid), offset: 0, device: self.devices[eid] },
         }
     }
 
@@ -306,7 +313,7 @@ impl Ops {
             Mem::Buffer(b, at) => Some(NDArray::view_of(b, *at, shape, dtype)?),
             // SAFETY: caller memory bound with zero-copy, which the caller keeps alive for as long
             // as it is bound (`ZeroCopy::new`).
-            Mem::External(External(p)) => Some(unsafe { NDArray::external(*p, shape, dtype, self.device) }),
+            Mem::External(External(p)) => Some(unsafe { NDArray::external(*p, shape, dtype, self.devices[eid]) }),
             Mem::Weight(_) | Mem::None => None,
         })
     }

@@ -10,12 +10,10 @@
 
 #![forbid(unsafe_code)]
 
-use super::plan::Plan;
+use super::plan::{Part, Plan};
 use crate::error::{Error, Result};
 use crate::memory_plan::SlotRole;
 use crate::tensor::Weight;
-
-/// Kernels may assume TVM's allocation alignment for every tensor.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Home {
@@ -86,7 +84,10 @@ pub struct Layout {
     pub homes: Vec<Home>,
     /// Per operator: folded (never run by `run`).
     pub folded: Vec<bool>,
+    /// Bytes of the activation arena, all parts.
     pub arena_bytes: usize,
+    /// The arena's parts, one per device its values are on (one part on a single device).
+    pub arena_parts: Vec<Part>,
     /// The liveness bound: graph inputs that are not weights and the output region, plus the
     /// largest sum of arena
     /// values live at one operator. No layout of these values can be smaller.
@@ -132,14 +133,15 @@ impl Layout {
             plan.output_offsets.iter().zip(&plan.root_bytes).filter(|(at, _)| at.is_some()).map(|(_, &b)| b).sum();
         let bound = inputs + outputs + values.peak();
         if !plan.liveness_layout {
-            let (offsets, arena_bytes) = plan.storage.arena_layout()?;
+            let (offsets, arena_bytes) = plan.storage.arena_layout(plan.align)?;
             let homes = (0..g.num_entries())
                 .map(|e| match offsets[g.entries[e].storage_id] {
                     Some(at) => Home::Arena(at),
                     None => Home::Slot,
                 })
                 .collect();
-            return Ok(Layout { homes, folded, arena_bytes, bound });
+            let arena_parts = vec![Part { device: plan.device, base: 0, len: arena_bytes }];
+            return Ok(Layout { homes, folded, arena_bytes, arena_parts, bound });
         }
 
         // Folded results read by something that runs (or shown to the caller) are kept.
@@ -152,7 +154,8 @@ impl Layout {
         }
         plan.output_entries.iter().for_each(|&e| keep[root[e]] = true);
 
-        let (offsets, arena_bytes) = values.place(plan.align)?;
+        let (offsets, arena_parts) = values.place(plan)?;
+        let arena_bytes = arena_parts.iter().map(|p| p.len).sum();
         let homes = (0..g.num_entries())
             .map(|e| {
                 let r = root[e];
@@ -169,7 +172,7 @@ impl Layout {
                 }
             })
             .collect();
-        Ok(Layout { homes, folded, arena_bytes, bound })
+        Ok(Layout { homes, folded, arena_bytes, arena_parts, bound })
     }
 
     pub fn folds_anything(&self) -> bool {
@@ -302,34 +305,53 @@ impl Values {
             .unwrap_or(0) as usize
     }
 
-    /// Offsets (per root entry) in one arena, largest values first, each at the lowest offset free
-    /// of every value live with it; and the arena's size.
-    fn place(&self, align: usize) -> Result<(Vec<Option<usize>>, usize)> {
-        let too_big = || Error::value("the activations of this graph add up to more memory than can be addressed");
-        let mut order: Vec<&Value> = self.list.iter().collect();
-        order.sort_by_key(|v| (std::cmp::Reverse(v.bytes), v.first));
+    /// Offsets (per root entry) in the arena, and its parts: the values of each device in a part
+    /// of their own (one per device the plan uses, in the plan's order), laid out by `place_group`.
+    fn place(&self, plan: &Plan) -> Result<(Vec<Option<usize>>, Vec<Part>)> {
         let mut offsets = vec![None; self.num_entries];
-        // Placed so far: (start, end, value).
-        let mut placed: Vec<(usize, usize, &Value)> = Vec::with_capacity(order.len());
-        let mut busy = Vec::new();
-        let mut arena = 0usize;
-        for v in order {
-            let size = v.bytes.checked_next_multiple_of(align).ok_or_else(too_big)?.max(align);
-            busy.clear();
-            busy.extend(placed.iter().filter(|p| p.2.live_with(v)).map(|p| (p.0, p.1)));
-            busy.sort_unstable();
-            let mut at = 0usize;
-            for &(start, end) in &busy {
-                if at.checked_add(size).ok_or_else(too_big)? <= start {
-                    break;
-                }
-                at = at.max(end);
+        let mut parts = Vec::new();
+        let mut base = 0usize;
+        for (k, &device) in plan.devices.iter().enumerate() {
+            let group: Vec<&Value> = self.list.iter().filter(|v| plan.entry_device[v.root] == device).collect();
+            if k > 0 && group.is_empty() {
+                continue;
             }
-            let end = at.checked_add(size).ok_or_else(too_big)?;
-            placed.push((at, end, v));
-            offsets[v.root] = Some(at);
-            arena = arena.max(end);
+            let len = place_group(group, plan.align, base, &mut offsets)?;
+            parts.push(Part { device, base, len });
+            base = base.checked_add(len).ok_or_else(too_big)?;
         }
-        Ok((offsets, arena))
+        Ok((offsets, parts))
     }
+}
+
+fn too_big() -> Error {
+    Error::value("the activations of this graph add up to more memory than can be addressed")
+}
+
+/// Places `values` from `base`, largest first, each at the lowest offset free of every value live
+/// with it; returns the bytes they span.
+fn place_group(mut order: Vec<&Value>, align: usize, base: usize, offsets: &mut [Option<usize>]) -> Result<usize> {
+    order.sort_by_key(|v| (std::cmp::Reverse(v.bytes), v.first));
+    // Placed so far: (start, end, value).
+    let mut placed: Vec<(usize, usize, &Value)> = Vec::with_capacity(order.len());
+    let mut busy = Vec::new();
+    let mut arena = 0usize;
+    for v in order {
+        let size = v.bytes.checked_next_multiple_of(align).ok_or_else(too_big)?.max(align);
+        busy.clear();
+        busy.extend(placed.iter().filter(|p| p.2.live_with(v)).map(|p| (p.0, p.1)));
+        busy.sort_unstable();
+        let mut at = 0usize;
+        for &(start, end) in &busy {
+            if at.checked_add(size).ok_or_else(too_big)? <= start {
+                break;
+            }
+            at = at.max(end);
+        }
+        let end = at.checked_add(size).ok_or_else(too_big)?;
+        placed.push((at, end, v));
+        offsets[v.root] = Some(base.checked_add(at).ok_or_else(too_big)?);
+        arena = arena.max(end);
+    }
+    Ok(arena)
 }

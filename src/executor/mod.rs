@@ -324,7 +324,7 @@ impl GraphExecutor {
                     Weight::mapped(map, rec.data)?
                 }
                 // On a device, straight into device memory: the host bytes are the caller's blob.
-                _ => Weight::padded_on(self.plan.device, rec.data, slot_bytes)?,
+                _ => Weight::padded_on(self.plan.slot_device[e.storage_id], rec.data, slot_bytes)?,
             };
             let in_place = weight.is_mapped();
             match st.set_param(name, eid, Arc::new(weight))? {

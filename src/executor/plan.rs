@@ -72,11 +72,32 @@ pub struct Plan {
     pub output_offsets: Vec<Option<usize>>,
     /// Bytes of the output region.
     pub output_region_bytes: usize,
+    /// The output region's parts, one per device its outputs are on.
+    pub output_parts: Vec<Part>,
     pub library: ObjRef<Module>,
+    /// The primary device: the first given, where entries without a device of their own live.
     pub device: DLDevice,
+    /// The devices the graph uses, primary first (several for graphs placing entries on several
+    /// device types with `device_index`).
+    pub devices: Vec<DLDevice>,
+    /// The devices the plan was made for, as given.
+    pub given: Vec<DLDevice>,
+    /// Per entry: the device its memory is on.
+    pub entry_device: Vec<DLDevice>,
+    /// Per storage slot: the device its memory is on.
+    pub slot_device: Vec<DLDevice>,
     /// Offsets of entries in one buffer are multiples of this: TVM's allocation alignment, or
-    /// more where the device needs it for a region of a buffer (OpenCL sub-buffers).
+    /// more where a device needs it for a region of a buffer (OpenCL sub-buffers).
     pub align: usize,
+}
+
+/// A stretch of one of an executor's regions (the activation arena, the output region) that lives
+/// on one device: offsets `base..base + len` of the region are in that device's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    pub device: DLDevice,
+    pub base: usize,
+    pub len: usize,
 }
 
 /// Asks the library's `_lookup_linked_param(storage_id)` (present in link-params builds of TVM 0.8
@@ -136,27 +157,40 @@ fn aliases(graph: &Graph, storage: &StoragePlan, ops: &[OpPlan], input_entries: 
     (root, simple)
 }
 
-/// Every entry must be on the executor's device: graphs that place entries on several device
-/// types (`device_index`, heterogeneous execution) are not served yet.
-fn check_devices(graph: &Graph, device: DLDevice) -> Result<()> {
+/// Each entry's device: the first device given of the type its `device_index` names, else the
+/// primary device. An entry on a device type none of the given devices has is an error (upstream
+/// would silently put it on the primary device, where its kernel would misread the memory).
+fn entry_devices(graph: &Graph, devices: &[DLDevice]) -> Result<Vec<DLDevice>> {
+    let host = |t: i32| crate::device::is_host(DLDevice { device_type: t, device_id: 0 });
+    // CPU entries (fallback operators) go to the CPU even when only the accelerator is given.
+    let find = |t: i32| {
+        devices
+            .iter()
+            .copied()
+            .find(|d| d.device_type == t || (host(t) && crate::device::is_host(*d)))
+            .or_else(|| host(t).then_some(DLDevice::CPU))
+    };
     let mut types: Vec<i32> = graph.entries.iter().filter_map(|e| e.device_type).collect();
     types.sort_unstable();
     types.dedup();
-    let host = |t: i32| crate::device::is_host(DLDevice { device_type: t, device_id: 0 });
-    let same = |t: i32| t == device.device_type || (host(t) && crate::device::is_host(device));
-    match types[..] {
-        [] => Ok(()),
-        [t] if same(t) => Ok(()),
-        [t] => Err(Error::value(format!(
-            "this graph was built for {} (its entries' device_index), not {}: create the executor on that device",
-            crate::device::type_name(t),
-            crate::device::type_name(device.device_type)
-        ))),
-        _ => Err(Error::value(format!(
-            "this graph places entries on {}: heterogeneous execution (several device types) is not supported",
-            types.iter().map(|&t| crate::device::type_name(t)).collect::<Vec<_>>().join(" and ")
-        ))),
+    let names = |ts: &[i32]| ts.iter().map(|&t| crate::device::type_name(t)).collect::<Vec<_>>().join(" and ");
+    if let Some(&missing) = types.iter().find(|&&t| find(t).is_none()) {
+        let given: Vec<i32> = devices.iter().map(|d| d.device_type).collect();
+        return Err(Error::value(if types.len() == 1 {
+            format!(
+                "this graph was built for {} (its entries' device_index), not {}: create the executor on that device",
+                names(&types),
+                names(&given)
+            )
+        } else {
+            format!(
+                "this graph places entries on {} (heterogeneous): give a device of each type, {} is missing",
+                names(&types),
+                crate::device::type_name(missing)
+            )
+        }));
     }
+    Ok(graph.entries.iter().map(|e| e.device_type.and_then(find).unwrap_or(devices[0])).collect())
 }
 
 /// Whether `module` or anything it imports is of type `key`.
@@ -166,18 +200,39 @@ fn has_module_of(module: &ObjRef<Module>, key: &str) -> bool {
 
 impl Plan {
     pub fn new(graph_json: &str, library: ObjRef<Module>, device: DLDevice) -> Result<Arc<Plan>> {
-        let api = crate::device::api_of(device)?;
-        let align = api.region_alignment(device.device_id)?.max(crate::tensor::ALIGNMENT);
+        Plan::with_devices(graph_json, library, &[device])
+    }
+
+    /// A plan on several devices: the first is the primary one; entries go to the device of the
+    /// type their `device_index` names.
+    pub fn with_devices(graph_json: &str, library: ObjRef<Module>, devices: &[DLDevice]) -> Result<Arc<Plan>> {
+        let device = *devices.first().ok_or_else(|| Error::value("no device given"))?;
         let graph = Graph::parse(graph_json)?;
-        check_devices(&graph, device)?;
-        if !crate::device::is_host(device) && !has_module_of(&library, api.name()) {
-            // Host kernels would read device handles as host memory.
-            return Err(Error::value(format!(
-                "this library has no {} kernels (it was built for the CPU): create the executor on the CPU",
-                api.name()
-            )));
+        let entry_device = entry_devices(&graph, devices)?;
+        // Only the devices the graph uses, primary first.
+        let mut used: Vec<DLDevice> = vec![device];
+        for d in &entry_device {
+            if !used.contains(d) {
+                used.push(*d);
+            }
+        }
+        let mut align = crate::tensor::ALIGNMENT;
+        for &d in &used {
+            let api = crate::device::api_of(d)?;
+            align = align.max(api.region_alignment(d.device_id)?);
+            if !crate::device::is_host(d) && !has_module_of(&library, api.name()) {
+                // Host kernels would read device handles as host memory.
+                return Err(Error::value(format!(
+                    "this library has no {} kernels (it was built for the CPU): create the executor on the CPU",
+                    api.name()
+                )));
+            }
         }
         let storage = StoragePlan::new(&graph)?;
+        let mut slot_device = vec![device; storage.slots.len()];
+        for (e, d) in graph.entries.iter().zip(&entry_device) {
+            slot_device[e.storage_id] = *d;
+        }
         let mut ops = Vec::new();
         for (nid, node) in graph.nodes.iter().enumerate() {
             let NodeKind::Op(attrs) = &node.kind else {
@@ -224,21 +279,37 @@ impl Plan {
         for (e, &r) in alias_root.iter().enumerate() {
             root_bytes[r] = root_bytes[r].max(entry_bytes[e]);
         }
+        if used.len() > 1 && !liveness_layout {
+            return Err(Error::value(
+                "a graph on several devices must alias storage as Relay does (every __nop shares its input's storage id)",
+            ));
+        }
+        // The output region: each device's outputs in a part of their own.
         let mut output_offsets = vec![None; graph.num_entries()];
         let mut output_region_bytes = 0usize;
-        if liveness_layout {
-            for &e in &output_entries {
-                let r = alias_root[e];
-                if storage.slots[graph.entries[r].storage_id].role == SlotRole::Input || output_offsets[r].is_some() {
-                    continue;
+        let mut output_parts = Vec::new();
+        for (k, &d) in used.iter().enumerate() {
+            let base = output_region_bytes;
+            if liveness_layout {
+                for &e in &output_entries {
+                    let r = alias_root[e];
+                    if storage.slots[graph.entries[r].storage_id].role == SlotRole::Input
+                        || output_offsets[r].is_some()
+                        || entry_device[r] != d
+                    {
+                        continue;
+                    }
+                    output_offsets[r] = Some(output_region_bytes);
+                    output_region_bytes = root_bytes[r]
+                        .checked_next_multiple_of(align)
+                        .and_then(|b| output_region_bytes.checked_add(b.max(align)))
+                        .ok_or_else(|| {
+                            Error::value("the outputs of this graph add up to more memory than can be addressed")
+                        })?;
                 }
-                output_offsets[r] = Some(output_region_bytes);
-                output_region_bytes = root_bytes[r]
-                    .checked_next_multiple_of(align)
-                    .and_then(|b| output_region_bytes.checked_add(b.max(align)))
-                    .ok_or_else(|| {
-                        Error::value("the outputs of this graph add up to more memory than can be addressed")
-                    })?;
+            }
+            if k == 0 || output_region_bytes > base {
+                output_parts.push(Part { device: d, base, len: output_region_bytes - base });
             }
         }
         Ok(Arc::new(Plan {
@@ -257,10 +328,20 @@ impl Plan {
             output_entries,
             output_keys,
             inputs_per_slot,
+            output_parts,
             library,
             device,
+            devices: used,
+            given: devices.to_vec(),
+            entry_device,
+            slot_device,
             align,
         }))
+    }
+
+    /// Waits until every device of the plan has finished what was queued on it.
+    pub fn sync(&self) -> Result<()> {
+        self.devices.iter().try_for_each(|d| crate::device::api_of(*d)?.sync(d.device_id))
     }
 
     pub fn num_inputs(&self) -> usize {

@@ -73,8 +73,11 @@ fn create_executor(a: &Args<'_>, debug: bool) -> Result<RetValue> {
     if (a.len() - first_dev) % 2 != 0 {
         return Err(Error::type_err("devices must be given as (device_type, device_id) pairs"));
     }
-    let device = DLDevice { device_type: a.int32(first_dev)?, device_id: a.int32(first_dev + 1)? };
-    let plan = crate::executor::plan::Plan::new(json, lib, device)?;
+    let devices = (first_dev..a.len())
+        .step_by(2)
+        .map(|i| Ok(DLDevice { device_type: a.int32(i)?, device_id: a.int32(i + 1)? }))
+        .collect::<Result<Vec<_>>>()?;
+    let plan = crate::executor::plan::Plan::with_devices(json, lib, &devices)?;
     let ex = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
     Ok(Module::new(ex).into())
 }

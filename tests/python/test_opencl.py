@@ -91,3 +91,17 @@ def test_share_params_across_batch_sizes(tvm, cl):
             m.set_input(k, v)
         m.run()
         np.testing.assert_array_equal(m.get_output(0).numpy(), f.outputs[0])
+
+
+def test_heterogeneous_graph(tvm, cl):
+    from tvm.contrib import graph_executor
+
+    f = Fixture("opencl/hetero_cl")
+    lib = tvm.runtime.load_module(f.lib_path)
+    for m in (graph_executor.GraphModule(lib["default"](cl, tvm.cpu(0))),
+              graph_executor.create(f.graph_json(), lib, [cl, tvm.cpu(0)])):
+        m.load_params(f.params())
+        for k, v in f.inputs.items():
+            m.set_input(k, v)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), f.outputs[0])

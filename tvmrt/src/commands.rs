@@ -273,7 +273,7 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
     let mut runs = 0;
     while runs < number || warm.elapsed().as_secs_f64() < 2e-3 {
         ex.run()?;
-        model.sync()?;
+        ex.plan().sync()?;
         runs += 1;
     }
     let mut times = Vec::with_capacity(repeat);
@@ -282,7 +282,7 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
         for _ in 0..number {
             ex.run()?;
         }
-        model.sync()?;
+        ex.plan().sync()?;
         times.push(start.elapsed().as_secs_f64() * 1e3 / number as f64);
         progress("timing", r + 1, repeat);
     }
@@ -382,13 +382,13 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
     set_inputs(&a.data, &a.model, &model, ex)?;
     let repeat = a.repeat as usize;
     ex.run()?;
-    model.sync()?;
+    ex.plan().sync()?;
     // Whole runs first, then operator-by-operator runs: the sum is checked against the whole.
     let mut whole = Vec::with_capacity(repeat);
     for _ in 0..repeat {
         let start = Instant::now();
         ex.run()?;
-        model.sync()?;
+        ex.plan().sync()?;
         whole.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let n_ops = ex.plan().ops.len();

@@ -97,12 +97,6 @@ impl Model {
         })
     }
 
-    /// Waits until the device has finished what executors queued on it (runs are queued on
-    /// devices other than the CPU).
-    pub fn sync(&self) -> Result<()> {
-        tvm_runtime::device::api_of(self.device)?.sync(self.device.device_id)
-    }
-
     /// A new executor: from the factory when the library has one and no graph was given, else
     /// from the graph; then the params file, if any. Names in the params file that are not inputs
     /// of the graph are an error: a mismatch would otherwise leave weights unset.
