@@ -192,23 +192,40 @@ static DERIVED: Mutex<Option<ByLength>> = Mutex::new(None);
 /// Length -> weights of that length.
 type ByLength = HashMap<usize, Vec<Weak<Weight>>>;
 
+/// Whether two ranges hold the same bytes, read a chunk at a time (device memory needs no copy of
+/// either side, and different contents almost always differ in the first chunk).
+fn chunks_equal(
+    len: usize,
+    mut a: impl FnMut(usize, &mut [u8]) -> Result<()>,
+    mut b: impl FnMut(usize, &mut [u8]) -> Result<()>,
+) -> bool {
+    const CHUNK: usize = 64 * 1024;
+    let (mut p, mut q) = (vec![0u8; CHUNK.min(len)], vec![0u8; CHUNK.min(len)]);
+    (0..len).step_by(CHUNK).all(|at| {
+        let n = CHUNK.min(len - at);
+        a(at, &mut p[..n]).is_ok() && b(at, &mut q[..n]).is_ok() && p[..n] == q[..n]
+    })
+}
+
+/// Reads bytes of a weight from `at`, wherever it is.
+fn read_weight(w: &Weight, at: usize, out: &mut [u8]) -> Result<()> {
+    match &w.backing {
+        Backing::Owned(b) => b.read(at, out),
+        _ => {
+            out.copy_from_slice(&w.host_bytes()[at..at + out.len()]);
+            Ok(())
+        }
+    }
+}
+
 fn same_content(a: &Weight, b: &Weight) -> bool {
     if a.device() != b.device() || a.len != b.len {
         return false;
     }
-    match (&a.backing, &b.backing) {
-        // On a device, a chunk at a time: the comparison needs no copy of either weight (and
-        // different contents almost always differ in the first chunk).
-        (Backing::Owned(x), Backing::Owned(y)) if !crate::device::is_host(a.device()) => {
-            const CHUNK: usize = 64 * 1024;
-            let (mut p, mut q) = (vec![0u8; CHUNK.min(a.len)], vec![0u8; CHUNK.min(a.len)]);
-            (0..a.len).step_by(CHUNK).all(|at| {
-                let n = CHUNK.min(a.len - at);
-                x.read(at, &mut p[..n]).is_ok() && y.read(at, &mut q[..n]).is_ok() && p[..n] == q[..n]
-            })
-        }
-        _ => a.host_bytes() == b.host_bytes(),
+    if crate::device::is_host(a.device()) {
+        return a.host_bytes() == b.host_bytes();
     }
+    chunks_equal(a.len, |at, out| read_weight(a, at, out), |at, out| read_weight(b, at, out))
 }
 
 /// The weight already holding exactly these bytes, or `weight` itself, now findable by others.
@@ -220,13 +237,14 @@ fn same_content(a: &Weight, b: &Weight) -> bool {
 pub fn intern(weight: Weight) -> Arc<Weight> {
     let mut guard = DERIVED.lock().unwrap_or_else(|e| e.into_inner());
     let table = guard.get_or_insert_with(HashMap::new);
-    let same = table
-        .get(&weight.len())
-        .and_then(|list| list.iter().filter_map(Weak::upgrade).find(|w| same_content(w, &weight)));
-    if let Some(existing) = same {
-        return existing;
-    }
-    let weight = Arc::new(weight);
+    find(table, weight.len(), |c| same_content(c, &weight)).unwrap_or_else(|| insert(table, Arc::new(weight)))
+}
+
+fn find(table: &ByLength, len: usize, same: impl Fn(&Weight) -> bool) -> Option<Arc<Weight>> {
+    table.get(&len).and_then(|list| list.iter().filter_map(Weak::upgrade).find(|w| same(w)))
+}
+
+fn insert(table: &mut ByLength, weight: Arc<Weight>) -> Arc<Weight> {
     // Sweep entries of weights gone each time the table reaches a power of two: it stays within
     // about twice the lengths alive.
     if table.len() > 64 && table.len().is_power_of_two() {
