@@ -2,8 +2,9 @@
 # Runs every test on a fresh machine: formatting and lints, the Rust tests, the C and C++ suite under
 # CTest (also under valgrind; hosts built against upstream TVM 0.16's C and C++ headers, the C++ one
 # also run on upstream's own library), models built for OpenCL on pocl's CPU device, the old-ABI
-# build with its C++ host, and TVM's own Python package driving this runtime under pytest. Installs
-# what is missing (cmake, valgrind, pocl via apt; TVM's wheel and a Python venv via pip).
+# build with its C++ host, TVM's own Python package driving this runtime under pytest, and the
+# aarch64 suite under qemu (scripts/aarch64.sh). Installs what is missing (cmake, valgrind, pocl,
+# cross compilers and qemu via apt; TVM's wheel and a Python venv via pip; the Rust target via rustup).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -68,3 +69,5 @@ echo "== the README's C, C++ and Python snippets, as written"
 scripts/readme_snippets.py
 echo "== TVM's Python package on this runtime (pytest)"
 scripts/test_python.sh
+echo "== aarch64: cross-built with GNU ld, the C and C++ suites under qemu-aarch64 (and GNU ld on x86_64)"
+scripts/aarch64.sh
