@@ -294,8 +294,6 @@ impl Launch {
         let queue = s.queue(dev)?;
         inner.with_kernel(name, dev, |kernel| {
             for (i, kind) in self.kinds.iter().enumerate() {
-                // SAFETY: reading the union member the type code says is set.
-                let v = values[i];
                 let set = |size: usize, p: *const c_void| {
                     // SAFETY: `p` addresses `size` bytes of the argument; the kernel is locked.
                     check(unsafe { (s.api.clSetKernelArg)(kernel, i as u32, size, p) }, "clSetKernelArg")
@@ -307,7 +305,7 @@ impl Launch {
                             kTVMNullptr => std::ptr::null_mut(),
                             // SAFETY: a handle argument is an OpenCL tensor's data: a descriptor
                             // of a live buffer (the host code passes `DLTensor.data`).
-                            kTVMOpaqueHandle => unsafe { buffer_of(v.v_handle)? },
+                            kTVMOpaqueHandle => unsafe { buffer_of(values[i].v_handle)? },
                             c => {
                                 return Err(Error::type_err(format!(
                                     "kernel {name} argument {i}: a buffer handle expected, type code {c} given"
