@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Models built with params unbound (what weight sharing across batch sizes needs): ResNet-18,
-# MobileNet and SqueezeNet at batch 1 and 8, ours (weight-only operators folded at load, activations
-# laid out by liveness; and with folding off) against upstream's runtime on the same compiled models.
+# MobileNet and SqueezeNet at batch 1 and 8, ours (by default weight-only operators fold once a
+# second executor shares the weights; with folding for every executor, TVM_RT_FOLD_WEIGHTS=1; and
+# with folding off) against upstream's runtime on the same compiled models.
 #   bench/unbound.sh [ROUNDS [latency|memory]] > out.md   (both parts by default; builds the six
 #   models on first use, a few minutes)
 # Latency: per-process medians of runs, ROUNDS processes per runtime, the runtimes alternated; one
@@ -14,7 +15,7 @@ rounds=${1:-7}
 part=${2:-all}
 eval "$(scripts/tvm_env.sh --no-venv)"
 models=target/bench-models
-nets="resnet18 mobilenet squeezenet"
+nets=${NETS:-"resnet18 mobilenet squeezenet"}
 need=()
 for net in $nets; do
   for m in ${net}_unbound ${net}_unbound_b8; do [ -f $models/$m/lib.so ] || need+=("$m"); done
@@ -34,7 +35,7 @@ native=$repo/../shared/upstream
 if [ "$part" != memory ]; then
 echo "## Latency, ms per run (per-process medians: median (min-max) of $rounds processes)"
 echo
-echo "| model | threads | ours | ours, folding off | upstream | ours / upstream | folding off / upstream |"
+echo "| model | threads | ours, folding | ours, folding off (a lone executor's default) | upstream | folding / upstream | folding off / upstream |"
 echo "|---|---|---|---|---|---|---|"
 for threads in 1 2; do
   up=$wheel; [ "$threads" = 2 ] && up=$native
@@ -44,7 +45,7 @@ for threads in 1 2; do
       iters=15; [ $b = 8 ] && iters=5
       o=() f=() u=()
       for _ in $(seq "$rounds"); do
-        o+=("$(TVM_NUM_THREADS=$threads LD_LIBRARY_PATH=$ours target/bench/runtime_bench latency "$dir" $iters)")
+        o+=("$(TVM_RT_FOLD_WEIGHTS=1 TVM_NUM_THREADS=$threads LD_LIBRARY_PATH=$ours target/bench/runtime_bench latency "$dir" $iters)")
         f+=("$(TVM_RT_FOLD_WEIGHTS=0 TVM_NUM_THREADS=$threads LD_LIBRARY_PATH=$ours target/bench/runtime_bench latency "$dir" $iters)")
         u+=("$(TVM_NUM_THREADS=$threads LD_LIBRARY_PATH=$up target/bench/runtime_bench latency "$dir" $iters)")
       done
@@ -68,12 +69,13 @@ echo
 for net in $nets; do
   for b in 1 8; do
     other=$models/${net}_unbound; [ $b = 8 ] && other=${other}_b8
-    for rt in ours ours-nofold upstream; do
-      lib=$ours fold=1
+    for rt in ours ours-fold ours-nofold upstream; do
+      lib=$ours fold=default
       [ $rt = upstream ] && lib=$wheel
+      [ $rt = ours-fold ] && fold=1
       [ $rt = ours-nofold ] && fold=0
       echo "== $rt $net b$b"
-      TVM_RT_FOLD_WEIGHTS=$fold TVM_NUM_THREADS=1 LD_LIBRARY_PATH=$lib \
+      env $([ $fold = default ] || echo TVM_RT_FOLD_WEIGHTS=$fold) TVM_NUM_THREADS=1 LD_LIBRARY_PATH=$lib \
         target/bench/unbound_memory 8 $models/${net}_unbound "$other"
     done
   done

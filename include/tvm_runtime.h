@@ -37,15 +37,18 @@
  *   so every tensor is aligned; upstream TVM still loads the result. The file must not be truncated
  *   or rewritten while executors use weights mapped from it (as with any file mapping: reads of a
  *   truncated mapping fault).
- * - Weight-only operators run once: an operator whose inputs are all weights (loaded, shared, a
- *   factory's or a library's; directly or through other such operators) runs when the weights are
- *   bound, and its result is kept read-only (equal results of any executors in the process are held
- *   once); run executes the rest. Writing such a weight (set_input, get_input's view) makes what
- *   reads it run at every run again; load_params derives again. Weights mapped from a file
- *   (load_params_from_file) are not folded unless asked: their derived results would be private to
- *   each process; a debug executor folds nothing, so it runs and times every node as upstream's.
- *   set_fold_weights(1) folds everything, set_fold_weights(0) nothing, for one executor;
- *   TVM_RT_FOLD_WEIGHTS=1 or =0 sets the process default. Outputs are the same bytes either way.
+ * - Weight-only operators run once for executors sharing weights: once the weights have a second
+ *   holder (an executor sharing them, a factory, a linked library), an operator whose inputs are all
+ *   weights (directly or through other such operators) runs when the weights are bound, and its
+ *   result is kept read-only (equal results of any executors in the process are held once); run
+ *   executes the rest. A lone executor runs them at every run, as upstream (no more memory than
+ *   upstream's), until another shares its weights. Writing such a weight (set_input, get_input's
+ *   view) makes what reads it run at every run again; load_params derives again. Weights mapped
+ *   from a file (load_params_from_file) are not folded unless asked: their derived results would be
+ *   private to each process; a debug executor folds nothing, so it runs and times every node as
+ *   upstream's. set_fold_weights(1) folds everything (a lone executor too), set_fold_weights(0)
+ *   nothing, for one executor; TVM_RT_FOLD_WEIGHTS=1 or =0 sets the process default. Outputs are
+ *   the same bytes either way.
  * - get_memory_usage() returns a JSON string: {"weights_owned", "weights_shared", "weights_mapped",
  *   "weights_derived", "activations", "activations_shared", "activation_arena", "activation_bound",
  *   "ops_folded", "ops_total", "workspace"}, sizes in bytes (weights_derived: results of the

@@ -11,9 +11,17 @@ use tvm_runtime::executor::GraphExecutor;
 use tvm_runtime::module::Module;
 use tvm_runtime::object::ObjRef;
 
-/// Two executors of `f` with its params loaded: one folding (the default), one not.
+/// An executor of `f` with its params loaded, folding (`set_fold_weights(1)`: alone, it would
+/// run its weight-only operators every run, until a second executor shares its weights).
+fn folding(f: &Fixture, lib: &ObjRef<Module>) -> ObjRef<Module> {
+    let m = f.executor_from_create(lib);
+    exec(&m).set_fold_weights(true).unwrap();
+    m
+}
+
+/// Two executors of `f` with its params loaded: one folding, one not.
 fn folding_and_not(f: &Fixture, lib: &ObjRef<Module>) -> (ObjRef<Module>, ObjRef<Module>) {
-    let (on, off) = (f.executor_from_create(lib), f.executor_from_create(lib));
+    let (on, off) = (folding(f, lib), f.executor_from_create(lib));
     exec(&off).set_fold_weights(false).unwrap();
     (on, off)
 }
@@ -166,8 +174,8 @@ fn equal_derived_weights_are_held_once_across_executors_and_batch_sizes() {
     let a = f1.executor_from_create(&lib1);
     let b = f8.executor_without_params(&lib8);
     exec(&b).share_params(exec(&a), &f1.params()).unwrap();
-    // Loaded on its own: equal bytes, found by content.
-    let c = f1.executor_from_create(&lib1);
+    // Loaded on its own (folding on request): equal bytes, found by content.
+    let c = folding(&f1, &lib1);
     let (da, db, dc) = (derived_addresses(&a), derived_addresses(&b), derived_addresses(&c));
     assert!(!da.is_empty());
     assert_eq!(da, db, "the batch-8 build derives the same bytes from the same weights");
@@ -225,7 +233,7 @@ fn a_graph_output_derived_from_weights_only_reads_as_computed() {
     // The MLP's graph with one more output: the result of its first folded operator.
     let f = Fixture::load("mlp_unbound_b1");
     let lib = f.load_lib();
-    let probe = f.executor_from_create(&lib);
+    let probe = folding(&f, &lib);
     let node = {
         let ex = exec(&probe);
         let layout = ex.layout();
@@ -291,7 +299,7 @@ fn a_weight_only_operator_that_fails_fails_run_with_its_message() {
     // Declare the first folded operator's output float64: its own argument check rejects it.
     let f = Fixture::load("mlp_unbound_b1");
     let lib = f.load_lib();
-    let probe = f.executor_from_create(&lib);
+    let probe = folding(&f, &lib);
     let (node, out) = {
         let ex = exec(&probe);
         let layout = ex.layout();
@@ -348,7 +356,7 @@ fn weights_mapped_from_a_file_are_folded_only_when_asked() {
 /// test binary, one per setting.
 #[test]
 fn the_environment_sets_the_default_folding() {
-    for (value, want) in [("0", "Off"), ("1", "All"), ("", "Unmapped"), ("yes", "Unmapped")] {
+    for (value, want) in [("0", "Off"), ("1", "All"), ("", "Shared"), ("yes", "Shared")] {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "default_folding_in_a_child", "--include-ignored", "--nocapture"])
             .env("TVM_RT_FOLD_WEIGHTS", value)
@@ -365,4 +373,36 @@ fn the_environment_sets_the_default_folding() {
 fn default_folding_in_a_child() {
     let want = std::env::var("TVMRT_EXPECT_FOLDING").unwrap();
     assert_eq!(format!("{:?}", tvm_runtime::executor::Folding::by_default()), want);
+}
+
+/// By default a lone executor runs its weight-only operators at every run, as upstream, and holds
+/// nothing derived (no more memory than upstream's); an executor sharing its weights makes both
+/// fold (the results computed once); the last one left alone runs them again and lets the derived
+/// weights go. Outputs are upstream's bytes throughout.
+#[test]
+fn weight_only_operators_fold_once_a_second_executor_shares() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let a = f.executor_from_create(&lib);
+    f.set_inputs(&a);
+    exec(&a).run().unwrap();
+    f.check_outputs(&a, "alone");
+    let alone = exec(&a).memory_usage();
+    assert_eq!((alone.ops_folded, alone.weights_derived), (0, 0), "{alone:?}");
+    let b = f.executor_without_params(&lib);
+    exec(&b).share_params(exec(&a), &f.params()).unwrap();
+    for m in [&a, &b] {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        f.check_outputs(m, "sharing");
+    }
+    let (ua, ub) = (exec(&a).memory_usage(), exec(&b).memory_usage());
+    assert!(ua.ops_folded > 0 && ua.ops_folded == ub.ops_folded, "{ua:?} {ub:?}");
+    assert!(ua.weights_derived > 0);
+    assert_eq!(derived_addresses(&a), derived_addresses(&b), "derived once, for both");
+    drop(b);
+    exec(&a).run().unwrap();
+    f.check_outputs(&a, "alone again");
+    let again = exec(&a).memory_usage();
+    assert_eq!((again.ops_folded, again.weights_derived), (0, 0), "{again:?}");
 }

@@ -249,6 +249,7 @@ fn a_plan_laid_out_by_storage_ids_folds_nothing() {
     assert_eq!(floats(&ex.output(1).unwrap().to_vec()), (1..=16).map(|v| v as f32).collect::<Vec<_>>());
     // The same graph laid out by liveness folds the copy of w (not the one writing an output).
     let m = run(&json);
+    exec(&m).set_fold_weights(true).unwrap();
     exec(&m).load_params(&params).unwrap();
     exec(&m).run().unwrap();
     assert_eq!(exec(&m).memory_usage().ops_folded, 1);

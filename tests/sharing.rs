@@ -202,6 +202,7 @@ fn output_views_survive_a_new_layout() {
     let f = Fixture::load("mlp_unbound_b1");
     let lib = f.load_lib();
     let a = f.executor_from_create(&lib);
+    exec(&a).set_fold_weights(true).unwrap();
     f.set_inputs(&a);
     exec(&a).run().unwrap();
     let held = exec(&a).output(0).unwrap();

@@ -120,6 +120,8 @@ pub struct Instance {
     layout: Layout,
     /// The layout may not match the bindings any more (a weight bound, made private, redirected).
     stale: bool,
+    /// Per slot: the holders of its weight when the layout was made (see `holders_changed`).
+    holders: Vec<usize>,
     /// Per alias root: the weights derived from the bound weights.
     derived: Vec<Option<Arc<Weight>>>,
     /// Per slot: the weight the derived weights were computed from.
@@ -166,6 +168,7 @@ impl Instance {
             all_bound: false,
             layout: Layout::default(),
             stale: true,
+            holders: Vec::new(),
             derived: Vec::new(),
             derived_from: vec![None; n_slots],
             activations: Activations::None,
@@ -323,14 +326,34 @@ impl Instance {
         self.ops.set_folded(&layout.folded);
         self.layout = layout;
         self.stale = false;
-        self.refresh()
+        let bound = self.refresh();
+        self.holders = self.holder_counts();
+        bound
+    }
+
+    /// Per slot: how many hold its weight (0 for other slots).
+    fn holder_counts(&self) -> Vec<usize> {
+        self.slots.iter().map(|m| if let SlotMemory::Weight(w) = m { Arc::strong_count(w) } else { 0 }).collect()
+    }
+
+    /// Whether a weight gained or lost holders since the layout was made: under `Folding::Shared`
+    /// that decides what is folded (a second executor sharing the weights folds them in both; the
+    /// last one left alone runs them again and lets what was derived go).
+    fn holders_changed(&self) -> bool {
+        self.fold == Folding::Shared
+            && self.slots.iter().zip(&self.holders).any(|(m, &n)| match m {
+                SlotMemory::Weight(w) => Arc::strong_count(w) != n,
+                _ => n != 0,
+            })
     }
 
     /// What decides the layout besides the plan, from the bindings now.
     fn layout_facts(&self) -> LayoutFacts {
         let constant_slot = (0..self.slots.len())
             .map(|sid| match &self.slots[sid] {
-                SlotMemory::Weight(w) => self.slot_override[sid].is_none() && self.fold.folds(w),
+                SlotMemory::Weight(w) => {
+                    self.slot_override[sid].is_none() && self.fold.folds(w, !self.weight_is_own(sid))
+                }
                 _ => false,
             })
             .collect();
@@ -678,6 +701,7 @@ impl Instance {
 
     /// Runs operators `range` in order, but those folded (their results are weights already).
     pub fn run_ops(&mut self, range: std::ops::Range<usize>) -> Result<()> {
+        self.stale |= self.holders_changed();
         self.prepare()?;
         if !self.all_bound {
             self.bind_all()?;

@@ -1,7 +1,8 @@
 //! Where each entry's bytes live in one executor, given which input slots hold weights.
 //!
 //! Operators that read nothing but weights (directly or through other such operators) are
-//! *folded*: run once, when the weights are known, and their results kept as derived weights
+//! *folded* (by default once the weights have a second holder, see [`Folding`]): run once, when
+//! the weights are known, and their results kept as derived weights
 //! (only those an operator that still runs, or a graph output, reads; a debug executor keeps all).
 //! Every other operator output is placed in one activation arena by liveness: two values share
 //! bytes only when no operator needs both, so the arena approaches the largest sum of values live
@@ -35,29 +36,34 @@ pub enum Home {
 pub enum Folding {
     /// None: every operator runs at every run, as upstream.
     Off,
-    /// Those whose weights are not mapped from a file. Mapped weights are there to be shared
-    /// across processes through the page cache and to load in no time; their derived results would
-    /// be memory of each process, and the time to compute them would be paid at load.
-    Unmapped,
-    /// All of them.
+    /// Those whose weights have another holder (an executor sharing them, a factory, a linked
+    /// library) and are not mapped from a file. Folding keeps the results next to the weights:
+    /// paid once for all holders it saves memory against upstream (which holds a copy per
+    /// executor), but a lone executor would hold more than upstream's; it runs them every run, as
+    /// upstream, until a second holder comes. Mapped weights are there to be shared across
+    /// processes through the page cache and to load in no time; their derived results would be
+    /// memory of each process.
+    Shared,
+    /// All of them (`set_fold_weights(1)`: a lone executor's speed, for the memory of both).
     All,
 }
 
 impl Folding {
-    /// The process default: `Unmapped`, or `TVM_RT_FOLD_WEIGHTS=0` (off) or `=1` (all).
+    /// The process default: `Shared`, or `TVM_RT_FOLD_WEIGHTS=0` (off) or `=1` (all).
     pub fn by_default() -> Folding {
         static DEFAULT: std::sync::OnceLock<Folding> = std::sync::OnceLock::new();
         *DEFAULT.get_or_init(|| match std::env::var("TVM_RT_FOLD_WEIGHTS").as_deref().map(str::trim) {
             Ok("0") => Folding::Off,
             Ok("1") => Folding::All,
-            _ => Folding::Unmapped,
+            _ => Folding::Shared,
         })
     }
 
-    pub(crate) fn folds(self, weight: &Weight) -> bool {
+    /// Whether to fold from `weight`, which has other holders than this executor if `shared`.
+    pub(crate) fn folds(self, weight: &Weight, shared: bool) -> bool {
         match self {
             Folding::Off => false,
-            Folding::Unmapped => !weight.is_mapped(),
+            Folding::Shared => shared && !weight.is_mapped(),
             Folding::All => true,
         }
     }

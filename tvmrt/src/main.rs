@@ -73,10 +73,15 @@ pub struct ModelArgs {
     /// Make up the weights the model has no values for (each fill is printed), instead of failing
     #[arg(long, value_enum, value_name = "HOW")]
     pub fill_weights: Option<WeightFill>,
-    /// Run every operator at every run, as upstream does, instead of running the operators that
-    /// read only weights once at load (also TVM_RT_FOLD_WEIGHTS=0)
-    #[arg(long)]
+    /// Run every operator at every run, as upstream does, even where the weights are shared
+    /// (also TVM_RT_FOLD_WEIGHTS=0)
+    #[arg(long, conflicts_with = "fold")]
     pub no_fold: bool,
+    /// Run the operators that read only weights once at load even for a lone executor (faster
+    /// runs; holds the derived weights beside the weights; also TVM_RT_FOLD_WEIGHTS=1). By
+    /// default they fold once a second executor shares the weights
+    #[arg(long)]
+    pub fold: bool,
     /// The device to run on: cpu, or opencl[:ID] for models built for OpenCL
     #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
     pub device: DeviceArg,

@@ -20,8 +20,9 @@ pub struct Model {
     pub params: Option<Vec<u8>>,
     pub params_path: Option<PathBuf>,
     pub map_params: bool,
-    /// Fold the operators that read only weights (`--no-fold` turns it off).
-    pub fold: bool,
+    /// Fold the operators that read only weights: `--fold` (always), `--no-fold` (never), else
+    /// the library's default.
+    pub fold: Option<bool>,
     /// Where executors run (`--device`).
     pub device: DLDevice,
 }
@@ -92,7 +93,13 @@ impl Model {
             params,
             params_path,
             map_params: args.map_params,
-            fold: !args.no_fold,
+            fold: if args.fold {
+                Some(true)
+            } else if args.no_fold {
+                Some(false)
+            } else {
+                None
+            },
             device: args.device.0,
         })
     }
@@ -102,8 +109,8 @@ impl Model {
     /// of the graph are an error: a mismatch would otherwise leave weights unset.
     pub fn executor(&self, debug: bool) -> Result<ObjRef<Module>> {
         let m = self.bound_executor(debug)?;
-        if !self.fold {
-            exec(&m).set_fold_weights(false)?;
+        if let Some(fold) = self.fold {
+            exec(&m).set_fold_weights(fold)?;
         }
         Ok(m)
     }
