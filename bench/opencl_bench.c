@@ -3,11 +3,13 @@
  *   opencl_bench load    MODEL_DIR          milliseconds of create + load_params + the first run
  *                                           (every kernel's program built) + TVMSynchronize
  *   opencl_bench share   MODEL_DIR K [OTHER_DIR]
- *                                           "first_kB per_extra_kB": VmData growth of the first
- *                                           executor (created, params loaded, run) and of each
- *                                           further one sharing its weights (share_params; with
- *                                           OTHER_DIR, one executor of that graph instead, e.g. a
- *                                           batch-4 build sharing batch 1's weights)
+ *                                           "first_kB second_kB per_extra_kB": VmData growth of the
+ *                                           first executor (created, params loaded, run), of the
+ *                                           second sharing its weights (share_params; with
+ *                                           OTHER_DIR, of that graph, e.g. a batch-4 build sharing
+ *                                           batch 1's weights), and per executor after the second
+ *                                           (K > 2: the slope; in ours the second also pays for
+ *                                           what folding derives, once)
  * Models: a folder with lib.so, graph.json, params.bin, built for OpenCL. Each executor loads the
  * library anew (as separate hosts would); ONE_LIB=1 makes them share one loaded library, VERBOSE=1
  * prints each additional executor's steps (create, share_params, first run). */
@@ -88,7 +90,7 @@ int main(int argc, char** argv) {
     ex[0] = create_on_opencl(dir, &libs[0]);
     bind_weights(ex[0], NULL, &blob);
     run_sync(ex[0]);
-    long first = vm_data();
+    long first = vm_data(), second = first;
     for (int i = 1; i < k; i++) {
       const char* d = other && i == k - 1 ? other : dir;
       size_t on;

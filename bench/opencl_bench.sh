@@ -24,12 +24,13 @@ cc -O2 -o target/bench/opencl_bench bench/opencl_bench.c -I"$TVM_UPSTREAM_INCLUD
   -L target/release -ltvm_runtime
 ours=$repo/target/release
 
-# measure LABEL FIELD ARGS...: alternate the runtimes, print one table row of output field FIELD.
+# measure LABEL FIELD ARGS...: alternate the runtimes, print one table row of output field FIELD
+# (FOLD=1 in the environment: ours folds even a lone executor).
 measure() {
   local label=$1 field=$2 o=() u=()
   shift 2
   for _ in $(seq "$rounds"); do
-    o+=("$(LD_LIBRARY_PATH=$ours target/bench/opencl_bench "$@" 2>/dev/null | cut -d' ' -f"$field")")
+    o+=("$(env ${FOLD:+TVM_RT_FOLD_WEIGHTS=$FOLD} LD_LIBRARY_PATH=$ours target/bench/opencl_bench "$@" 2>/dev/null | cut -d' ' -f"$field")")
     u+=("$(LD_LIBRARY_PATH=$upstream target/bench/opencl_bench "$@" 2>/dev/null | cut -d' ' -f"$field")")
   done
   python3 - "$label" "${o[*]}" "${u[*]}" <<'PY'
@@ -44,9 +45,14 @@ echo "| figure (OpenCL device 0: $(clinfo -l 2>/dev/null | sed -n 's/.*Device #0
 echo "|---|---|---|---|"
 measure "MLP latency (runtime overhead per run), us" 1 latency $models/mlp_cl 101
 measure "MobileNet latency, us" 1 latency $models/mobilenet_cl 11
-measure "ResNet-18 (unbound params, folding on the device) latency, us" 1 latency $models/resnet18_unbound_cl_b1 5
+measure "ResNet-18 (unbound params) latency, a lone executor (ours: unfolded, the default), us" 1 latency \
+  $models/resnet18_unbound_cl_b1 5
+FOLD=1 measure "ResNet-18 (unbound params) latency, folding on the device (ours: TVM_RT_FOLD_WEIGHTS=1), us" 1 \
+  latency $models/resnet18_unbound_cl_b1 5
 measure "create + load_params + first run (programs built) ResNet-18, ms" 1 load $models/resnet18_unbound_cl_b1
-measure "VmData of the first ResNet-18 executor, kB" 1 share $models/resnet18_unbound_cl_b1 4
-measure "VmData per additional ResNet-18 executor sharing weights (K = 4), kB" 2 share $models/resnet18_unbound_cl_b1 4
+measure "VmData of the first ResNet-18 executor (alone), kB" 1 share $models/resnet18_unbound_cl_b1 4
+measure "VmData of the second, sharing its weights (ours: folding's results, once), kB" 2 share \
+  $models/resnet18_unbound_cl_b1 4
+measure "VmData per additional ResNet-18 executor after the second (K = 4), kB" 3 share $models/resnet18_unbound_cl_b1 4
 measure "VmData of a batch-4 build sharing the batch-1 weights, kB" 2 share $models/resnet18_unbound_cl_b1 2 \
   $models/resnet18_unbound_cl_b4
