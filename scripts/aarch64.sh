@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # aarch64 Linux: cross-builds libtvm_runtime.so with Debian's GNU toolchain (GNU ld), builds the MLP
-# fixtures for aarch64 with TVM 0.16, and runs the C tests and the C++ host (compiled against
-# upstream's headers) under qemu-aarch64, at 1 and 2 threads; outputs must be the x86_64 builds'
-# bytes. Also links the x86_64 library with GNU ld and checks it exports what the default link does.
+# fixtures for aarch64 with TVM 0.16, and runs the C tests (models, error paths, sharing, packed
+# functions, several host threads) and the C++ host (compiled against upstream's headers) under
+# qemu-aarch64, at 1 and 2 threads; outputs must be the x86_64 builds' bytes. Also links the x86_64 library with GNU ld and checks it exports what the default link does.
 # Installs what is missing (cross compilers, qemu-user via apt; the Rust target via rustup).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,9 +42,9 @@ if [ ! -f "$fx/mlp_unbound_b8/lib.so" ]; then
 fi
 out=$repo/target/aarch64-tests
 mkdir -p "$out"
-for t in test_models test_errors test_sharing; do
+for t in test_models test_errors test_sharing test_packed test_stress; do
   aarch64-linux-gnu-gcc -std=c11 -O1 -Wall -Werror -Wno-unused-parameter -Iinclude "c_tests/$t.c" -o "$out/$t" \
-    -L"$lib" -ltvm_runtime -lm
+    -L"$lib" -ltvm_runtime -lm -lpthread
 done
 wheel=$TVM_WHEEL_DIR/tvm
 aarch64-linux-gnu-g++ -std=c++17 -O1 -Wall -Werror -Wno-unused-parameter \
@@ -57,5 +57,7 @@ for threads in 1 2; do
   run "$out/test_models" "$fx/mlp_b1" "$fx/mlp_unbound_b1" "$fx/mlp_unbound_b8"
   run "$out/test_errors" "$fx/mlp_b1"
   run "$out/test_sharing" "$fx"
+  run "$out/test_packed"
+  run "$out/test_stress" "$fx" 10
   run "$out/test_cxx_host" "$fx" present
 done
