@@ -97,12 +97,12 @@ impl State {
         check(unsafe { (api.clGetPlatformIDs)(n, platforms.as_mut_ptr(), std::ptr::null_mut()) }, "clGetPlatformIDs")?;
         // GPUs of every platform; CPU devices only when there is no GPU (upstream's order).
         let mut found = Self::devices_of(&api, &platforms, sys::CL_DEVICE_TYPE_GPU)?;
-        if found.iter().all(|(_, d)| d.is_empty()) {
+        if found.iter().all(Vec::is_empty) {
             found = Self::devices_of(&api, &platforms, sys::CL_DEVICE_TYPE_CPU)?;
         }
         let mut devices = Vec::new();
-        for (platform, ids) in found.into_iter().filter(|(_, d)| !d.is_empty()) {
-            let _ = platform;
+        // One context per platform, over its matched devices.
+        for ids in found.into_iter().filter(|ids| !ids.is_empty()) {
             let mut rc = 0;
             // SAFETY: the ids are devices of one platform; no callback.
             let context = unsafe {
@@ -147,14 +147,14 @@ impl State {
     }
 
     /// Per platform, its devices of `kind` that support OpenCL 1.2 or later.
-    fn devices_of(api: &Api, platforms: &[sys::PlatformId], kind: u64) -> Result<Vec<(usize, Vec<sys::DeviceId>)>> {
+    fn devices_of(api: &Api, platforms: &[sys::PlatformId], kind: u64) -> Result<Vec<Vec<sys::DeviceId>>> {
         let mut out = Vec::new();
-        for (p, &platform) in platforms.iter().enumerate() {
+        for &platform in platforms {
             let mut n: ClUint = 0;
             // SAFETY: a count query.
             let rc = unsafe { (api.clGetDeviceIDs)(platform, kind, 0, std::ptr::null_mut(), &mut n) };
             if rc == sys::CL_DEVICE_NOT_FOUND || n == 0 {
-                out.push((p, Vec::new()));
+                out.push(Vec::new());
                 continue;
             }
             check(rc, "clGetDeviceIDs")?;
@@ -171,7 +171,7 @@ impl State {
                 .map(info_string)
                 .is_ok_and(|v| version_at_least_1_2(&v))
             });
-            out.push((p, ids));
+            out.push(ids);
         }
         Ok(out)
     }
