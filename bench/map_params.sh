@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mapped vs copied weights on ResNet-18 (unbound params, 45 MB): create + load time of ours and
 # upstream's runtime, and the proportional set size of K processes running the model from one
-# mapped file.    bench/map_params.sh
+# mapped file: the aligned params, or the prepared ones (with the derived weights, folded, from
+# `tvmrt prepare-params`).    bench/map_params.sh
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -27,13 +28,19 @@ om=$(run $ours time $model $aligned map $rounds)
 echo "upstream, copied: $up"
 echo "ours, copied:     $oc  (ratio to upstream $(python3 -c "print(f'{$oc/$up:.3f}')"))"
 echo "ours, mapped:     $om  (ratio to upstream $(python3 -c "print(f'{$om/$up:.3f}')"))"
+prepared=target/bench/resnet18.prepared.params
+target/release/tvmrt prepare-params $model --out $prepared >/dev/null
+op=$(run $ours time $model $prepared map $rounds)
+echo "ours, prepared:   $op  (ratio to upstream $(python3 -c "print(f'{$op/$up:.3f}')"); mapped, folded, nothing computed at load)"
 echo "== PSS per process (kB), K processes running the model at once"
-for mode in map copy; do
+for mode in map prepared copy; do
   for k in 1 2 4; do
     sync=$(mktemp -d)
     for i in $(seq 0 $((k - 1))); do
-      params=$aligned; [ $mode = copy ] && params=$model/params.bin
-      run $ours pss $model $params $mode $sync $k $i > $sync/out-$i &
+      params=$aligned how=$mode
+      [ $mode = copy ] && params=$model/params.bin
+      [ $mode = prepared ] && params=$prepared how=map
+      run $ours pss $model $params $how $sync $k $i > $sync/out-$i &
     done
     while [ "$(cat $sync/out-* 2>/dev/null | wc -l)" -lt $k ]; do sleep 0.1; done
     touch $sync/done

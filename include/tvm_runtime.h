@@ -34,7 +34,10 @@
  *   in the file are used in place (no copy; one copy in the page cache for all processes), the rest
  *   are copied; returns how many were mapped. Writes to a mapped weight copy it first and never reach
  *   the file. The global runtime.AlignParams(bytes) (and `tvmrt align-params`) rewrites a params file
- *   so every tensor is aligned; upstream TVM still loads the result. The file must not be truncated
+ *   so every tensor is aligned; upstream TVM still loads the result. A prepared params file (`tvmrt
+ *   prepare-params`) also holds the derived weights, stamped for one graph and library build: loaded
+ *   with load_params_from_file they are mapped in place (refused, with -1, for another build).
+ *   The file must not be truncated
  *   or rewritten while executors use weights mapped from it (as with any file mapping: reads of a
  *   truncated mapping fault).
  * - Weight-only operators run once for executors sharing weights: once the weights have a second

@@ -92,3 +92,70 @@ fn unaligned_weights_are_copied() {
     assert!(e.contains("/nonexistent.params"), "{e}");
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A prepared params file (`prepared_params`, `tvmrt prepare-params`): the derived weights come
+/// mapped from the file, nothing is folded at load, outputs are upstream's bytes; a file made for
+/// another graph is refused; the file still loads as plain params (upstream's loader skips the
+/// extra records, and so does ours from bytes).
+#[test]
+fn prepared_params_map_the_derived_weights_and_are_refused_elsewhere() {
+    use tvm_runtime::executor::GraphExecutor;
+    use tvm_runtime::module::Module;
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let maker = GraphExecutor::new(
+        tvm_runtime::executor::plan::Plan::new(&f.graph_json(), lib.clone(), tvm_runtime::dlpack::DLDevice::CPU)
+            .unwrap(),
+    )
+    .unwrap();
+    let bytes = maker.prepared_params(&f.params()).unwrap();
+    let path = temp_path("mlp.prepared");
+    std::fs::write(&path, &bytes).unwrap();
+
+    let m = f.executor_without_params(&lib);
+    let ex = exec(&m);
+    // SAFETY: the file is this test's own and nothing changes it while mapped.
+    unsafe { ex.load_params_from_file(path.to_str().unwrap()) }.unwrap();
+    let usage = ex.memory_usage();
+    assert_eq!(usage.ops_folded, 3, "{usage:?}");
+    assert!(usage.weights_derived > 0 && usage.weights_owned == 0, "{usage:?}");
+    let maps = mappings_of(&path);
+    let layout = ex.layout();
+    let derived: Vec<usize> = (0..ex.plan().graph.num_entries())
+        .filter(|&e| layout.homes[e] == tvm_runtime::executor::layout::Home::Derived)
+        .map(|e| ex.entry_data(e) as usize)
+        .collect();
+    assert!(!derived.is_empty());
+    for p in derived {
+        assert!(maps.iter().any(|&(a, b)| (a..b).contains(&p)), "a derived weight at {p:#x} is not in the file");
+    }
+    f.set_inputs(&m);
+    ex.run().unwrap();
+    f.check_outputs(&m, "prepared params");
+
+    // Made for batch 1: the batch-8 graph refuses it, saying why.
+    let f8 = Fixture::load("mlp_unbound_b8");
+    let m8 = f8.executor_without_params(&f8.load_lib());
+    // SAFETY: as above.
+    let e = unsafe { exec(&m8).load_params_from_file(path.to_str().unwrap()) }.unwrap_err();
+    assert!(e.to_string().contains("made for another build"), "{e}");
+    // A stamp changed by a byte: refused too.
+    let stamp = bytes.windows(14).position(|w| w == b"tvmrt-prepared").unwrap();
+    let mut bad = bytes.clone();
+    bad[stamp + 22] ^= 1;
+    let bad_path = temp_path("mlp.prepared.bad");
+    std::fs::write(&bad_path, &bad).unwrap();
+    let m2 = f.executor_without_params(&lib);
+    // SAFETY: as above.
+    assert!(unsafe { exec(&m2).load_params_from_file(bad_path.to_str().unwrap()) }.is_err());
+
+    // Plain params still: loaded from bytes, the extra records name no input.
+    let plain = Module::new(GraphExecutor::new(exec(&m).plan().clone()).unwrap());
+    exec(&plain).load_params(&bytes).unwrap();
+    f.set_inputs(&plain);
+    exec(&plain).run().unwrap();
+    f.check_outputs(&plain, "prepared file loaded as plain params");
+    drop((m, m2, m8));
+    std::fs::remove_file(&path).unwrap();
+    std::fs::remove_file(&bad_path).unwrap();
+}

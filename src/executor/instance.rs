@@ -122,6 +122,10 @@ pub struct Instance {
     stale: bool,
     /// Per slot: the holders of its weight when the layout was made (see `holders_changed`).
     holders: Vec<usize>,
+    /// Derived weights a prepared params file brought, per alias root, for the next layout to use
+    /// instead of running the folded operators; `adopted` says whether one did.
+    to_adopt: Option<Vec<(usize, Arc<Weight>)>>,
+    adopted: bool,
     /// Per alias root: the weights derived from the bound weights.
     derived: Vec<Option<Arc<Weight>>>,
     /// Per slot: the weight the derived weights were computed from.
@@ -169,6 +173,8 @@ impl Instance {
             layout: Layout::default(),
             stale: true,
             holders: Vec::new(),
+            to_adopt: None,
+            adopted: false,
             derived: Vec::new(),
             derived_from: vec![None; n_slots],
             activations: Activations::None,
@@ -296,7 +302,7 @@ impl Instance {
         let mut derived = None;
         if refold && layout.folds_anything() {
             // Another executor of this plan may have folded these very weights already.
-            let folded = match fold::cached(&plan, &layout, &sources) {
+            let folded = match self.adoptable(&layout).or_else(|| fold::cached(&plan, &layout, &sources)) {
                 Some(d) => Ok(d),
                 None => {
                     fold::fold(&plan, &mut self.ops, &layout).inspect(|d| fold::remember(&plan, &layout, &sources, d))
@@ -329,6 +335,44 @@ impl Instance {
         let bound = self.refresh();
         self.holders = self.holder_counts();
         bound
+    }
+
+    /// The derived weights brought by `adopt`, per alias root, if they are exactly the ones
+    /// `layout` keeps (each root of its size).
+    fn adoptable(&mut self, layout: &Layout) -> Option<Vec<Option<Arc<Weight>>>> {
+        let list = self.to_adopt.take()?;
+        let plan = &self.plan;
+        let kept: Vec<usize> = (0..plan.graph.num_entries())
+            .filter(|&r| plan.alias_root[r] == r && layout.homes[r] == Home::Derived)
+            .collect();
+        let mut roots: Vec<usize> = list.iter().map(|(r, _)| *r).collect();
+        roots.sort_unstable();
+        if roots != kept || list.iter().any(|(r, w)| w.len() != plan.root_bytes[*r]) {
+            return None;
+        }
+        let mut derived = vec![None; plan.graph.num_entries()];
+        for (r, w) in list {
+            derived[r] = Some(w);
+        }
+        self.adopted = true;
+        Some(derived)
+    }
+
+    /// Takes derived weights computed elsewhere (a prepared params file) for the next layout, which
+    /// folds everything; returns after laying out whether they fit it.
+    pub fn adopt(&mut self, derived: Vec<(usize, Arc<Weight>)>) -> Result<bool> {
+        self.to_adopt = Some(derived);
+        self.adopted = false;
+        self.fold = Folding::All;
+        self.stale = true;
+        self.prepare()?;
+        self.to_adopt = None;
+        Ok(self.adopted)
+    }
+
+    /// The derived weights this executor holds, per alias root.
+    pub fn derived_weights(&self) -> Vec<(usize, Arc<Weight>)> {
+        self.derived.iter().enumerate().filter_map(|(r, w)| w.clone().map(|w| (r, w))).collect()
     }
 
     /// Per slot: how many hold its weight (0 for other slots).

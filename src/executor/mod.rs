@@ -102,6 +102,16 @@ pub enum Key<'a> {
 
 static LIVE_EXECUTORS: AtomicUsize = AtomicUsize::new(0);
 
+/// The record of a prepared params file that says what it was made for (`prepared_params`).
+pub const PREPARED: &str = "__tvmrt.prepared";
+/// Records of a prepared params file holding derived weights, by alias root.
+pub const DERIVED_PREFIX: &str = "__tvmrt.derived.";
+
+/// Whether a params record is one a prepared params file adds (not a weight of the graph).
+pub fn is_prepared_record(name: &str) -> bool {
+    name == PREPARED || name.starts_with(DERIVED_PREFIX)
+}
+
 impl Drop for GraphExecutor {
     fn drop(&mut self) {
         if LIVE_EXECUTORS.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -332,9 +342,99 @@ impl GraphExecutor {
                 _ => copied += 1,
             }
         }
+        if let (Some(map), Some((_, stamp))) = (map, records.iter().find(|(n, _)| *n == PREPARED)) {
+            let derived = self.prepared_derived(map, stamp, &records)?;
+            if !st.adopt(derived)? {
+                return Err(Error::value(
+                    "the prepared weights in this params file do not fit this executor's folding (stale file?)",
+                ));
+            }
+        }
         drop(st);
         self.prepare_early();
         Ok((mapped, copied))
+    }
+
+    /// The stamp a prepared params file carries: what it was made for, and its derived weights.
+    fn prepared_stamp(&self, roots: &[usize]) -> Result<String> {
+        let library = self.plan.library_digest().ok_or_else(|| {
+            Error::value("prepared params need an operator library loaded from a file (to tie them to it)")
+        })?;
+        let roots: Vec<String> = roots.iter().map(usize::to_string).collect();
+        Ok(format!(
+            "tvmrt-prepared 1 graph {:016x} library {:016x} derived {}",
+            self.plan.graph_digest,
+            library,
+            roots.join(",")
+        ))
+    }
+
+    /// The derived weights of a prepared params file mapped at `map`, after checking its stamp
+    /// against this executor's graph and library: a file made for another build is refused.
+    fn prepared_derived(
+        &self,
+        map: &Arc<crate::tensor::FileMap>,
+        stamp: &params::Record<'_>,
+        records: &[(&str, params::Record<'_>)],
+    ) -> Result<Vec<(usize, Arc<Weight>)>> {
+        let text =
+            std::str::from_utf8(stamp.data).map_err(|_| Error::value("a prepared params stamp that is not text"))?;
+        let roots: Vec<usize> = text
+            .rsplit_once(" derived ")
+            .map(|(_, list)| {
+                list.split(',').filter(|r| !r.is_empty()).map(str::parse).collect::<std::result::Result<_, _>>()
+            })
+            .transpose()
+            .map_err(|_| Error::value(format!("a malformed prepared params stamp: '{text}'")))?
+            .unwrap_or_default();
+        let want = self.prepared_stamp(&roots)?;
+        if text != want {
+            return Err(Error::value(format!(
+                "these prepared params were made for another build of the model: the file says '{text}', this \
+                 executor's graph and library give '{want}' (prepare them again with `tvmrt prepare-params`)"
+            )));
+        }
+        roots
+            .into_iter()
+            .map(|r| {
+                let name = format!("{DERIVED_PREFIX}{r}");
+                let (_, rec) = records
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .ok_or_else(|| Error::value(format!("prepared params: no record '{name}'")))?;
+                if rec.data.as_ptr() as usize % params::DATA_ALIGNMENT != 0 {
+                    return Err(Error::value(format!("prepared params: '{name}' is not aligned in the file")));
+                }
+                Ok((r, Arc::new(Weight::mapped(map, rec.data)?)))
+            })
+            .collect()
+    }
+
+    /// A params file holding `blob`'s weights and what this executor's weight-only operators derive
+    /// from them (in the kernels' layouts), stamped with the graph and library they were made for,
+    /// every tensor aligned: `load_params_from_file` maps it and uses the derived weights in place
+    /// (nothing is computed at load, every process shares the pages); upstream still loads it
+    /// (the extra records name no input). Folds this executor.
+    pub fn prepared_params(&self, blob: &[u8]) -> Result<Vec<u8>> {
+        self.set_fold_weights(true)?;
+        self.load_params(blob)?;
+        let derived = {
+            let mut st = self.lock();
+            st.prepare()?;
+            st.derived_weights()
+        };
+        let roots: Vec<usize> = derived.iter().map(|(r, _)| *r).collect();
+        let stamp = self.prepared_stamp(&roots)?;
+        let u8s = crate::dlpack::DLDataType { code: crate::dlpack::kDLUInt, bits: 8, lanes: 1 };
+        let mut arrays = Vec::new();
+        for (name, rec) in params::parse(blob)? {
+            arrays.push((name.to_string(), rec.to_ndarray()?));
+        }
+        for (r, w) in &derived {
+            arrays.push((format!("{DERIVED_PREFIX}{r}"), NDArray::from_bytes(&[w.len() as i64], u8s, &w.bytes()?)?));
+        }
+        arrays.push((PREPARED.to_string(), NDArray::from_bytes(&[stamp.len() as i64], u8s, stamp.as_bytes())?));
+        params::align(&params::save(arrays.iter().map(|(n, a)| (n.as_str(), &**a))))
     }
 
     /// Binds input `param.name` to the weight without copying when its slot can share, else

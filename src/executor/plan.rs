@@ -43,6 +43,8 @@ impl OpPlan {
 
 pub struct Plan {
     pub graph: Graph,
+    /// A digest of the graph JSON text (what a prepared params file was made for).
+    pub graph_digest: u64,
     pub storage: StoragePlan,
     pub ops: Vec<OpPlan>,
     pub input_names: HashMap<String, usize>,
@@ -208,6 +210,7 @@ impl Plan {
     pub fn with_devices(graph_json: &str, library: ObjRef<Module>, devices: &[DLDevice]) -> Result<Arc<Plan>> {
         let device = *devices.first().ok_or_else(|| Error::value("no device given"))?;
         let graph = Graph::parse(graph_json)?;
+        let graph_digest = crate::params::digest(graph_json.as_bytes());
         let entry_device = entry_devices(&graph, devices)?;
         // Only the devices the graph uses, primary first.
         let mut used: Vec<DLDevice> = vec![device];
@@ -321,6 +324,7 @@ impl Plan {
             root_bytes,
             liveness_layout,
             graph,
+            graph_digest,
             storage,
             ops,
             input_names,
@@ -337,6 +341,17 @@ impl Plan {
             slot_device,
             align,
         }))
+    }
+
+    /// A digest of the operator library's file (the first library module in the tree).
+    pub fn library_digest(&self) -> Option<u64> {
+        fn find(m: &ObjRef<Module>) -> Option<u64> {
+            match m.node::<crate::library::LibraryModule>() {
+                Some(lib) => lib.file_digest(),
+                None => m.imports().iter().find_map(find),
+            }
+        }
+        find(&self.library)
     }
 
     /// Waits until every device of the plan has finished what was queued on it.

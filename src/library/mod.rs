@@ -39,6 +39,12 @@ impl LibraryModule {
         &*self.source
     }
 
+    /// A digest of the library file's bytes, for files tied to one build of it (prepared params);
+    /// `None` for a library that is not a file (a system library).
+    pub fn file_digest(&self) -> Option<u64> {
+        std::fs::read(self.source.describe()).ok().map(|bytes| crate::params::digest(&bytes))
+    }
+
     /// A library with no symbols (for reading module blobs on their own).
     pub fn empty() -> ObjRef<Module> {
         struct Nothing;

@@ -634,6 +634,35 @@ pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
     Ok(())
 }
 
+pub fn prepare_params(args: &ModelArgs, out: &Path, json_out: bool) -> Result<()> {
+    check_writable(out)?;
+    let model = Model::load(args.model.as_deref(), args)?;
+    let params = model.params.as_ref().ok_or_else(|| {
+        Error::value("this model has no params file to prepare (its library carries its weights): give --params")
+    })?;
+    let plan = tvm_runtime::executor::plan::Plan::new(&model.graph_json, model.lib.clone(), model.device)?;
+    let ex = GraphExecutor::new(plan)?;
+    let bytes = ex.prepared_params(params)?;
+    std::fs::write(out, &bytes).map_err(|e| Error::io(out.display().to_string(), e))?;
+    let m = ex.memory_usage();
+    let report = json!({"output": out, "output_bytes": bytes.len(), "ops_folded": m.ops_folded,
+                        "weights_derived": m.weights_derived});
+    if json_out {
+        print_json(&report);
+    } else {
+        println!(
+            "wrote {}: the weights and {} B derived by {} weight-only operators, stamped for this graph and library \
+             ({} bytes; load it with --params {} --map-params)",
+            out.display(),
+            m.weights_derived,
+            m.ops_folded,
+            bytes.len(),
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn align_params(input: &Path, output: &Path, json_out: bool) -> Result<()> {
     let bytes = std::fs::read(input).map_err(|e| Error::io(input.display().to_string(), e))?;
     let aligned = tvm_runtime::params::align(&bytes)?;

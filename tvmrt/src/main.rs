@@ -47,6 +47,15 @@ enum Command {
         #[arg(value_name = "OUT")]
         output: PathBuf,
     },
+    /// Write the model's params with what its weight-only operators derive from them, stamped with
+    /// the graph and library: run/share --map-params then compute nothing at load
+    PrepareParams {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Where to write the prepared params file
+        #[arg(long, value_name = "OUT")]
+        out: PathBuf,
+    },
 }
 
 /// Where a model comes from.
@@ -228,6 +237,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => commands::inspect(&a, json),
         Command::Share(a) => commands::share(&a, json),
         Command::AlignParams { input, output } => commands::align_params(&input, &output, json),
+        Command::PrepareParams { model, out } => commands::prepare_params(&model, &out, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

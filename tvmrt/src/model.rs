@@ -134,7 +134,11 @@ impl Model {
         let unknown: Vec<&str> = tvm_runtime::params::parse(params)?
             .into_iter()
             .map(|(name, _)| name)
-            .filter(|n| ex.plan().input_index(n).is_none() && !n.starts_with(tvm_runtime::params::PAD_PREFIX))
+            .filter(|n| {
+                ex.plan().input_index(n).is_none()
+                    && !n.starts_with(tvm_runtime::params::PAD_PREFIX)
+                    && !tvm_runtime::executor::is_prepared_record(n)
+            })
             .collect();
         if !unknown.is_empty() {
             return Err(Error::key(format!(

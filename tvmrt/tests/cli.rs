@@ -322,3 +322,19 @@ fn fold_weights_follows_the_environment() {
     assert_eq!((folded(None, false), folded(Some("0"), false)), (0, 0));
     assert_eq!((folded(None, true), folded(Some("1"), true)), (0, asked), "mapped weights fold only when asked");
 }
+
+/// `prepare-params` writes the weights with what folding derives; `run --map-params` on it folds
+/// with nothing computed at load and gives the reference outputs; another model refuses it.
+#[test]
+fn prepared_params_run_folded_from_the_mapping() {
+    let dir = temp_dir("prepare");
+    let out = dir.join("mlp.prepared");
+    let r = json(&["prepare-params", &fixture("mlp_unbound_b1"), "--out", out.to_str().unwrap()]);
+    assert_eq!(r["ops_folded"], 3, "{r}");
+    let r =
+        json(&["run", &fixture("mlp_unbound_b1"), "--params", out.to_str().unwrap(), "--map-params", "--repeat", "1"]);
+    assert_eq!(r["memory"]["ops_folded"], 3, "{r}");
+    assert!(r["outputs"].as_array().unwrap().iter().all(|o| o["matches_reference"] == true), "{r}");
+    let (ok, _, err) = tvmrt(&["run", &fixture("mlp_unbound_b8"), "--params", out.to_str().unwrap(), "--map-params"]);
+    assert!(!ok && err.contains("made for another build"), "{err}");
+}
