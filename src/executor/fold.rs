@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 /// Per slot, the weight folding reads (`None`: not a constant).
 pub type Sources = [Option<Weak<Weight>>];
 
-/// What one executor folded: executors of the same plan binding the same weights with the same
+/// What one executor folded: executors of the same model binding the same weights with the same
 /// layout (K executors sharing one model's weights) take its results instead of running the
 /// operators again. Weak throughout: the cache keeps nothing alive.
 struct Folded {
@@ -38,8 +38,8 @@ pub fn same_sources(a: &Sources, b: &Sources) -> bool {
         })
 }
 
-/// Whether the operators `folded` marks compute the same in both plans: the same graph on the same
-/// device, each calling the same function (executors made one by one from the same model have
+/// Whether the operators `folded` marks compute the same in both plans: the same graph, each entry
+/// on the same device, each operator calling the same function (executors made one by one from the same model have
 /// plans of their own).
 fn same_model(a: &Plan, b: &Plan, folded: &[bool]) -> bool {
     if std::ptr::eq(a, b) {
@@ -51,7 +51,7 @@ fn same_model(a: &Plan, b: &Plan, folded: &[bool]) -> bool {
         (OpKind::Kernel { func: f, raw: None }, OpKind::Kernel { func: g, raw: None }) => ObjRef::ptr_eq(f, g),
         _ => false,
     };
-    a.device == b.device
+    a.entry_device == b.entry_device
         && a.graph == b.graph
         && a.ops.iter().zip(&b.ops).zip(folded).all(|((x, y), &f)| !f || same_call(&x.kind, &y.kind))
 }
