@@ -110,8 +110,9 @@ static void FactoryPath(const std::string& dir) {
   CheckOutputs(gmod, fx, (dir + " through the factory").c_str());
 }
 
-// tvm.graph_executor.create from the registry, load_params from bytes, and share_params.
-static void CreatePath(const std::string& dir) {
+// tvm.graph_executor.create from the registry, load_params from bytes, and share_params, on
+// device type `device` (id 0).
+static void CreatePath(const std::string& dir, int device = kDLCPU) {
   Fixture fx(dir);
   const PackedFunc* create = Registry::Get("tvm.graph_executor.create");
   EXPECT(create != nullptr, "tvm.graph_executor.create is registered");
@@ -120,9 +121,9 @@ static void CreatePath(const std::string& dir) {
   std::string json = ReadFile(dir + "/graph.json");
   std::string params = ReadFile(dir + "/params.bin");
   TVMByteArray blob{params.data(), params.size()};
-  Module a = (*create)(json, lib, static_cast<int>(kDLCPU), 0);
+  Module a = (*create)(json, lib, device, 0);
   a.GetFunction("load_params")(blob);
-  Module b = (*create)(json, lib, static_cast<int>(kDLCPU), 0);
+  Module b = (*create)(json, lib, device, 0);
   b.GetFunction("share_params")(a, blob);
   for (Module m : {a, b}) {
     SetInputs(m, fx);
@@ -442,22 +443,7 @@ static void OpenCL(const std::string& root) {
   NDArray y = gmod.GetFunction("get_output")(0);
   EXPECT(y->device.device_type == kDLOpenCL, "outputs live on the device");
 
-  std::string dir = root + "/mlp_unbound_cl_b1";
-  Fixture fu(dir);
-  const PackedFunc* create = Registry::Get("tvm.graph_executor.create");
-  Module ulib = Module::LoadFromFile(dir + "/lib.so");
-  std::string json = ReadFile(dir + "/graph.json");
-  std::string params = ReadFile(dir + "/params.bin");
-  TVMByteArray blob{params.data(), params.size()};
-  Module m1 = (*create)(json, ulib, static_cast<int>(kDLOpenCL), 0);
-  m1.GetFunction("load_params")(blob);
-  Module m2 = (*create)(json, ulib, static_cast<int>(kDLOpenCL), 0);
-  m2.GetFunction("share_params")(m1, blob);
-  for (Module m : {m1, m2}) {
-    SetInputs(m, fu);
-    m.GetFunction("run")();
-    CheckOutputs(m, fu, "mlp_unbound_cl_b1 on OpenCL through create, sharing");
-  }
+  CreatePath(root + "/mlp_unbound_cl_b1", kDLOpenCL);
   EXPECT(TVMSynchronize(kDLOpenCL, 0, nullptr) == 0, "the device's queue drains");
 }
 
