@@ -8,18 +8,6 @@ use crate::error::{Error, Result};
 use crate::tensor::{raw, RawTensor};
 use std::ffi::{c_char, c_int, c_void};
 
-/// Host memory aligned to max(alignment, 64), which `free` releases (as the CPU API's).
-fn host_alloc(nbytes: usize, alignment: usize) -> Result<*mut c_void> {
-    let align = alignment.max(64).checked_next_power_of_two().ok_or_else(|| Error::value("alignment too large"))?;
-    let mut p = std::ptr::null_mut();
-    // SAFETY: posix_memalign with a power-of-two alignment that is a multiple of the pointer size.
-    let rc = unsafe { libc::posix_memalign(&mut p, align, nbytes.max(1)) };
-    if rc != 0 {
-        return Err(Error::tvm(format!("out of memory allocating {nbytes} bytes")));
-    }
-    Ok(p)
-}
-
 fn device_of(device_type: c_int, device_id: c_int) -> Result<&'static dyn device::DeviceApi> {
     device::api_of(DLDevice { device_type, device_id })
 }
@@ -36,7 +24,7 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpace(
 ) -> c_int {
     guard(|| {
         let api = device_of(dev.device_type, dev.device_id)?;
-        let p = if device::is_host(dev) { host_alloc(nbytes, alignment)? } else { api.alloc(dev.device_id, nbytes)? };
+        let p = api.alloc(dev.device_id, nbytes, alignment)?;
         // SAFETY: caller's out-pointer.
         unsafe { out(out_data, p, "TVMDeviceAllocDataSpace") }.inspect_err(|_| {
             // SAFETY: allocated just above and not handed out.
@@ -60,19 +48,14 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
         let api = device_of(dev.device_type, dev.device_id)?;
         if !mem_scope.is_null() {
             // SAFETY: caller's string.
-            let scope = unsafe { c_str(mem_scope, "memory scope") }?;
-            if !scope.is_empty() && scope != "global" {
-                return Err(Error::value(format!(
-                    "memory scope '{scope}' is not supported: this runtime allocates 'global' memory only"
-                )));
-            }
+            device::check_memory_scope(unsafe { c_str(mem_scope, "memory scope") }?)?;
         }
         if !(0..=64).contains(&ndim) || (ndim > 0 && shape.is_null()) {
             return Err(Error::value(format!("invalid shape (ndim {ndim})")));
         }
         // SAFETY: `shape` holds `ndim` values.
         let dims = if ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(shape, ndim as usize) } };
-        let p = api.alloc(dev.device_id, crate::dtype::tensor_bytes(dims, dtype)?)?;
+        let p = api.alloc(dev.device_id, crate::dtype::tensor_bytes(dims, dtype)?, dtype.alignment())?;
         // SAFETY: caller's out-pointer.
         unsafe { out(out_data, p, "TVMDeviceAllocDataSpaceWithScope") }.inspect_err(|_| {
             // SAFETY: allocated just above and not handed out.

@@ -27,10 +27,12 @@ impl DeviceApi for Cpu {
         Ok(())
     }
 
-    fn alloc(&self, _id: i32, nbytes: usize) -> Result<*mut c_void> {
+    fn alloc(&self, _id: i32, nbytes: usize, alignment: usize) -> Result<*mut c_void> {
+        let align =
+            alignment.max(ALIGNMENT).checked_next_power_of_two().ok_or_else(|| Error::value("alignment too large"))?;
         let mut p = std::ptr::null_mut();
         // SAFETY: posix_memalign with a power-of-two alignment that is a multiple of the pointer size.
-        let rc = unsafe { libc::posix_memalign(&mut p, ALIGNMENT, nbytes.max(1)) };
+        let rc = unsafe { libc::posix_memalign(&mut p, align, nbytes.max(1)) };
         if rc != 0 {
             return Err(Error::tvm(format!("out of memory allocating {nbytes} bytes")));
         }

@@ -27,7 +27,7 @@ impl DeviceMemory {
     /// `len` zeroed bytes on `device`.
     pub fn zeroed(device: DLDevice, len: usize) -> Result<DeviceMemory> {
         let api = api_of(device)?;
-        let data = api.alloc(device.device_id, len)?;
+        let data = api.alloc(device.device_id, len, crate::tensor::ALIGNMENT)?;
         Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(Vec::new()) })
     }
 
@@ -52,11 +52,6 @@ impl DeviceMemory {
     pub fn owns(&self, handle: *mut c_void) -> bool {
         handle == self.data
             || self.regions.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|&(_, _, h)| h == handle as usize)
-    }
-
-    /// The alignment a region's offset needs on this device.
-    pub fn region_alignment(&self) -> Result<usize> {
-        self.api.region_alignment(self.device.device_id)
     }
 
     /// A handle kernels take for bytes `offset..offset + len` (the whole handle for offset 0),
@@ -110,26 +105,6 @@ impl DeviceMemory {
         // SAFETY: both ranges checked, distinct allocations.
         unsafe { self.api.copy(self.place(offset), copy.place(0), len) }?;
         Ok(copy)
-    }
-
-    /// Copies `len` bytes from `from` (any device of this type, or the host) to `offset`.
-    ///
-    /// # Safety
-    /// `from` addresses `len` readable bytes on its device.
-    pub unsafe fn copy_in(&self, from: Place, offset: usize, len: usize) -> Result<()> {
-        self.check(offset, len)?;
-        // SAFETY: our range checked; the source per the caller's promise.
-        unsafe { super::copy(from, self.place(offset), len) }
-    }
-
-    /// Copies `len` bytes from `offset` to `to`.
-    ///
-    /// # Safety
-    /// `to` addresses `len` writable bytes on its device.
-    pub unsafe fn copy_out(&self, offset: usize, to: Place, len: usize) -> Result<()> {
-        self.check(offset, len)?;
-        // SAFETY: our range checked; the destination per the caller's promise.
-        unsafe { super::copy(self.place(offset), to, len) }
     }
 }
 

@@ -67,8 +67,10 @@ pub trait DeviceApi: Send + Sync {
     /// Makes `id` the calling thread's current device (what kernels launch on).
     fn set_device(&self, id: i32) -> Result<()>;
 
-    /// Zeroed memory of `nbytes` on device `id`.
-    fn alloc(&self, id: i32, nbytes: usize) -> Result<*mut c_void>;
+    /// Zeroed memory of `nbytes` on device `id`, aligned to at least `alignment` where the device
+    /// places memory at addresses (the host; OpenCL hands out buffer objects and ignores it, as
+    /// upstream's).
+    fn alloc(&self, id: i32, nbytes: usize, alignment: usize) -> Result<*mut c_void>;
 
     /// Frees memory from [`DeviceApi::alloc`] or [`DeviceApi::region`].
     ///
@@ -128,6 +130,17 @@ pub fn api_of(device: DLDevice) -> Result<&'static dyn DeviceApi> {
         }
     }
     Ok(api)
+}
+
+/// Refuses memory scopes other than the default (`""`, `"global"`): textures are not served.
+pub fn check_memory_scope(scope: &str) -> Result<()> {
+    if scope.is_empty() || scope == "global" {
+        Ok(())
+    } else {
+        Err(Error::value(format!(
+            "memory scope '{scope}' is not supported: this runtime allocates 'global' memory only"
+        )))
+    }
 }
 
 /// Whether `device` is host memory (kernels and copies use plain addresses).

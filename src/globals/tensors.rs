@@ -42,12 +42,7 @@ pub(super) fn register(reg: &mut Register<'_>) {
         let dtype = crate::dtype::parse(a.str(1)?)?;
         let dev = a.device(2)?;
         if a.len() > 3 && a.code(3) != crate::dlpack::kTVMNullptr {
-            let scope = a.str(3)?;
-            if !scope.is_empty() && scope != "global" {
-                return Err(Error::value(format!(
-                    "memory scope '{scope}' is not supported: this runtime allocates 'global' memory only"
-                )));
-            }
+            device::check_memory_scope(a.str(3)?)?;
         }
         Ok(NDArray::empty(shape.dims(), dtype, dev)?.into())
     });

@@ -198,14 +198,6 @@ impl Buffer {
         }
     }
 
-    /// The alignment offsets into this buffer need for [`Buffer::data_at`].
-    pub fn region_alignment(&self) -> Result<usize> {
-        match &self.backing {
-            Backing::Device(m) => m.region_alignment(),
-            _ => Ok(ALIGNMENT),
-        }
-    }
-
     /// A buffer holding a copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<Buffer> {
         let mut buf = Buffer::zeroed(bytes.len())?;

@@ -328,7 +328,7 @@ impl DeviceApi for OpenCl {
         Ok(())
     }
 
-    fn alloc(&self, id: i32, nbytes: usize) -> Result<*mut c_void> {
+    fn alloc(&self, id: i32, nbytes: usize, _alignment: usize) -> Result<*mut c_void> {
         Ok(descriptor(state()?.create_buffer(id, nbytes)?))
     }
 
@@ -463,7 +463,7 @@ impl DeviceApi for OpenCl {
             w.in_use = true;
             return Ok(w.handle as *mut c_void);
         }
-        let handle = self.alloc(id, size)? as usize;
+        let handle = self.alloc(id, size, crate::tensor::ALIGNMENT)? as usize;
         pool.push(Workspace { handle, size, in_use: true });
         Ok(handle as *mut c_void)
     }
