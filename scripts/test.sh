@@ -19,6 +19,8 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 # unless TVM_RT_REQUIRE_OPENCL=1, as CI sets).
 [ -e /etc/OpenCL/vendors/pocl.icd ] || need_apt+=(pocl-opencl-icd)
 ldconfig -p 2>/dev/null | grep -q 'libOpenCL.so.1 ' || need_apt+=(ocl-icd-libopencl1)
+# Upstream's library opens the unversioned name (`libOpenCL.so`), which only the -dev package installs.
+ldconfig -p 2>/dev/null | grep -q 'libOpenCL.so ' || need_apt+=(ocl-icd-opencl-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

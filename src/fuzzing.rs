@@ -247,12 +247,13 @@ fn run_graph(json: &str, seed: &Seed) -> bool {
     let outputs = |fold: bool| -> Option<Vec<Vec<u8>>> {
         let ex = GraphExecutor::new(plan.clone()).ok()?;
         ex.set_fold_weights(fold).ok()?;
+        let mut params = Vec::new();
         for i in 0..plan.num_inputs() {
             let e = &plan.graph.entries[plan.input_entries[i]];
             let weight = Arc::new(Weight::padded(&[], plan.entry_bytes[plan.input_entries[i]]).ok()?);
-            let param = Param { name: plan.input_name(i).to_string(), dtype: e.dtype, shape: e.shape.clone(), weight };
-            ex.bind_param(&param).ok()?;
+            params.push(Param { name: plan.input_name(i).to_string(), dtype: e.dtype, shape: e.shape.clone(), weight });
         }
+        ex.bind_params(&params).ok()?;
         ex.run().ok()?;
         (0..plan.num_outputs()).map(|k| ex.output(k).ok().map(|o| o.to_vec())).collect()
     };

@@ -20,9 +20,7 @@ fn a_failing_kernel_fails_run_with_its_message_and_the_executor_stays_usable() {
     let m = GraphExecutor::create(&g.to_string(), lib.clone(), DLDevice::CPU).unwrap();
     let ex = exec(&m);
     let factory = lib.node::<tvm_runtime::executor::factory::Factory>().unwrap();
-    for param in factory.params() {
-        ex.bind_param(param).unwrap();
-    }
+    ex.bind_params(factory.params()).unwrap();
     f.set_inputs(&m);
     let e = ex.run().unwrap_err().to_c_message();
     assert!(e.starts_with("TVMError: operator tvmgen_default_fused_nn_softmax (node"), "{e}");

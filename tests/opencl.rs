@@ -357,3 +357,39 @@ fn heterogeneous_graphs_run_on_both_devices() {
     a.str(&f.graph_json()).object(lib.into_any()).int(2).int(0);
     assert!(create.call(&a.args()).is_err());
 }
+
+/// Sharing weights that live on the device into an executor on the CPU is refused, naming both
+/// devices, and leaves the CPU executor exactly as it was: the same memory behind every entry,
+/// the same report, and a run that gives upstream's bytes (it once ran its kernels on null tensors).
+#[test]
+fn a_refused_cross_device_share_changes_nothing() {
+    if !have_opencl() {
+        return;
+    }
+    let (fc, fo) = (Fixture::load("mlp_unbound_b1"), Fixture::load("opencl/mlp_unbound_cl_b1"));
+    let (libc, libo) = (fc.load_lib(), fo.load_lib());
+    let on_cl = fo.executor_without_params_on(&libo, CL);
+    exec(&on_cl).load_params(&fo.params()).unwrap();
+    for loaded in [true, false] {
+        let cpu = if loaded { fc.executor_from_create(&libc) } else { fc.executor_without_params(&libc) };
+        let ex = exec(&cpu);
+        fc.set_inputs(&cpu);
+        ex.run().unwrap();
+        let entries = |ex: &tvm_runtime::executor::GraphExecutor| {
+            (0..ex.plan().graph.num_entries()).map(|e| ex.entry_data(e) as usize).collect::<Vec<_>>()
+        };
+        let (before, usage) = (entries(ex), ex.memory_usage());
+        let e = ex.share_params(exec(&on_cl), &fo.params()).unwrap_err().to_string();
+        assert!(e.contains("opencl(0)") && e.contains("cpu(0)"), "{e}");
+        assert_eq!(entries(ex), before, "every entry keeps its memory");
+        assert_eq!(ex.memory_usage(), usage);
+        ex.run().unwrap();
+        if loaded {
+            fc.check_outputs(&cpu, "after a refused share");
+        }
+        // The device executor is as it was too.
+        fo.set_inputs(&on_cl);
+        exec(&on_cl).run().unwrap();
+        fo.check_outputs(&on_cl, "shared from, refused");
+    }
+}

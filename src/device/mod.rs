@@ -102,6 +102,11 @@ pub trait DeviceApi: Send + Sync {
 
     /// Returns scratch memory; anything [`DeviceApi::alloc_workspace`] did not hand out is refused.
     fn free_workspace(&self, id: i32, data: *mut c_void) -> Result<()>;
+
+    /// Whether memory of device `a` is valid for kernels on device `b` (of this type) as it is.
+    fn same_memory(&self, a: i32, b: i32) -> bool {
+        a == b
+    }
 }
 
 /// The API of a device type, or an error saying it is not served.
@@ -164,6 +169,21 @@ pub unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
     let api = api_of(if is_host(a) { b } else { a })?;
     // SAFETY: the caller's promise.
     unsafe { api.copy(from, to, nbytes) }
+}
+
+/// A device as TVM's Python prints one: `cpu(0)`, `opencl(1)`.
+pub fn describe(device: DLDevice) -> String {
+    format!("{}({})", type_name(device.device_type), device.device_id)
+}
+
+/// Whether memory allocated on `a` can be used by kernels on `b` as it is: the same device, the
+/// host for host devices, or devices of one type whose API says they share memory (OpenCL devices
+/// of one platform share its context).
+pub fn same_memory(a: DLDevice, b: DLDevice) -> bool {
+    if a == b || (is_host(a) && is_host(b)) {
+        return true;
+    }
+    a.device_type == b.device_type && api(a.device_type).is_ok_and(|api| api.same_memory(a.device_id, b.device_id))
 }
 
 /// Upstream's name of a device type code.

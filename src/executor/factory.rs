@@ -100,10 +100,7 @@ impl Factory {
             Plan::with_devices(&self.graph_json, Factory::library(this)?, devices)?
         };
         let exec = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
-        for param in &self.params {
-            exec.bind_param(param)?;
-        }
-        exec.prepare_early();
+        exec.bind_params(&self.params)?;
         Ok(Module::new(exec))
     }
 }

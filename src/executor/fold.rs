@@ -95,9 +95,28 @@ pub fn remember(plan: &Arc<Plan>, layout: &Layout, sources: &Sources, derived: &
 }
 
 /// Runs the operators `layout` folds on the weights `ops` is bound to; returns, per alias root,
-/// the derived weight of each result the layout keeps. Leaves those results' entries unbound:
-/// binding the layout's homes is the caller's next step.
+/// the derived weight of each result the layout keeps. Whether it succeeds or not, every entry
+/// points where it did before: binding the layout's homes is the caller's next step, which may
+/// still be refused.
 pub fn fold(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Arc<Weight>>>> {
+    let before = ops.snapshot();
+    let scratch = run_folded(plan, ops, layout);
+    // The results are weights from here on: no tensor points at the scratch any more.
+    ops.restore(before);
+    let mut derived = vec![None; plan.graph.num_entries()];
+    for (r, b) in scratch?.into_iter().enumerate() {
+        let Some(b) = b else { continue };
+        if layout.homes[r] == Home::Derived {
+            let b = Arc::try_unwrap(b).map_err(|_| Error::internal("a folded result is still in use"))?;
+            derived[r] = Some(weight::intern(Weight::freeze(b)));
+        }
+    }
+    Ok(derived)
+}
+
+/// Runs the folded operators into scratch memory of their own; returns the scratch per alias
+/// root (results kept only to derive others already dropped).
+fn run_folded(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Arc<Buffer>>>> {
     let n = plan.graph.num_entries();
     let root = &plan.alias_root;
     let mut scratch: Vec<Option<Arc<Buffer>>> = vec![None; n];
@@ -129,19 +148,5 @@ pub fn fold(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Ar
             }
         }
     }
-    // The results are weights from here on: no tensor points at the scratch any more.
-    for e in 0..n {
-        if scratch[root[e]].is_some() {
-            ops.unbind(e);
-        }
-    }
-    let mut derived = vec![None; n];
-    for (r, b) in scratch.into_iter().enumerate() {
-        let Some(b) = b else { continue };
-        if layout.homes[r] == Home::Derived {
-            let b = Arc::try_unwrap(b).map_err(|_| Error::internal("a folded result is still in use"))?;
-            derived[r] = Some(weight::intern(Weight::freeze(b)));
-        }
-    }
-    Ok(derived)
+    Ok(scratch)
 }

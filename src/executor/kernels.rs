@@ -115,8 +115,29 @@ struct OpCall {
     call: Call,
     /// Derived from weights once: `run` skips it.
     folded: bool,
+    /// The entries `values` address, in argument order.
+    args: Box<[usize]>,
     values: Box<[TVMValue]>,
     codes: Box<[i32]>,
+}
+
+/// What every entry's tensor points at, and the memory that keeps it valid: taken to put the
+/// tensors back exactly (a call that fails half-way, folding's scratch).
+#[derive(Clone)]
+pub struct Bindings {
+    memory: Vec<Mem>,
+    data: Vec<*mut c_void>,
+}
+
+// SAFETY: the addresses are memory `memory` keeps alive or caller memory under the zero-copy
+// promise; they are only written back into the table, under the executor's lock.
+unsafe impl Send for Bindings {}
+
+impl Bindings {
+    /// The memory entries were bound to.
+    pub fn memory(&self) -> &[Mem] {
+        &self.memory
+    }
 }
 
 /// The entry tensors, the memory each points at, and the operators' prepared calls.
@@ -166,6 +187,7 @@ impl Ops {
                     OpKind::Kernel { func, raw: None } => Call::Packed(func.clone()),
                 },
                 folded: false,
+                args: op.args.clone().into_boxed_slice(),
                 values: op.args.iter().map(|&eid| TVMValue { v_handle: tensors.at(eid).cast() }).collect(),
                 codes: vec![kTVMDLTensorHandle; op.args.len()].into_boxed_slice(),
             })
@@ -180,11 +202,11 @@ impl Ops {
         }
     }
 
-    /// Points entry `eid` at `mem`, which must cover the entry's bytes. Fails only when a device
-    /// cannot make the handle kernels take for the memory (the entry is then unbound).
-    pub fn bind(&mut self, eid: usize, mem: Mem) -> Result<()> {
+    /// What entry `eid`'s tensor takes as data for `mem`, which must cover the entry's bytes.
+    /// Fails only when a device cannot make the handle kernels take for the memory.
+    fn resolve(&self, eid: usize, mem: &Mem) -> Result<*mut c_void> {
         let bytes = self.bytes[eid];
-        let data: Result<*mut c_void> = match &mem {
+        match mem {
             Mem::None => Ok(std::ptr::null_mut()),
             Mem::Buffer(b, at) => {
                 assert!(at + bytes <= b.len(), "entry {eid} ({bytes} bytes) at {at} of a buffer of {}", b.len());
@@ -196,25 +218,60 @@ impl Ops {
                 w.data_on(self.devices[eid])
             }
             Mem::External(External(p)) => Ok(*p),
-        };
-        match data {
-            Ok(p) => {
-                self.tensors.set_data(eid, p);
-                self.memory[eid] = mem;
-                Ok(())
-            }
-            Err(e) => {
-                self.tensors.set_data(eid, std::ptr::null_mut());
-                self.memory[eid] = Mem::None;
-                Err(e)
-            }
         }
+    }
+
+    /// Points entry `eid` at `mem`; on failure the entry keeps what it had.
+    pub fn bind(&mut self, eid: usize, mem: Mem) -> Result<()> {
+        let data = self.resolve(eid, &mem)?;
+        self.tensors.set_data(eid, data);
+        self.memory[eid] = mem;
+        Ok(())
+    }
+
+    /// Points every entry at its memory in `mems` (one per entry), all or nothing: when a device
+    /// cannot bind one, no tensor changes.
+    pub fn bind_all(&mut self, mems: Vec<Mem>) -> Result<()> {
+        assert_eq!(mems.len(), self.memory.len(), "one memory per entry");
+        let data = mems
+            .iter()
+            .enumerate()
+            .map(|(eid, m)| self.resolve(eid, m).map_err(|e| e.context(format!("binding entry {eid}"))))
+            .collect::<Result<Vec<_>>>()?;
+        for (eid, p) in data.into_iter().enumerate() {
+            self.tensors.set_data(eid, p);
+        }
+        self.memory = mems;
+        Ok(())
+    }
+
+    /// What every entry points at now.
+    pub fn snapshot(&self) -> Bindings {
+        Bindings { memory: self.memory.clone(), data: (0..self.memory.len()).map(|e| self.tensors.data(e)).collect() }
+    }
+
+    /// Points every entry back at what `snapshot` took (no device call: nothing can fail).
+    pub fn restore(&mut self, bindings: Bindings) {
+        for (eid, &p) in bindings.data.iter().enumerate() {
+            self.tensors.set_data(eid, p);
+        }
+        self.memory = bindings.memory;
+    }
+
+    /// What entry `eid` points at.
+    pub fn memory_of(&self, eid: usize) -> &Mem {
+        &self.memory[eid]
     }
 
     /// Points entry `eid` at nothing.
     pub fn unbind(&mut self, eid: usize) {
         self.tensors.set_data(eid, std::ptr::null_mut());
         self.memory[eid] = Mem::None;
+    }
+
+    /// How many entry tensors are bound to `buffer` (each holds a count of it).
+    pub fn bound_to_buffer(&self, buffer: &Arc<Buffer>) -> usize {
+        self.memory.iter().filter(|m| matches!(m, Mem::Buffer(b, _) if Arc::ptr_eq(b, buffer))).count()
     }
 
     /// How many entry tensors are bound to `weight` (each holds a count of it).
@@ -235,8 +292,10 @@ impl Ops {
 
     /// Runs operators `range` in order, but those folded (their results are weights already).
     pub fn run(&mut self, plan: &Plan, range: std::ops::Range<usize>) -> Result<()> {
+        let (tensors, bytes) = (&self.tensors, &self.bytes);
         for call in &mut self.calls[range] {
             if !call.folded {
+                check_bound(tensors, bytes, plan, call)?;
                 run_call(plan, call)?;
             }
         }
@@ -245,6 +304,7 @@ impl Ops {
 
     /// Runs operator `i`, folded or not (folding runs the folded ones, once).
     pub fn run_one(&mut self, plan: &Plan, i: usize) -> Result<()> {
+        check_bound(&self.tensors, &self.bytes, plan, &self.calls[i])?;
         run_call(plan, &mut self.calls[i])
     }
 
@@ -300,10 +360,13 @@ impl Ops {
     }
 
     /// A read-only look at entry `eid`, for copying out of it.
-    pub fn source(&self, eid: usize) -> RawTensor<'_> {
-        // SAFETY: our own tensor (shape from the plan, no strides); its data, when set, holds the
-        // entry's bytes for as long as `self` is borrowed (`memory` keeps it).
-        unsafe { RawTensor::from_ptr(self.tensors.at(eid)) }.expect("own tensors are well formed")
+    pub fn source(&self, eid: usize) -> Result<RawTensor<'_>> {
+        if self.data(eid).is_null() && self.bytes[eid] > 0 {
+            return Err(Error::internal(format!("entry {eid} has no memory to read")));
+        }
+        // SAFETY: our own tensor (shape from the plan, no strides); its data holds the entry's
+        // bytes for as long as `self` is borrowed (`memory` keeps it).
+        Ok(unsafe { RawTensor::from_ptr(self.tensors.at(eid)) }.expect("own tensors are well formed"))
     }
 
     /// An array viewing entry `eid`'s memory with its shape and dtype: `None` for a weight (a
@@ -339,6 +402,26 @@ impl Ops {
             unsafe { view.retarget(data.cast()) }
         }
         trusted
+    }
+}
+
+/// Refuses to launch an operator while one of its arguments has no memory: whatever left it
+/// so (a binding a device refused, a bug), a kernel must never read or write through a null
+/// handle. A few loads per argument: nothing next to a kernel call.
+fn check_bound(tensors: &TensorTable, bytes: &[usize], plan: &Plan, call: &OpCall) -> Result<()> {
+    if matches!(call.call, Call::Nop) {
+        return Ok(());
+    }
+    match call.args.iter().position(|&eid| tensors.data(eid).is_null() && bytes[eid] > 0) {
+        None => Ok(()),
+        Some(k) => Err(op_error(
+            plan,
+            call.node,
+            Error::internal(format!(
+                "argument {k} (entry {}) has no memory bound: the operator was not launched",
+                call.args[k]
+            )),
+        )),
     }
 }
 

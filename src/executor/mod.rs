@@ -272,16 +272,10 @@ impl GraphExecutor {
     /// default, operators on mapped weights are not folded (see [`Folding`]), and a debug executor
     /// folds nothing.
     pub fn set_fold_weights(&self, fold: bool) -> Result<()> {
-        let mut st = self.lock();
-        st.set_fold(if fold { Folding::All } else { Folding::Off });
-        st.prepare()
-    }
-
-    /// Folds weight-only operators and lays out activations now, so the first run does not. An
-    /// operator failing on the weights leaves them unfolded (`run` reports it, as upstream's does);
-    /// a layout that cannot get its memory is left for `run` to report too.
-    pub fn prepare_early(&self) {
-        let _ = self.lock().prepare();
+        self.lock().transaction(|st| {
+            st.set_fold(if fold { Folding::All } else { Folding::Off });
+            st.prepare()
+        })
     }
 
     /// Loads a params blob straight into the executor's memory: one copy per weight. Names that
@@ -305,13 +299,15 @@ impl GraphExecutor {
         self.load_records(records, Some(&map))
     }
 
+    /// Loads `records` in one transaction: every weight and the layout that folds from them, or
+    /// (on any failure) nothing.
     fn load_records(
         &self,
         records: Vec<(&str, params::Record<'_>)>,
         map: Option<&Arc<crate::tensor::FileMap>>,
     ) -> Result<(usize, usize)> {
-        let mut st = self.lock();
-        let (mut mapped, mut copied) = (0, 0);
+        // Every record is checked before anything is loaded.
+        let mut load = Vec::new();
         for (name, rec) in &records {
             let Some(index) = self.plan.input_index(name) else { continue };
             let eid = self.plan.input_entries[index];
@@ -322,6 +318,36 @@ impl GraphExecutor {
                     rec.dtype, rec.shape, e.dtype, e.shape
                 )));
             }
+            load.push((*name, rec, eid));
+        }
+        let stamp = match (map, records.iter().find(|(n, _)| *n == PREPARED)) {
+            (Some(map), Some((_, stamp))) => Some(self.prepared_derived(map, stamp, &records)?),
+            _ => None,
+        };
+        self.lock().transaction(|st| {
+            let counts = self.load_into(st, &load, map)?;
+            if let Some(derived) = stamp {
+                if !st.adopt(derived)? {
+                    return Err(Error::value(
+                        "the prepared weights in this params file do not fit this executor's folding (stale file?)",
+                    ));
+                }
+            }
+            st.prepare()?;
+            Ok(counts)
+        })
+    }
+
+    /// Binds or writes each checked record; returns how many were mapped and how many copied.
+    fn load_into(
+        &self,
+        st: &mut Instance,
+        load: &[(&str, &params::Record<'_>, usize)],
+        map: Option<&Arc<crate::tensor::FileMap>>,
+    ) -> Result<(usize, usize)> {
+        let (mut mapped, mut copied) = (0, 0);
+        for &(name, rec, eid) in load {
+            let e = &self.plan.graph.entries[eid];
             let slot_bytes = self.plan.storage.slots[e.storage_id].bytes;
             // Used in place when the file's bytes cover the slot (on a device: mirrored there once,
             // the mapping staying shared between processes); else a weight of its own,
@@ -342,16 +368,6 @@ impl GraphExecutor {
                 _ => copied += 1,
             }
         }
-        if let (Some(map), Some((_, stamp))) = (map, records.iter().find(|(n, _)| *n == PREPARED)) {
-            let derived = self.prepared_derived(map, stamp, &records)?;
-            if !st.adopt(derived)? {
-                return Err(Error::value(
-                    "the prepared weights in this params file do not fit this executor's folding (stale file?)",
-                ));
-            }
-        }
-        drop(st);
-        self.prepare_early();
         Ok((mapped, copied))
     }
 
@@ -437,28 +453,31 @@ impl GraphExecutor {
         params::align(&params::save(arrays.iter().map(|(n, a)| (n.as_str(), &**a))))
     }
 
-    /// Binds input `param.name` to the weight without copying when its slot can share, else
-    /// copies. Used by factories, which keep the weights for all their executors. Names that are
-    /// not inputs are skipped.
-    pub fn bind_param(&self, param: &Param) -> Result<()> {
-        let name = param.name.as_str();
-        let Some(index) = self.plan.input_index(name) else {
-            return Ok(());
-        };
-        let eid = self.plan.input_entries[index];
-        let e = &self.plan.graph.entries[eid];
-        let at = || format!("parameter '{name}'");
-        if param.dtype != e.dtype || param.weight.len() != self.plan.entry_bytes[eid] {
-            return Err(Error::value(format!(
-                "{}: {} {:?} does not fit {} {:?}",
-                at(),
-                param.dtype,
-                param.shape,
-                e.dtype,
-                e.shape
-            )));
+    /// Binds each input named in `params` to its weight without copying where its slot can share,
+    /// else copies, then lays out (folding from them): all of them, or none on failure. Used by
+    /// factories, which keep the weights for all their executors. Names that are not inputs are
+    /// skipped.
+    pub fn bind_params(&self, params: &[Param]) -> Result<()> {
+        let mut bind = Vec::new();
+        for param in params {
+            let name = param.name.as_str();
+            let Some(index) = self.plan.input_index(name) else { continue };
+            let eid = self.plan.input_entries[index];
+            let e = &self.plan.graph.entries[eid];
+            if param.dtype != e.dtype || param.weight.len() != self.plan.entry_bytes[eid] {
+                return Err(Error::value(format!(
+                    "parameter '{name}': {} {:?} does not fit {} {:?}",
+                    param.dtype, param.shape, e.dtype, e.shape
+                )));
+            }
+            bind.push((name, eid, &param.weight));
         }
-        self.lock().set_param(name, eid, param.weight.clone()).map(|_| ())
+        self.lock().transaction(|st| {
+            for (name, eid, weight) in bind {
+                st.set_param(name, eid, weight.clone())?;
+            }
+            st.prepare()
+        })
     }
 
     /// `share_params`: binds every input named in `blob` to `other`'s memory for it. Matched by
@@ -469,6 +488,7 @@ impl GraphExecutor {
         }
         let names = params::parse_names(blob)?;
         let (mut mine, mut theirs) = self.lock_pair(other);
+        let (mine, theirs) = (&mut *mine, &mut *theirs);
         let mut bindings = Vec::new();
         for name in names {
             let Some(index) = self.plan.input_index(name) else {
@@ -494,22 +514,22 @@ impl GraphExecutor {
             }
             bindings.push((name, eid, e.storage_id, oeid, oe.storage_id));
         }
-        for (name, eid, sid, oeid, osid) in bindings {
-            // Their memory becomes a weight both hold when both slots can share it (set_param
-            // then binds it); else the bytes are copied.
-            let fits = other.plan.storage.slots[osid].bytes >= self.plan.storage.slots[sid].bytes;
-            if self.plan.is_shareable_slot(sid) && other.plan.is_shareable_slot(osid) && fits {
-                let weight = theirs.share_out(osid)?;
-                mine.set_param(name, eid, weight)?;
-            } else {
-                mine.copy_entry_from(eid, &mut theirs, oeid).map_err(|e| e.context(format!("parameter '{name}'")))?;
-                mine.param_names.insert(name.to_string());
+        Instance::transaction_pair(mine, theirs, |mine, theirs| {
+            for (name, eid, sid, oeid, osid) in bindings {
+                // Their memory becomes a weight both hold when both slots can share it (set_param
+                // then binds it); else the bytes are copied.
+                let fits = other.plan.storage.slots[osid].bytes >= self.plan.storage.slots[sid].bytes;
+                if self.plan.is_shareable_slot(sid) && other.plan.is_shareable_slot(osid) && fits {
+                    let weight = theirs.share_out(osid).map_err(|e| e.context(format!("parameter '{name}'")))?;
+                    mine.set_param(name, eid, weight)?;
+                } else {
+                    mine.copy_entry_from(eid, theirs, oeid).map_err(|e| e.context(format!("parameter '{name}'")))?;
+                    mine.param_names.insert(name.to_string());
+                }
             }
-        }
-        drop((mine, theirs));
-        self.prepare_early();
-        other.prepare_early();
-        Ok(())
+            mine.prepare_for_holders()?;
+            theirs.prepare_for_holders()
+        })
     }
 
     /// Makes this executor and `other` use one activation arena, sized for the larger. They must
@@ -521,18 +541,20 @@ impl GraphExecutor {
             return Ok(());
         }
         let (mut mine, mut theirs) = self.lock_pair(other);
-        mine.prepare()?;
-        theirs.prepare()?;
-        // Size the arena for both first, so nobody binds a buffer that is replaced at once.
-        let arena = match theirs.arena() {
-            Some(a) => a.clone(),
-            None => arena::Arena::new(self.plan.device)?,
-        };
-        arena.reserve(mine.layout().arena_bytes.max(theirs.layout().arena_bytes))?;
-        if theirs.arena().is_none_or(|a| !Arc::ptr_eq(a, &arena)) {
-            theirs.join_arena(arena.clone())?;
-        }
-        mine.join_arena(arena)
+        Instance::transaction_pair(&mut mine, &mut theirs, |mine, theirs| {
+            mine.prepare()?;
+            theirs.prepare()?;
+            // Size the arena for both first, so nobody binds a buffer that is replaced at once.
+            let arena = match theirs.arena() {
+                Some(a) => a.clone(),
+                None => arena::Arena::new(self.plan.device)?,
+            };
+            arena.reserve(mine.layout().arena_bytes.max(theirs.layout().arena_bytes))?;
+            if theirs.arena().is_none_or(|a| !Arc::ptr_eq(a, &arena)) {
+                theirs.join_arena(arena.clone())?;
+            }
+            mine.join_arena(arena)
+        })
     }
 
     /// Locks two executors in address order, so two threads pairing them oppositely cannot deadlock.

@@ -268,7 +268,10 @@ impl<'a> Args<'a> {
     }
 
     fn typed<T: ObjectType>(&self, i: usize, want: &str) -> Result<ObjRef<T>> {
-        let obj = self.object(i).map_err(|_| self.mismatch(i, want))?.ok_or_else(|| self.mismatch(i, want))?;
+        let obj = self
+            .object(i)
+            .map_err(|_| self.mismatch(i, want))?
+            .ok_or_else(|| Error::type_err(format!("argument {i}: expected {want}, got a null handle")))?;
         obj.downcast::<T>().map_err(|_| self.mismatch(i, want))
     }
 

@@ -16,8 +16,9 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex, Weak};
 
 enum Backing {
-    /// Memory of this runtime, frozen.
-    Owned(#[allow(dead_code)] Buffer),
+    /// Memory of this runtime, frozen (nobody writes it from now on; the only other holders are
+    /// readers, see [`Weight::freeze_shared`]).
+    Owned(Arc<Buffer>),
     /// A range of a read-only file mapping (writing it would fault).
     Mapped(#[allow(dead_code)] Arc<FileMap>),
     /// Constant data inside a loaded library, which the keeper keeps loaded.
@@ -42,6 +43,13 @@ unsafe impl Sync for Weight {}
 impl Weight {
     /// Freezes `buffer`: from now on nobody writes it.
     pub fn freeze(buffer: Buffer) -> Weight {
+        Weight::freeze_shared(Arc::new(buffer))
+    }
+
+    /// Freezes a buffer others still hold, who must only ever read it from now on (an executor's
+    /// tensors bound to it, a copy of its state kept to put back if a call fails): the caller has
+    /// checked there is no writer left.
+    pub(crate) fn freeze_shared(buffer: Arc<Buffer>) -> Weight {
         Weight { ptr: buffer.as_ptr(), len: buffer.len(), backing: Backing::Owned(buffer), mirrors: Mutex::default() }
     }
 
@@ -70,20 +78,29 @@ impl Weight {
         }
     }
 
-    /// What a kernel on `device` takes as the weight's data: the weight itself on its own device,
-    /// a copy of a host weight on another device (made once and kept with the weight).
+    /// Whether kernels on `device` can use the weight: a host weight anywhere (copied to a device
+    /// once), a device weight on its own device or one sharing its memory (OpenCL devices of one
+    /// context).
+    pub fn check_usable_on(&self, device: DLDevice) -> Result<()> {
+        let own = self.device();
+        if crate::device::is_host(own) || crate::device::same_memory(own, device) {
+            return Ok(());
+        }
+        Err(Error::value(format!(
+            "a weight on {} cannot be bound by an executor on {}: kernels there cannot read that memory",
+            crate::device::describe(own),
+            crate::device::describe(device)
+        )))
+    }
+
+    /// What a kernel on `device` takes as the weight's data: the weight itself where its memory
+    /// is usable, a copy of a host weight on another device (made once and kept with the weight).
     pub fn data_on(&self, device: DLDevice) -> Result<*mut c_void> {
         let own = self.device();
-        if crate::device::is_host(device) && crate::device::is_host(own) || device == own {
+        if crate::device::is_host(device) && crate::device::is_host(own) || crate::device::same_memory(own, device) {
             return Ok(self.ptr.cast_mut().cast());
         }
-        if !crate::device::is_host(own) {
-            return Err(Error::value(format!(
-                "a weight on {} cannot be bound by an executor on {}",
-                crate::device::type_name(own.device_type),
-                crate::device::type_name(device.device_type)
-            )));
-        }
+        self.check_usable_on(device)?;
         let mut mirrors = self.mirrors.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = mirrors.iter().find(|m| m.device() == device) {
             return Ok(m.as_ptr().cast());

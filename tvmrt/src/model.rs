@@ -122,9 +122,7 @@ impl Model {
                 let plan = tvm_runtime::executor::plan::Plan::new(&self.graph_json, self.lib.clone(), self.device)?;
                 let ex = if debug { GraphExecutor::new_debug(plan)? } else { GraphExecutor::new(plan)? };
                 if let Some(f) = self.lib.node::<Factory>() {
-                    for param in f.params() {
-                        ex.bind_param(param)?;
-                    }
+                    ex.bind_params(f.params())?;
                 }
                 Module::new(ex)
             }

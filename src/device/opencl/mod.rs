@@ -52,16 +52,28 @@ unsafe impl Send for State {}
 // SAFETY: as above.
 unsafe impl Sync for State {}
 
-static STATE: OnceLock<std::result::Result<State, String>> = OnceLock::new();
+static STATE: OnceLock<State> = OnceLock::new();
+/// Serialises attempts at initialising (a failed one is tried again at the next use: a device
+/// short of resources now may not be later).
+static INIT: Mutex<()> = Mutex::new(());
 
 thread_local! {
     /// The calling thread's current OpenCL device (`__tvm_set_device`).
     static CURRENT: Cell<i32> = const { Cell::new(0) };
 }
 
-/// The OpenCL state, initialised on first use; an error when OpenCL cannot be opened.
+/// The OpenCL state, initialised on first use; an error when OpenCL cannot be opened or set up
+/// (tried again at the next call).
 pub fn state() -> Result<&'static State> {
-    STATE.get_or_init(|| State::init().map_err(|e| e.to_string())).as_ref().map_err(|e| Error::tvm(e.clone()))
+    if let Some(s) = STATE.get() {
+        return Ok(s);
+    }
+    let _one_at_a_time = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = STATE.get() {
+        return Ok(s);
+    }
+    let s = State::init()?;
+    Ok(STATE.get_or_init(|| s))
 }
 
 /// The calling thread's current device.
@@ -88,10 +100,13 @@ impl State {
         let mut n: ClUint = 0;
         // SAFETY: a count query with no output array.
         let rc = unsafe { (api.clGetPlatformIDs)(0, std::ptr::null_mut(), &mut n) };
-        if rc == sys::CL_PLATFORM_NOT_FOUND_KHR || n == 0 {
+        if rc == sys::CL_PLATFORM_NOT_FOUND_KHR {
             return Ok(State { api, devices: Vec::new() });
         }
         check(rc, "clGetPlatformIDs")?;
+        if n == 0 {
+            return Ok(State { api, devices: Vec::new() });
+        }
         let mut platforms = vec![std::ptr::null_mut(); n as usize];
         // SAFETY: an array of `n` platform ids.
         check(unsafe { (api.clGetPlatformIDs)(n, platforms.as_mut_ptr(), std::ptr::null_mut()) }, "clGetPlatformIDs")?;
@@ -100,6 +115,18 @@ impl State {
         if found.iter().all(Vec::is_empty) {
             found = Self::devices_of(&api, &platforms, sys::CL_DEVICE_TYPE_CPU)?;
         }
+        let mut made = Made::default();
+        match Self::open_devices(&api, found, &mut made) {
+            Ok(devices) => Ok(State { api, devices }),
+            Err(e) => {
+                made.release(&api);
+                Err(e)
+            }
+        }
+    }
+
+    /// Contexts and queues for the devices `found` per platform; what it made is in `made`.
+    fn open_devices(api: &Api, found: Vec<Vec<sys::DeviceId>>, made: &mut Made) -> Result<Vec<Device>> {
         let mut devices = Vec::new();
         // One context per platform, over its matched devices.
         for ids in found.into_iter().filter(|ids| !ids.is_empty()) {
@@ -116,10 +143,12 @@ impl State {
                 )
             };
             check(rc, "clCreateContext")?;
+            made.contexts.push(context);
             for id in ids {
                 // SAFETY: a device of this context; in-order, no profiling.
                 let queue = unsafe { (api.clCreateCommandQueue)(context, id, 0, &mut rc) };
                 check(rc, "clCreateCommandQueue")?;
+                made.queues.push(queue);
                 let string = |param| {
                     // SAFETY: a size query then a read into a buffer of that size.
                     info_bytes(|n, p, r| unsafe { (api.clGetDeviceInfo)(id, param, n, p, r) }, "clGetDeviceInfo")
@@ -143,7 +172,7 @@ impl State {
                 });
             }
         }
-        Ok(State { api, devices })
+        Ok(devices)
     }
 
     /// Per platform, its devices of `kind` that support OpenCL 1.2 or later.
@@ -153,24 +182,32 @@ impl State {
             let mut n: ClUint = 0;
             // SAFETY: a count query.
             let rc = unsafe { (api.clGetDeviceIDs)(platform, kind, 0, std::ptr::null_mut(), &mut n) };
+            if rc != sys::CL_DEVICE_NOT_FOUND {
+                check(rc, "clGetDeviceIDs")?;
+            }
             if rc == sys::CL_DEVICE_NOT_FOUND || n == 0 {
                 out.push(Vec::new());
                 continue;
             }
-            check(rc, "clGetDeviceIDs")?;
             let mut ids = vec![std::ptr::null_mut(); n as usize];
             // SAFETY: an array of `n` ids.
             let rc = unsafe { (api.clGetDeviceIDs)(platform, kind, n, ids.as_mut_ptr(), std::ptr::null_mut()) };
             check(rc, "clGetDeviceIDs")?;
-            ids.retain(|&id| {
+            // Devices older than OpenCL 1.2 are left out; a query that fails is an error (the
+            // next use tries again), not a device that is not there.
+            let mut usable = Vec::with_capacity(ids.len());
+            for id in ids {
                 // SAFETY: a size query then a read into a buffer of that size.
-                info_bytes(
+                let version = info_bytes(
                     |n, q, r| unsafe { (api.clGetDeviceInfo)(id, sys::CL_DEVICE_VERSION, n, q, r) },
                     "clGetDeviceInfo",
                 )
-                .map(info_string)
-                .is_ok_and(|v| version_at_least_1_2(&v))
-            });
+                .map(info_string)?;
+                if version_at_least_1_2(&version) {
+                    usable.push(id);
+                }
+            }
+            let ids = usable;
             out.push(ids);
         }
         Ok(out)
@@ -234,6 +271,26 @@ impl State {
             }
         }
         Ok(mem)
+    }
+}
+
+/// What a failed initialisation made, to release.
+#[derive(Default)]
+struct Made {
+    contexts: Vec<sys::Context>,
+    queues: Vec<sys::Queue>,
+}
+
+impl Made {
+    fn release(self, api: &Api) {
+        for q in self.queues {
+            // SAFETY: a queue made by the failed initialisation, used by nobody.
+            unsafe { (api.clReleaseCommandQueue)(q) };
+        }
+        for c in self.contexts {
+            // SAFETY: as above, after its queues.
+            unsafe { (api.clReleaseContext)(c) };
+        }
     }
 }
 
@@ -446,6 +503,11 @@ impl DeviceApi for OpenCl {
             }
             (true, true) => Err(Error::internal("Expect copy from/to OpenCL or between OpenCL")),
         }
+    }
+
+    fn same_memory(&self, a: i32, b: i32) -> bool {
+        // A buffer belongs to its context, valid on the queue of every device in it.
+        state().is_ok_and(|s| matches!((s.device(a), s.device(b)), (Ok(x), Ok(y)) if x.context == y.context))
     }
 
     fn sync(&self, id: i32) -> Result<()> {

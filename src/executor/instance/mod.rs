@@ -1,0 +1,560 @@
+//! The per-executor state: which memory each entry uses (input slots, the derived weights and
+//! activation arena of its layout, zero-copy bindings), kept consistent with the bindings.
+//! Inputs are bound per storage slot, so every entry planned into a slot (a `__nop` reshape of a
+//! weight included) sees the same bytes; operator outputs live where the layout puts their alias
+//! root.
+//!
+//! The state is spread over rooms by what they decide: `slots` (weights in and out), `entries`
+//! (reads, writes and the arrays handed out), `zero_copy` (caller memory), `activations` (the
+//! arena and the output region), `journal` (calls that complete or change nothing). This file
+//! holds the state, the layout and the run. Safe code throughout: `kernels` holds the memory
+//! each entry points at and calls the kernels.
+//!
+//! Every change of memory binds all entries at once or none (`refresh`), and the state only
+//! commits what could be bound: a refused binding leaves the executor as it was, so no entry is
+//! ever left without the memory its state says it has (and `kernels` refuses to launch an
+//! operator on an entry without memory, whatever the cause).
+
+#![forbid(unsafe_code)]
+
+mod activations;
+mod entries;
+mod journal;
+mod slots;
+mod zero_copy;
+
+use super::fold;
+use super::kernels::{External, Mem, Ops};
+use super::layout::{self, Folding, Home, Layout};
+use super::plan::Plan;
+use crate::error::Result;
+use crate::memory_plan::SlotRole;
+use crate::object::ObjRef;
+use crate::tensor::{Buffer, NDArray, Weight};
+use activations::{Activations, Parts};
+use journal::Journal;
+pub use slots::SlotMemory;
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+
+pub struct Instance {
+    pub plan: Arc<Plan>,
+    /// Per storage slot; only input slots are bound (operator outputs live by the layout).
+    slots: Vec<SlotMemory>,
+    /// Zero-copy input bindings, per slot.
+    slot_override: Vec<Option<External>>,
+    /// Zero-copy output bindings, per entry.
+    entry_override: Vec<Option<External>>,
+    /// The entry tensors, their memory and the operators' calls.
+    ops: Ops,
+    /// Names loaded as parameters (hidden from `get_input_info`).
+    pub param_names: HashSet<String>,
+    /// Every input slot has memory (inputs never set read as zeros once `run` binds them).
+    all_bound: bool,
+    layout: Layout,
+    /// The layout may not match the bindings any more (a weight bound, made private, redirected).
+    stale: bool,
+    /// Per slot: the holders of its weight when the layout was made (see `holders_changed`).
+    holders: Vec<usize>,
+    /// Derived weights a prepared params file brought, per alias root, for the next layout to use
+    /// instead of running the folded operators; `adopted` says whether one did.
+    to_adopt: Option<Vec<(usize, Arc<Weight>)>>,
+    adopted: bool,
+    /// Per alias root: the weights derived from the bound weights.
+    derived: Vec<Option<Arc<Weight>>>,
+    /// Per slot: the weight the derived weights were computed from.
+    derived_from: Vec<Option<Weak<Weight>>>,
+    activations: Activations,
+    /// The graph outputs' region (`Home::Output`), allocated at the first layout and kept.
+    outputs: Option<Parts>,
+    /// Per entry: the array `entry_view` handed out, handed out again while it shows the entry.
+    /// Upstream hands out its entries themselves, so a host's array follows the entry's zero-copy
+    /// bindings; `refresh` points these arrays wherever the entry goes, when they can follow.
+    views: Vec<Option<ObjRef<NDArray>>>,
+    /// Which weight-only operators to fold (`set_fold_weights`, `TVM_RT_FOLD_WEIGHTS`).
+    fold: Folding,
+    /// Keep every folded result (debug executors read any node's output).
+    keep_derived: bool,
+    /// The node `execute_node` ran last (debug executors).
+    pub last_executed: Option<usize>,
+    /// The state to put back if the call under way fails (see `journal`).
+    journal: Option<Box<Journal>>,
+}
+
+impl Instance {
+    /// A new instance. Memory comes when first needed: input slots when set or loaded (so a weight
+    /// that will be shared is never allocated twice), activations once the weights are known.
+    pub fn new(plan: Arc<Plan>, keep_derived: bool) -> Result<Instance> {
+        let slots = plan
+            .linked
+            .iter()
+            .map(|linked| linked.as_ref().map_or(SlotMemory::Unbound, |w| SlotMemory::Weight(w.clone())))
+            .collect::<Vec<_>>();
+        let ops = Ops::new(&plan);
+        let n_slots = slots.len();
+        let n_entries = plan.graph.entries.len();
+        // Inputs whose data the library links in are weights.
+        let param_names = (0..plan.num_inputs())
+            .filter(|&i| plan.linked[plan.graph.entries[plan.input_entries[i]].storage_id].is_some())
+            .map(|i| plan.input_name(i).to_string())
+            .collect();
+        let mut inst = Instance {
+            plan,
+            slots,
+            slot_override: vec![None; n_slots],
+            entry_override: vec![None; n_entries],
+            ops,
+            param_names,
+            all_bound: false,
+            layout: Layout::default(),
+            stale: true,
+            holders: Vec::new(),
+            to_adopt: None,
+            adopted: false,
+            derived: Vec::new(),
+            derived_from: vec![None; n_slots],
+            activations: Activations::None,
+            outputs: None,
+            views: vec![None; n_entries],
+            // A debug executor runs and times every node, as upstream's, unless told to fold.
+            fold: if keep_derived { Folding::Off } else { Folding::by_default() },
+            keep_derived,
+            last_executed: None,
+            journal: None,
+        };
+        inst.refresh()?;
+        Ok(inst)
+    }
+
+    /// Points every entry tensor at its current memory, all or nothing: when a device cannot bind
+    /// one entry (the error names it), every tensor keeps what it had. Until the layout is brought
+    /// up to date, activations stay in the previous layout's memory, which the tensors hold.
+    pub(super) fn refresh(&mut self) -> Result<()> {
+        let plan = self.plan.clone();
+        let mems = plan.graph.entries.iter().enumerate().map(|(eid, e)| self.memory_of(eid, e.storage_id)).collect();
+        self.ops.bind_all(mems)?;
+        // The arrays handed out for the entries follow them, where they can.
+        for eid in 0..self.views.len() {
+            if self.views[eid].as_ref().is_some_and(|view| !self.ops.follow(eid, view)) {
+                self.views[eid] = None;
+            }
+        }
+        self.all_bound =
+            self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.is_bound() || s.role != SlotRole::Input);
+        Ok(())
+    }
+
+    /// The memory entry `eid` (in slot `sid`) uses now: a zero-copy binding, else its home.
+    fn memory_of(&self, eid: usize, sid: usize) -> Mem {
+        if let Some(x) = self.entry_override[eid].or(self.slot_override[sid]) {
+            return Mem::External(x);
+        }
+        match self.layout.homes.get(eid).copied().unwrap_or(Home::Slot) {
+            Home::Slot => self.slots[sid].memory(),
+            Home::Arena(offset) => self.activations.at(offset),
+            Home::Output(offset) => self.outputs.as_ref().map_or(Mem::None, |o| o.at(offset)),
+            Home::Derived => {
+                self.derived.get(self.plan.alias_root[eid]).cloned().flatten().map_or(Mem::None, Mem::Weight)
+            }
+            Home::Transient => Mem::None,
+        }
+    }
+
+    /// How many holds of `weight` are this executor's: its slot's, one per entry tensor bound to
+    /// it, and those of a journal keeping it to put back.
+    fn own_holds(&self, weight: &Arc<Weight>) -> usize {
+        1 + self.ops.bound_to(weight) + self.journal_holds_weight(weight)
+    }
+
+    /// How many entry tensors hold `buffer`.
+    pub(super) fn ops_holds_buffer(&self, buffer: &Arc<Buffer>) -> usize {
+        self.ops.bound_to_buffer(buffer)
+    }
+
+    /// Whether the weight in slot `sid` is held by nothing but this executor.
+    pub fn weight_is_own(&self, sid: usize) -> bool {
+        match &self.slots[sid] {
+            SlotMemory::Weight(w) => Arc::strong_count(w) == self.own_holds(w),
+            _ => false,
+        }
+    }
+
+    /// Whether slot `sid` is bound to caller memory with zero-copy.
+    pub fn slot_redirected(&self, sid: usize) -> bool {
+        self.slot_override[sid].is_some()
+    }
+
+    /// Per storage slot: holds an input known as a parameter (loaded, shared, a factory's).
+    pub fn param_slots(&self) -> Vec<bool> {
+        let plan = &self.plan;
+        let mut out = vec![false; self.slots.len()];
+        for (i, &eid) in plan.input_entries.iter().enumerate() {
+            if self.param_names.contains(plan.input_name(i)) {
+                out[plan.graph.entries[eid].storage_id] = true;
+            }
+        }
+        out
+    }
+
+    /// Which weight-only operators this executor folds.
+    pub fn set_fold(&mut self, fold: Folding) {
+        if self.fold != fold {
+            self.fold = fold;
+            self.stale = true;
+        }
+    }
+
+    /// The current layout (as of the last [`Instance::prepare`]).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Bytes of the distinct derived weights this executor holds (two results with equal bytes
+    /// are one weight).
+    pub fn derived_bytes(&self) -> usize {
+        let mut seen = HashSet::new();
+        self.derived.iter().flatten().filter(|w| seen.insert(Arc::as_ptr(w))).map(|w| w.len()).sum()
+    }
+
+    /// Brings the layout up to date with the bindings: decides what to fold, runs the folded
+    /// operators if their weights changed (if one fails, nothing is folded), sizes the activation
+    /// arena, and binds every entry. Commits only once all of it worked: on failure the executor
+    /// keeps its previous layout and memory, and stays out of date (the next call tries again).
+    pub fn prepare(&mut self) -> Result<()> {
+        if !self.stale {
+            return Ok(());
+        }
+        let plan = self.plan.clone();
+        let facts = self.layout_facts();
+        let mut layout = facts.layout(&plan, self.fold != Folding::Off)?;
+        let sources = self.fold_sources(&facts.constant_slot);
+        let refold = layout.folded != self.layout.folded
+            || layout.homes != self.layout.homes
+            || !fold::same_sources(&sources, &self.derived_from);
+        let mut derived = None;
+        if refold && layout.folds_anything() {
+            // Another executor of this plan may have folded these very weights already.
+            let folded = match self.adoptable(&layout).or_else(|| fold::cached(&plan, &layout, &sources)) {
+                Some(d) => Ok(d),
+                None => {
+                    fold::fold(&plan, &mut self.ops, &layout).inspect(|d| fold::remember(&plan, &layout, &sources, d))
+                }
+            };
+            match folded {
+                Ok(d) => derived = Some(d),
+                // An operator failed on the weights (or memory ran out): fold nothing, so every
+                // operator runs at `run`, which reports the failure where upstream does.
+                Err(_) => layout = facts.layout(&plan, false)?,
+            }
+        }
+        let (outputs, activations) = self.memory_for(&layout)?;
+        // Commit, binding every entry; put everything back if a device refuses a binding.
+        let old_outputs = std::mem::replace(&mut self.outputs, outputs);
+        let old_activations = std::mem::replace(&mut self.activations, activations);
+        let old_layout = std::mem::replace(&mut self.layout, layout);
+        let old_derived = refold.then(|| {
+            let d = std::mem::replace(&mut self.derived, derived.unwrap_or_default());
+            (d, std::mem::replace(&mut self.derived_from, sources))
+        });
+        self.ops.set_folded(&self.layout.folded);
+        if let Err(e) = self.refresh() {
+            self.outputs = old_outputs;
+            self.activations = old_activations;
+            self.layout = old_layout;
+            if let Some((d, from)) = old_derived {
+                (self.derived, self.derived_from) = (d, from);
+            }
+            self.ops.set_folded(&self.layout.folded);
+            return Err(e);
+        }
+        self.stale = false;
+        self.holders = self.holder_counts();
+        Ok(())
+    }
+
+    /// The derived weights brought by `adopt`, per alias root, if they are exactly the ones
+    /// `layout` keeps (each root of its size).
+    fn adoptable(&mut self, layout: &Layout) -> Option<Vec<Option<Arc<Weight>>>> {
+        let list = self.to_adopt.take()?;
+        let plan = &self.plan;
+        let kept: Vec<usize> = (0..plan.graph.num_entries())
+            .filter(|&r| plan.alias_root[r] == r && layout.homes[r] == Home::Derived)
+            .collect();
+        let mut roots: Vec<usize> = list.iter().map(|(r, _)| *r).collect();
+        roots.sort_unstable();
+        if roots != kept || list.iter().any(|(r, w)| w.len() != plan.root_bytes[*r]) {
+            return None;
+        }
+        let mut derived = vec![None; plan.graph.num_entries()];
+        for (r, w) in list {
+            derived[r] = Some(w);
+        }
+        self.adopted = true;
+        Some(derived)
+    }
+
+    /// Takes derived weights computed elsewhere (a prepared params file) for the next layout, which
+    /// folds everything; returns after laying out whether they fit it.
+    pub fn adopt(&mut self, derived: Vec<(usize, Arc<Weight>)>) -> Result<bool> {
+        self.to_adopt = Some(derived);
+        self.adopted = false;
+        self.fold = Folding::All;
+        self.stale = true;
+        self.prepare()?;
+        self.to_adopt = None;
+        Ok(self.adopted)
+    }
+
+    /// The derived weights this executor holds, per alias root.
+    pub fn derived_weights(&self) -> Vec<(usize, Arc<Weight>)> {
+        self.derived.iter().enumerate().filter_map(|(r, w)| w.clone().map(|w| (r, w))).collect()
+    }
+
+    /// How many hold the weight in `slot` besides this executor's journal (0 for no weight).
+    fn holders_of(&self, slot: &SlotMemory) -> usize {
+        match slot {
+            SlotMemory::Weight(w) => Arc::strong_count(w) - self.journal_holds_weight(w),
+            _ => 0,
+        }
+    }
+
+    /// Per slot: [`Instance::holders_of`] its memory.
+    fn holder_counts(&self) -> Vec<usize> {
+        self.slots.iter().map(|m| self.holders_of(m)).collect()
+    }
+
+    /// Whether a weight gained or lost holders since the layout was made: under `Folding::Shared`
+    /// that decides what is folded (a second executor sharing the weights folds them in both; the
+    /// last one left alone runs them again and lets what was derived go).
+    fn holders_changed(&self) -> bool {
+        self.fold == Folding::Shared
+            && (self.holders.len() != self.slots.len()
+                || self.slots.iter().zip(&self.holders).any(|(m, &n)| self.holders_of(m) != n))
+    }
+
+    /// What decides the layout besides the plan, from the bindings now.
+    fn layout_facts(&self) -> LayoutFacts {
+        let constant_slot = (0..self.slots.len())
+            .map(|sid| match &self.slots[sid] {
+                SlotMemory::Weight(w) => {
+                    self.slot_override[sid].is_none() && self.fold.folds(w, !self.weight_is_own(sid))
+                }
+                _ => false,
+            })
+            .collect();
+        let param_slot = self.param_slots();
+        let weight_slot =
+            self.slots.iter().zip(&param_slot).map(|(m, &param)| param || matches!(m, SlotMemory::Weight(_))).collect();
+        LayoutFacts {
+            constant_slot,
+            weight_slot,
+            redirected: self.entry_override.iter().map(Option::is_some).collect(),
+            keep_all: self.keep_derived,
+        }
+    }
+
+    /// Per slot: the weight folding would derive from (to know when to fold again).
+    fn fold_sources(&self, constant_slot: &[bool]) -> Vec<Option<Weak<Weight>>> {
+        self.slots
+            .iter()
+            .zip(constant_slot)
+            .map(|(m, &c)| match m {
+                SlotMemory::Weight(w) if c => Some(Arc::downgrade(w)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// [`Instance::prepare`], also when only the weights' holders changed (another executor
+    /// began or stopped sharing them).
+    pub fn prepare_for_holders(&mut self) -> Result<()> {
+        self.stale |= self.holders_changed();
+        self.prepare()
+    }
+
+    /// Runs operators `range` in order, but those folded (their results are weights already).
+    pub fn run_ops(&mut self, range: std::ops::Range<usize>) -> Result<()> {
+        self.prepare_for_holders()?;
+        if !self.all_bound {
+            self.bind_all()?;
+        }
+        let arena = self.arena().cloned();
+        let _guard = match &arena {
+            Some(a) => {
+                let guard = a.try_acquire()?;
+                self.follow_shared_arena()?;
+                Some(guard)
+            }
+            None => None,
+        };
+        self.ops.run(&self.plan, range)
+    }
+
+    pub fn run(&mut self) -> Result<()> {
+        self.run_ops(0..self.plan.ops.len())
+    }
+}
+
+/// `layout::Facts`, owned.
+struct LayoutFacts {
+    constant_slot: Vec<bool>,
+    weight_slot: Vec<bool>,
+    redirected: Vec<bool>,
+    keep_all: bool,
+}
+
+impl LayoutFacts {
+    fn layout(&self, plan: &Plan, fold: bool) -> Result<Layout> {
+        let facts = layout::Facts {
+            constant_slot: &self.constant_slot,
+            weight_slot: &self.weight_slot,
+            redirected: &self.redirected,
+            fold,
+            keep_all: self.keep_all,
+        };
+        Layout::new(plan, &facts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::plan::tests::{graph, plan};
+
+    /// x, w (inputs) -> c = copy(w) -> out = copy(c); out the output: `c` reads only `w`.
+    fn instance() -> Instance {
+        let json = graph(&[("x", "", 0), ("w", "", 0), ("c", "__copy", 1), ("out", "__copy", 2)], &[0, 1, 2, 3], &[3]);
+        Instance::new(plan(&json), false).unwrap()
+    }
+
+    fn weight(v: u8, len: usize) -> Arc<Weight> {
+        Arc::new(Weight::copy_of(&vec![v; len]).unwrap())
+    }
+
+    fn output(inst: &mut Instance) -> Vec<u8> {
+        let view = inst.entry_view(3).unwrap();
+        view.to_vec()
+    }
+
+    #[test]
+    fn a_parameter_is_bound_without_a_copy_where_the_slot_can_share() {
+        let mut inst = instance();
+        let w = weight(7, 16);
+        assert!(inst.set_param("w", 1, w.clone()).unwrap());
+        assert!(matches!(inst.slot(1), SlotMemory::Weight(bound) if Arc::ptr_eq(bound, &w)));
+        assert!(inst.param_names.contains("w"));
+        inst.run().unwrap();
+        assert_eq!(output(&mut inst), vec![7; 16]);
+        // Folded: `c` was computed once, from the weight, and is what `out` copies.
+        assert_eq!(inst.layout().folded, vec![true, false]);
+        // A weight shorter than the slot cannot back it: its bytes are written instead.
+        let mut inst = instance();
+        let e = inst.set_param("w", 1, weight(1, 8)).unwrap_err().to_string();
+        assert!(e.contains("parameter 'w'"), "{e}");
+    }
+
+    #[test]
+    fn writing_a_weight_gives_a_private_copy_and_refolds() {
+        let mut inst = instance();
+        let w = weight(7, 16);
+        inst.set_param("w", 1, w.clone()).unwrap();
+        inst.run().unwrap();
+        inst.write_entry_bytes(1, &[9; 16]).unwrap();
+        assert!(matches!(inst.slot(1), SlotMemory::Owned(_)));
+        assert_eq!(&*w.bytes().unwrap(), &[7; 16], "the weight itself is untouched");
+        inst.run().unwrap();
+        assert_eq!(output(&mut inst), vec![9; 16]);
+        assert_eq!(inst.layout().folded, vec![false, false], "a private input is not folded from");
+    }
+
+    #[test]
+    fn sharing_out_freezes_memory_unless_a_view_holds_it() {
+        let mut inst = instance();
+        inst.write_entry_bytes(1, &[3; 16]).unwrap();
+        let before = inst.entry_data(1);
+        let shared = inst.share_out(1).unwrap();
+        assert_eq!(shared.as_ptr(), before, "nobody else held it: frozen in place");
+        // A host's view of the private memory: sharing must not let its writes reach the sharers.
+        let mut inst = instance();
+        inst.write_entry_bytes(1, &[4; 16]).unwrap();
+        let view = inst.entry_view(1).unwrap();
+        let shared = inst.share_out(1).unwrap();
+        assert_ne!(shared.as_ptr(), view.data_ptr().cast_const(), "a copy, since the view still holds the memory");
+        assert_eq!((&*shared.bytes().unwrap(), view.to_vec()), (&[4u8; 16][..], vec![4; 16]));
+    }
+
+    /// A call that fails after changing bindings puts everything back: slot memory, entry
+    /// addresses, parameters, the layout, and bytes it wrote in place.
+    #[test]
+    fn a_failed_transaction_puts_everything_back() {
+        let mut inst = instance();
+        inst.write_entry_bytes(0, &[1; 16]).unwrap();
+        inst.set_param("w", 1, weight(7, 16)).unwrap();
+        inst.run().unwrap();
+        let view = inst.entry_view(0).unwrap();
+        let addresses: Vec<_> = (0..4).map(|e| inst.entry_data(e)).collect();
+        let (layout, names) = (inst.layout().clone(), inst.param_names.clone());
+        let e = inst
+            .transaction(|st| {
+                st.write_entry_bytes(0, &[3; 16])?;
+                st.set_param("w", 1, weight(9, 16))?;
+                st.set_param("x", 0, weight(5, 16))?;
+                st.set_fold(Folding::Off);
+                st.prepare()?;
+                Err::<(), _>(crate::Error::value("failed late"))
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("failed late"));
+        assert_eq!((0..4).map(|e| inst.entry_data(e)).collect::<Vec<_>>(), addresses);
+        assert_eq!((inst.layout().homes.clone(), inst.layout().folded.clone()), (layout.homes, layout.folded));
+        assert_eq!(inst.param_names, names);
+        assert_eq!(view.to_vec(), vec![1; 16], "bytes written in place are put back");
+        assert!(ObjRef::ptr_eq(&inst.entry_view(0).unwrap(), &view), "the same array is handed out");
+        inst.run().unwrap();
+        assert_eq!(output(&mut inst), vec![7; 16]);
+    }
+
+    /// Freezing an executor's own memory into a shared weight needs no copy inside a transaction
+    /// either: the journal's hold on the memory is not a writer's.
+    #[test]
+    fn sharing_out_inside_a_transaction_freezes_in_place() {
+        let mut inst = instance();
+        inst.write_entry_bytes(1, &[3; 16]).unwrap();
+        let before = inst.entry_data(1);
+        let shared = inst.transaction(|st| st.share_out(1)).unwrap();
+        assert_eq!(shared.as_ptr(), before);
+        // Put back on failure: the slot is the executor's own memory again, writable in place.
+        let mut inst = instance();
+        inst.write_entry_bytes(1, &[4; 16]).unwrap();
+        let before = inst.entry_data(1);
+        inst.transaction(|st| st.share_out(1).and(Err::<(), _>(crate::Error::value("no")))).unwrap_err();
+        assert!(matches!(inst.slot(1), SlotMemory::Owned(_)));
+        inst.write_entry_bytes(1, &[5; 16]).unwrap();
+        assert_eq!(inst.entry_data(1), before, "written in place, as before");
+    }
+
+    /// Whatever leaves an operator's argument without memory, the operator is not launched.
+    #[test]
+    fn an_operator_is_never_launched_on_an_entry_without_memory() {
+        let mut inst = instance();
+        inst.set_fold(Folding::Off);
+        inst.set_param("w", 1, weight(7, 16)).unwrap();
+        inst.run().unwrap();
+        inst.ops.unbind(2);
+        let e = inst.run().unwrap_err().to_string();
+        assert!(e.contains("entry 2") && e.contains("no memory"), "{e}");
+    }
+
+    #[test]
+    fn an_entry_array_is_handed_out_again_while_it_shows_the_entry() {
+        let mut inst = instance();
+        inst.set_param("w", 1, weight(5, 16)).unwrap();
+        inst.run().unwrap();
+        let a = inst.entry_view(3).unwrap();
+        let b = inst.entry_view(3).unwrap();
+        assert!(ObjRef::ptr_eq(&a, &b));
+        // A weight's array is a copy, new each time: writing it reaches nothing.
+        let (w1, w2) = (inst.entry_view(1).unwrap(), inst.entry_view(1).unwrap());
+        assert!(!ObjRef::ptr_eq(&w1, &w2) && w1.data_ptr() != w2.data_ptr());
+    }
+}
