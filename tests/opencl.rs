@@ -275,6 +275,12 @@ fn kernel_build_errors_are_errors() {
     assert_eq!(got, vec![2.0; 8]);
     // Malformed modules are refused at load.
     assert!(OpenClModule::from_bytes(&opencl_module_bytes("no delimiter", &["warp.q"])).is_err());
+    // A section that names another function than the table's: refused at load, naming both.
+    let e = OpenClModule::from_bytes(&opencl_module_bytes("// Function: other\n__kernel void other() {}\n", &[]))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("kernel 'k' has no '// Function: k' section") && e.contains("sections: other"), "{e}");
     let mut truncated = opencl_module_bytes("// Function: k\n", &[]);
     truncated.truncate(truncated.len() - 3);
     assert!(OpenClModule::from_bytes(&truncated).is_err());

@@ -182,6 +182,16 @@ impl OpenClModule {
                             kernels.len()
                         )));
                     }
+                    // Each function of the table needs its section (a module whose sections name
+                    // other functions would otherwise fail at the first call, obscurely).
+                    if let Some(missing) = kernels.keys().find(|k| !parts.contains_key(*k)) {
+                        let mut sections: Vec<&str> = parts.keys().map(String::as_str).collect();
+                        sections.sort_unstable();
+                        return Err(Error::value(format!(
+                            "opencl module: kernel '{missing}' has no '// Function: {missing}' section in the                              source (sections: {})",
+                            sections.join(", ")
+                        )));
+                    }
                     for (name, src) in parts {
                         sources.insert(name, cstring(&src)?);
                     }
