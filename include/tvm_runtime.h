@@ -18,7 +18,8 @@
  * Graph executor functions (TVMModGetFunction on an executor module): set_input, set_input_zero_copy,
  * set_output_zero_copy, get_input, get_output, get_num_inputs, get_num_outputs, get_input_index,
  * get_output_index, get_input_info, get_output_info, run, run_from_inputs, load_params,
- * share_params, share_activations, load_params_from_file, get_memory_usage, set_fold_weights.
+ * share_params, share_activations, load_params_from_file, prepare_params, get_memory_usage,
+ * set_fold_weights, set_strict_inputs.
  * - share_params(other, params_bytes): binds this executor's inputs named in params_bytes to the
  *   other executor's memory for them (matched by name; shape and dtype must agree, or -1 naming the
  *   parameter). This executor then holds no memory of its own for them; the shared memory lives as
@@ -35,17 +36,21 @@
  *   are copied; returns how many were mapped. Writes to a mapped weight copy it first and never reach
  *   the file. The global runtime.AlignParams(bytes) (and `tvmrt align-params`) rewrites a params file
  *   so every tensor is aligned; upstream TVM still loads the result. A prepared params file (`tvmrt
- *   prepare-params`) also holds the derived weights, stamped for one graph and library build: loaded
- *   with load_params_from_file they are mapped in place (refused, with -1, for another build).
- *   The file must not be truncated
- *   or rewritten while executors use weights mapped from it (as with any file mapping: reads of a
- *   truncated mapping fault).
+ *   prepare-params`, or prepare_params(params_bytes) on an executor, which returns the file's bytes)
+ *   also holds the derived weights, stamped with the graph, library and weights
+ *   they were made from: loaded with load_params_from_file they are mapped in place where the stamp
+ *   holds; elsewhere (another build, weights edited since) the file loads as plain params and
+ *   get_memory_usage's "prepared_params" says why ("used" when they were). A mapped file written
+ *   in place is refused before the next run (-1, saying so): replace a mapped file by renaming a
+ *   new one over it, never by writing it (a file truncated during a run faults, as any mapping).
  * - Weight-only operators run once for executors sharing weights: once the weights have a second
  *   holder (an executor sharing them, a factory, a linked library), an operator whose inputs are all
  *   weights (directly or through other such operators) runs when the weights are bound, and its
  *   result is kept read-only (equal results of any executors in the process are held once); run
  *   executes the rest. A lone executor runs them at every run, as upstream (no more memory than
- *   upstream's), until another shares its weights. Writing such a weight (set_input, get_input's
+ *   upstream's), until another shares its weights; left alone again, it keeps them folded for
+ *   TVM_RT_FOLD_KEEP_MS (2000) milliseconds, so sharers made per request find them, then lets the
+ *   derived weights go at its next run. Writing such a weight (set_input, get_input's
  *   view) makes what reads it run at every run again; load_params derives again. Weights mapped
  *   from a file (load_params_from_file) are not folded unless asked: their derived results would be
  *   private to each process; a debug executor folds nothing, so it runs and times every node as
@@ -59,7 +64,7 @@
  *   activation_arena: the arena its layout needs, laid out by liveness, own or shared;
  *   activation_bound: its inputs plus the least any layout of the arena could take;
  *   activations_shared: the arena of share_activations; workspace: all threads' kernel scratch
- *   pools).
+ *   pools), and "prepared_params" after a prepared params file was mapped.
  * - Memory returns: large buffers are unmapped when freed; when the last executor goes, the calling
  *   thread's idle workspaces and worker threads are released too.
  * - set_input with an unknown name fails (upstream ignored it); get_input with an unknown name

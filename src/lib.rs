@@ -38,8 +38,7 @@
 //! - calling kernels: `src/executor/kernels.rs` (the executor's one unsafe room: the tensor
 //!   table, the memory each entry points at, the calls and copies), `src/executor/functions.rs`
 //!   (the executor behind a packed function, the host's zero-copy promise),
-//!   `src/executor/plan.rs` (weights a library links in), `src/executor/mod.rs` (mapping a params
-//!   file), `src/contrib_sort.rs` (a kernel of ours);
+//!   `src/executor/plan.rs` (weights a library links in), `src/contrib_sort.rs` (a kernel of ours);
 //! - devices: `src/device/` (each device's API over its own library, whose handles only that
 //!   device's module interprets);
 //! - threads and the allocator: `src/backend/thread_pool.rs`, `src/backend/affinity.rs`,
@@ -83,6 +82,7 @@ mod contrib_sort;
 mod cxx;
 /// cbindgen:ignore
 pub mod device;
+pub mod digest;
 pub mod dlpack;
 pub mod dtype;
 pub mod error;
@@ -98,6 +98,7 @@ pub mod module;
 pub mod object;
 pub mod packed;
 pub mod params;
+pub mod prepared_params;
 mod python_env;
 mod stream;
 pub mod tensor;

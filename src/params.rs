@@ -169,12 +169,6 @@ fn write_raw_record(w: &mut Writer, dtype: DLDataType, shape: &[i64], data: &[u8
     w.bytes(data);
 }
 
-/// FNV-1a, 64 bits: a digest that stays the same across builds and processes (what a file written
-/// by one process and checked by another needs; not a defence against a crafted collision).
-pub fn digest(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

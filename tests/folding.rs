@@ -338,7 +338,7 @@ fn weights_mapped_from_a_file_are_folded_only_when_asked() {
     let m = f.executor_without_params(&lib);
     let ex = exec(&m);
     // SAFETY: the file is this test's own and stays unchanged until it is removed at the end.
-    let (mapped, copied) = unsafe { ex.load_params_from_file(path.to_str().unwrap()) }.unwrap();
+    let (mapped, copied) = load_mapped(ex, path.to_str().unwrap()).unwrap();
     assert_eq!((mapped, copied), (4, 0));
     assert_eq!((folded(&m), ex.memory_usage().weights_derived), (0, 0));
     f.set_inputs(&m);
@@ -377,8 +377,9 @@ fn default_folding_in_a_child() {
 
 /// By default a lone executor runs its weight-only operators at every run, as upstream, and holds
 /// nothing derived (no more memory than upstream's); an executor sharing its weights makes both
-/// fold (the results computed once); the last one left alone runs them again and lets the derived
-/// weights go. Outputs are upstream's bytes throughout.
+/// fold (the results computed once); the last one left alone keeps them for a while (sharers made
+/// per request find them), then runs the operators again and lets the derived weights go.
+/// Outputs are upstream's bytes throughout.
 #[test]
 fn weight_only_operators_fold_once_a_second_executor_shares() {
     let f = Fixture::load("mlp_unbound_b1");
@@ -400,7 +401,12 @@ fn weight_only_operators_fold_once_a_second_executor_shares() {
     assert!(ua.ops_folded > 0 && ua.ops_folded == ub.ops_folded, "{ua:?} {ub:?}");
     assert!(ua.weights_derived > 0);
     assert_eq!(derived_addresses(&a), derived_addresses(&b), "derived once, for both");
+    let derived = derived_addresses(&a);
     drop(b);
+    exec(&a).run().unwrap();
+    f.check_outputs(&a, "alone again, at once");
+    assert_eq!(derived_addresses(&a), derived, "kept a while");
+    std::thread::sleep(tvm_runtime::executor::layout::keep_folded_default() + std::time::Duration::from_millis(100));
     exec(&a).run().unwrap();
     f.check_outputs(&a, "alone again");
     let again = exec(&a).memory_usage();

@@ -2,6 +2,8 @@
 
 mod common;
 use common::*;
+use tvm_runtime::dlpack::DLDevice;
+use tvm_runtime::executor::GraphExecutor;
 
 /// The address ranges at which `path` is mapped in this process.
 fn mappings_of(path: &std::path::Path) -> Vec<(usize, usize)> {
@@ -26,7 +28,7 @@ fn aligned_weights_are_used_in_place_from_the_file() {
     let m = f.executor_without_params(&lib);
     let ex = exec(&m);
     // SAFETY: the params file is this test's own and nothing changes it while mapped.
-    let (mapped, copied) = unsafe { ex.load_params_from_file(path.to_str().unwrap()) }.unwrap();
+    let (mapped, copied) = load_mapped(ex, path.to_str().unwrap()).unwrap();
     assert_eq!((mapped, copied), (4, 0));
     let maps = mappings_of(&path);
     assert!(!maps.is_empty(), "the file is not mapped");
@@ -74,7 +76,7 @@ fn unaligned_weights_are_copied() {
     }
     assert!(!unaligned.is_empty(), "the fixture has no unaligned tensor to test with");
     // SAFETY: the params file is this test's own and nothing changes it while mapped.
-    let (mapped, copied) = unsafe { exec(&m).load_params_from_file(path.to_str().unwrap()) }.unwrap();
+    let (mapped, copied) = load_mapped(exec(&m), path.to_str().unwrap()).unwrap();
     assert_eq!((mapped, copied), (aligned.len(), unaligned.len()));
     let usage = exec(&m).memory_usage();
     assert_eq!(usage.weights_mapped, aligned.iter().map(|(_, n)| n.next_multiple_of(4)).sum::<usize>(), "{usage:?}");
@@ -88,34 +90,28 @@ fn unaligned_weights_are_copied() {
     exec(&m).run().unwrap();
     f.check_outputs(&m, "copied from a mapped file");
     // SAFETY: no such file: nothing is mapped.
-    let e = unsafe { exec(&m).load_params_from_file("/nonexistent.params") }.unwrap_err().to_c_message();
+    let e = load_mapped(exec(&m), "/nonexistent.params").unwrap_err().to_c_message();
     assert!(e.contains("/nonexistent.params"), "{e}");
     std::fs::remove_file(&path).unwrap();
 }
 
 /// A prepared params file (`prepared_params`, `tvmrt prepare-params`): the derived weights come
-/// mapped from the file, nothing is folded at load, outputs are upstream's bytes; a file made for
-/// another graph is refused; the file still loads as plain params (upstream's loader skips the
-/// extra records, and so does ours from bytes).
+/// mapped from the file, nothing is folded at load, outputs are upstream's bytes. Where its stamp
+/// does not hold (another build, a stamp changed), the file loads as the plain params it also is:
+/// right outputs, the derived records unused, and the report says why.
 #[test]
-fn prepared_params_map_the_derived_weights_and_are_refused_elsewhere() {
-    use tvm_runtime::executor::GraphExecutor;
+fn prepared_params_map_the_derived_weights_where_their_stamp_holds() {
     use tvm_runtime::module::Module;
     let f = Fixture::load("mlp_unbound_b1");
     let lib = f.load_lib();
-    let maker = GraphExecutor::new(
-        tvm_runtime::executor::plan::Plan::new(&f.graph_json(), lib.clone(), tvm_runtime::dlpack::DLDevice::CPU)
-            .unwrap(),
-    )
-    .unwrap();
-    let bytes = maker.prepared_params(&f.params()).unwrap();
+    let bytes = maker(&f, &lib).prepared_params(&f.params()).unwrap();
     let path = temp_path("mlp.prepared");
     std::fs::write(&path, &bytes).unwrap();
 
     let m = f.executor_without_params(&lib);
     let ex = exec(&m);
-    // SAFETY: the file is this test's own and nothing changes it while mapped.
-    unsafe { ex.load_params_from_file(path.to_str().unwrap()) }.unwrap();
+    load_mapped(ex, path.to_str().unwrap()).unwrap();
+    assert_eq!(ex.prepared_params_use().as_deref(), Some("used"));
     let usage = ex.memory_usage();
     assert_eq!(usage.ops_folded, 3, "{usage:?}");
     assert!(usage.weights_derived > 0 && usage.weights_owned == 0, "{usage:?}");
@@ -132,30 +128,189 @@ fn prepared_params_map_the_derived_weights_and_are_refused_elsewhere() {
     f.set_inputs(&m);
     ex.run().unwrap();
     f.check_outputs(&m, "prepared params");
+    let tvm_runtime::packed::RetValue::Str(report) = call(&m, "get_memory_usage", |_| {}).unwrap() else {
+        panic!("get_memory_usage returns a string")
+    };
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["prepared_params"], "used", "{report}");
 
-    // Made for batch 1: the batch-8 graph refuses it, saying why.
+    // Made for batch 1: the batch-8 graph loads the weights and says why the rest is not used.
     let f8 = Fixture::load("mlp_unbound_b8");
     let m8 = f8.executor_without_params(&f8.load_lib());
-    // SAFETY: as above.
-    let e = unsafe { exec(&m8).load_params_from_file(path.to_str().unwrap()) }.unwrap_err();
-    assert!(e.to_string().contains("made for another build"), "{e}");
-    // A stamp changed by a byte: refused too.
+    load_mapped(exec(&m8), path.to_str().unwrap()).unwrap();
+    let why = exec(&m8).prepared_params_use().unwrap();
+    assert!(why.starts_with("not used: made for another build"), "{why}");
+    f8.set_inputs(&m8);
+    exec(&m8).run().unwrap();
+    f8.check_outputs(&m8, "a batch-1 prepared file on the batch-8 build");
+    // A stamp changed by a byte: not trusted either.
     let stamp = bytes.windows(14).position(|w| w == b"tvmrt-prepared").unwrap();
     let mut bad = bytes.clone();
     bad[stamp + 22] ^= 1;
     let bad_path = temp_path("mlp.prepared.bad");
     std::fs::write(&bad_path, &bad).unwrap();
     let m2 = f.executor_without_params(&lib);
-    // SAFETY: as above.
-    assert!(unsafe { exec(&m2).load_params_from_file(bad_path.to_str().unwrap()) }.is_err());
+    load_mapped(exec(&m2), bad_path.to_str().unwrap()).unwrap();
+    assert!(exec(&m2).prepared_params_use().unwrap().starts_with("not used:"));
+    f.set_inputs(&m2);
+    exec(&m2).run().unwrap();
+    f.check_outputs(&m2, "a prepared file with a broken stamp");
 
     // Plain params still: loaded from bytes, the extra records name no input.
     let plain = Module::new(GraphExecutor::new(exec(&m).plan().clone()).unwrap());
     exec(&plain).load_params(&bytes).unwrap();
+    assert_eq!(exec(&plain).prepared_params_use(), None);
     f.set_inputs(&plain);
     exec(&plain).run().unwrap();
     f.check_outputs(&plain, "prepared file loaded as plain params");
     drop((m, m2, m8));
     std::fs::remove_file(&path).unwrap();
     std::fs::remove_file(&bad_path).unwrap();
+}
+
+/// An executor that prepares params for `f`'s graph and library.
+fn maker(f: &Fixture, lib: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>) -> GraphExecutor {
+    let plan = tvm_runtime::executor::plan::Plan::new(&f.graph_json(), lib.clone(), DLDevice::CPU).unwrap();
+    GraphExecutor::new(plan).unwrap()
+}
+
+/// A weight edited after preparing (TVM's `load_param_dict` -> edit -> `save_param_dict` keeps
+/// every record, the derived ones too): both loaders give the edited model's outputs, never the
+/// outputs of the weights the derived records came from.
+#[test]
+fn an_edited_prepared_file_gives_the_edited_models_outputs() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let prepared = maker(&f, &lib).prepared_params(&f.params()).unwrap();
+    // Edit the first weight a folded operator reads, keeping every other record as it is.
+    let records = tvm_runtime::params::parse(&prepared).unwrap();
+    let name = "fc1_weight";
+    let arrays: Vec<(String, _)> = records
+        .iter()
+        .filter(|(n, _)| !n.starts_with(tvm_runtime::params::PAD_PREFIX))
+        .map(|(n, r)| {
+            let mut data = r.data.to_vec();
+            if *n == name {
+                data.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+            }
+            (n.to_string(), tvm_runtime::tensor::NDArray::from_bytes(&r.shape, r.dtype, &data).unwrap())
+        })
+        .collect();
+    let edited = tvm_runtime::params::save(arrays.iter().map(|(n, a)| (n.as_str(), &**a)));
+    let path = temp_path("mlp.prepared.edited");
+    std::fs::write(&path, tvm_runtime::params::align(&edited).unwrap()).unwrap();
+    let (from_bytes, from_file) = (f.executor_without_params(&lib), f.executor_without_params(&lib));
+    exec(&from_bytes).load_params(&edited).unwrap();
+    load_mapped(exec(&from_file), path.to_str().unwrap()).unwrap();
+    let why = exec(&from_file).prepared_params_use().unwrap();
+    assert!(why.contains("edited"), "{why}");
+    let outputs = |m| {
+        f.set_inputs(m);
+        exec(m).run().unwrap();
+        exec(m).output(0).unwrap().to_vec()
+    };
+    let (a, b) = (outputs(&from_bytes), outputs(&from_file));
+    assert_eq!(a, b, "both loaders give the edited model");
+    assert_ne!(a, f.outputs[0].data, "the edit changes the output");
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// A file that keeps its stamp but not its derived records, or holds records whose roots the
+/// executor does not keep, loads as plain params and computes what it folds.
+#[test]
+fn a_prepared_file_without_its_derived_records_loads_as_plain_params() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let prepared = maker(&f, &lib).prepared_params(&f.params()).unwrap();
+    let kept: Vec<(String, _)> = tvm_runtime::params::parse(&prepared)
+        .unwrap()
+        .iter()
+        .filter(|(n, _)| !n.starts_with(tvm_runtime::prepared_params::DERIVED_PREFIX))
+        .filter(|(n, _)| !n.starts_with(tvm_runtime::params::PAD_PREFIX))
+        .map(|(n, r)| (n.to_string(), r.to_ndarray().unwrap()))
+        .collect();
+    let without = tvm_runtime::params::save(kept.iter().map(|(n, a)| (n.as_str(), &**a)));
+    let path = temp_path("mlp.prepared.nodrv");
+    std::fs::write(&path, tvm_runtime::params::align(&without).unwrap()).unwrap();
+    let m = f.executor_without_params(&lib);
+    load_mapped(exec(&m), path.to_str().unwrap()).unwrap();
+    assert!(exec(&m).prepared_params_use().unwrap().contains("does not hold"));
+    f.set_inputs(&m);
+    exec(&m).run().unwrap();
+    f.check_outputs(&m, "prepared file without its derived records");
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// The library digest is that of the code loaded: after the library file is replaced by renaming
+/// another build over it (an atomic redeploy), the running process still uses params prepared for
+/// what it runs, and a new load of the path sees the new build.
+#[test]
+fn the_library_digest_is_that_of_the_code_loaded() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let dir = temp_path("redeploy");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib_path = dir.join("lib.so");
+    std::fs::copy(f.dir.join("lib.so"), &lib_path).unwrap();
+    let lib = tvm_runtime::library::load_file(lib_path.to_str().unwrap(), "so").unwrap();
+    let prepared = maker(&f, &lib).prepared_params(&f.params()).unwrap();
+    let params_path = dir.join("prepared.params");
+    std::fs::write(&params_path, &prepared).unwrap();
+    // Redeploy: another build renamed over the path.
+    let staged = dir.join("lib.so.new");
+    std::fs::copy(fixtures_dir().join("mlp_unbound_b8/lib.so"), &staged).unwrap();
+    std::fs::rename(&staged, &lib_path).unwrap();
+    let m = f.executor_without_params(&lib);
+    load_mapped(exec(&m), params_path.to_str().unwrap()).unwrap();
+    assert_eq!(exec(&m).prepared_params_use().as_deref(), Some("used"), "the code that runs is what it was made for");
+    f.set_inputs(&m);
+    exec(&m).run().unwrap();
+    f.check_outputs(&m, "after a redeploy");
+    let new_lib = tvm_runtime::library::load_file(lib_path.to_str().unwrap(), "so").unwrap();
+    let plan = tvm_runtime::executor::plan::Plan::new(&f.graph_json(), new_lib, DLDevice::CPU);
+    let ex = GraphExecutor::new(plan.unwrap()).unwrap();
+    load_mapped(&ex, params_path.to_str().unwrap()).unwrap();
+    assert!(ex.prepared_params_use().unwrap().starts_with("not used: made for another build"));
+    drop(m);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A mapped params file written in place (`cp new.params served.params`) is refused before the
+/// next run, with a message that says how to replace one; replaced by renaming, the mapping stays
+/// valid and runs go on.
+#[test]
+fn a_mapped_file_written_in_place_is_refused_before_a_run() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let aligned = tvm_runtime::params::align(&f.params()).unwrap();
+    let path = temp_path("mlp.served.params");
+    std::fs::write(&path, &aligned).unwrap();
+    let m = f.executor_without_params(&lib);
+    let (mapped, _) = load_mapped(exec(&m), path.to_str().unwrap()).unwrap();
+    assert!(mapped > 0);
+    f.set_inputs(&m);
+    exec(&m).run().unwrap();
+    f.check_outputs(&m, "mapped");
+    // Replaced by renaming: the mapping is of the old file, which stays as it was.
+    let staged = temp_path("mlp.staged.params");
+    std::fs::write(&staged, &aligned).unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    exec(&m).run().unwrap();
+    f.check_outputs(&m, "after a rename over the file");
+    // Written in place (same size, other bytes): refused.
+    let m2 = f.executor_without_params(&lib);
+    load_mapped(exec(&m2), path.to_str().unwrap()).unwrap();
+    f.set_inputs(&m2);
+    exec(&m2).run().unwrap();
+    let mut other = aligned.clone();
+    let last = other.len() - 1;
+    other[last] ^= 0xff;
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    std::fs::write(&path, &other).unwrap();
+    let e = exec(&m2).run().unwrap_err().to_string();
+    assert!(e.contains("was written since it was mapped") && e.contains("renaming"), "{e}");
+    // Loading the file again clears it.
+    load_mapped(exec(&m2), path.to_str().unwrap()).unwrap();
+    exec(&m2).run().unwrap();
+    drop((m, m2));
+    std::fs::remove_file(&path).unwrap();
 }

@@ -28,6 +28,7 @@ pub const NAMES: &[&str] = &[
     "load_params_from_file",
     "set_fold_weights",
     "set_strict_inputs",
+    "prepare_params",
 ];
 
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
@@ -165,10 +166,18 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 a.expect_count("load_params_from_file", 1, 1)?;
                 // SAFETY: the packed function's documented contract (include/tvm_runtime.h): the
                 // caller keeps the file unchanged while executors use weights mapped from it.
-                let (mapped, _) = unsafe { ex.load_params_from_file(a.str(0)?) }?;
+                let (mapped, _) = ex.load_params_mapped(&unsafe { crate::tensor::FileMap::open(a.str(0)?) }?)?;
                 Ok(RetValue::Int(mapped as i64))
             },
             "load_params_from_file",
+        ),
+        "prepare_params" => wrap(
+            this,
+            |ex, a| {
+                a.expect_count("prepare_params", 1, 1)?;
+                ex.prepared_params(a.bytes(0)?).map(RetValue::Bytes)
+            },
+            "prepare_params",
         ),
         "share_params" => wrap(
             this,
@@ -184,8 +193,13 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             |ex, _| {
                 let m = ex.memory_usage();
                 let ws = crate::backend::workspace::pooled_bytes();
+                // Only after a prepared params file was mapped: what became of its derived weights.
+                let prepared = ex
+                    .prepared_params_use()
+                    .map(|s| format!(", \"prepared_params\": {}", serde_json::Value::String(s)))
+                    .unwrap_or_default();
                 Ok(RetValue::Str(format!(
-                    "{{\"device\": \"{}({})\", \"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"weights_mirrored\": {}, \"weights_derived\": {}, \"activations\": {}, \"activations_shared\": {}, \"activation_arena\": {}, \"activation_bound\": {}, \"ops_folded\": {}, \"ops_total\": {}, \"workspace\": {}}}",
+                    "{{\"device\": \"{}({})\", \"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"weights_mirrored\": {}, \"weights_derived\": {}, \"activations\": {}, \"activations_shared\": {}, \"activation_arena\": {}, \"activation_bound\": {}, \"ops_folded\": {}, \"ops_total\": {}, \"workspace\": {}{prepared}}}",
                     crate::device::type_name(m.device.device_type), m.device.device_id,
                     m.weights_owned, m.weights_shared, m.weights_mapped, m.weights_mirrored, m.weights_derived, m.activations,
                     m.activations_shared, m.activation_arena, m.activation_bound, m.ops_folded, m.ops_total, ws

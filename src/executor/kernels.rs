@@ -269,6 +269,22 @@ impl Ops {
         self.memory[eid] = Mem::None;
     }
 
+    /// The distinct files the weights entries are bound to are mapped from.
+    pub fn mapped_files(&self) -> Vec<Arc<crate::tensor::FileMap>> {
+        let mut out: Vec<Arc<crate::tensor::FileMap>> = Vec::new();
+        for m in &self.memory {
+            if let Some(f) = match m {
+                Mem::Weight(w) => w.file_map(),
+                _ => None,
+            } {
+                if !out.iter().any(|o| Arc::ptr_eq(o, f)) {
+                    out.push(f.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// How many entry tensors are bound to `buffer` (each holds a count of it).
     pub fn bound_to_buffer(&self, buffer: &Arc<Buffer>) -> usize {
         self.memory.iter().filter(|m| matches!(m, Mem::Buffer(b, _) if Arc::ptr_eq(b, buffer))).count()

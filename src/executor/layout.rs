@@ -48,6 +48,17 @@ pub enum Folding {
     All,
 }
 
+/// How long `Folding::Shared` keeps a weight folded after its other holders go: the process
+/// default, `TVM_RT_FOLD_KEEP_MS` (milliseconds; 2000 unless set). Sharers that come and go
+/// within it (one per request, say) find the derived weights still there.
+pub fn keep_folded_default() -> std::time::Duration {
+    static DEFAULT: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *DEFAULT.get_or_init(|| {
+        let ms = std::env::var("TVM_RT_FOLD_KEEP_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(2000);
+        std::time::Duration::from_millis(ms)
+    })
+}
+
 impl Folding {
     /// The process default: `Shared`, or `TVM_RT_FOLD_WEIGHTS=0` (off) or `=1` (all).
     pub fn by_default() -> Folding {

@@ -11,22 +11,20 @@ pub(crate) mod instance;
 mod kernels;
 pub mod layout;
 pub mod plan;
+mod report;
+mod weights;
 
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
-use crate::memory_plan;
 use crate::module::{property, Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
-use crate::params;
-use crate::tensor::{NDArray, RawTensor, Weight};
-use factory::Param;
+use crate::tensor::{NDArray, RawTensor};
 use instance::Instance;
-use instance::SlotMemory;
 pub use kernels::ZeroCopy;
 pub use layout::Folding;
-use layout::Home;
 use plan::Plan;
+pub use report::{MemoryUsage, SlotUse};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -47,53 +45,6 @@ fn strict_inputs_default() -> bool {
     *DEFAULT.get_or_init(|| std::env::var("TVM_RT_STRICT_INPUTS").is_ok_and(|v| v.trim() == "1"))
 }
 
-/// What a storage slot of the graph's plan holds in one executor (`tvmrt inspect`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotUse {
-    /// An input the caller sets (counted as activations).
-    Input,
-    /// An input holding a parameter.
-    Weight,
-    /// Operator results derived from weights only, folded: kept as derived weights or not at all.
-    Derived,
-    /// Operator results of every run: in the activation arena or the output region.
-    Activation,
-    /// Some of each (the graph's plan reuses the slot for both).
-    Both,
-}
-
-/// What an executor holds, in bytes (`get_memory_usage`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryUsage {
-    /// Weights only this executor holds (loaded into it, or left to it by the others).
-    pub weights_owned: usize,
-    /// Weights other executors or a factory hold too.
-    pub weights_shared: usize,
-    /// Input slots used in place from a mapped params file (`load_params_from_file`).
-    pub weights_mapped: usize,
-    /// Slots written by operators, of this executor's own.
-    pub activations: usize,
-    /// The activation arena shared with other executors (`share_activations`).
-    pub activations_shared: usize,
-    /// Weights derived from weights by the operators folded at load (held once per process for
-    /// each distinct content, counted in every executor that uses them).
-    pub weights_derived: usize,
-    /// The activation arena this executor's layout needs (in `activations`, or in the shared
-    /// arena of `activations_shared`).
-    pub activation_arena: usize,
-    /// The liveness bound of what the activation memory holds: inputs that are not weights plus
-    /// the largest sum of operator outputs live at one time. No layout can be smaller.
-    pub activation_bound: usize,
-    /// Operators folded (run once for the weights, skipped by `run`), of all operators.
-    pub ops_folded: usize,
-    pub ops_total: usize,
-    /// Device copies of host weights this executor binds (a factory's or a mapped file's weights
-    /// used on a device: one copy per device, shared by every executor there).
-    pub weights_mirrored: usize,
-    /// Where the memory above is (except host weights that are mirrored).
-    pub device: DLDevice,
-}
-
 /// A name or an index, as executor functions accept them.
 pub enum Key<'a> {
     Name(&'a str),
@@ -101,16 +52,6 @@ pub enum Key<'a> {
 }
 
 static LIVE_EXECUTORS: AtomicUsize = AtomicUsize::new(0);
-
-/// The record of a prepared params file that says what it was made for (`prepared_params`).
-pub const PREPARED: &str = "__tvmrt.prepared";
-/// Records of a prepared params file holding derived weights, by alias root.
-pub const DERIVED_PREFIX: &str = "__tvmrt.derived.";
-
-/// Whether a params record is one a prepared params file adds (not a weight of the graph).
-pub fn is_prepared_record(name: &str) -> bool {
-    name == PREPARED || name.starts_with(DERIVED_PREFIX)
-}
 
 impl Drop for GraphExecutor {
     fn drop(&mut self) {
@@ -278,260 +219,6 @@ impl GraphExecutor {
         })
     }
 
-    /// Loads a params blob straight into the executor's memory: one copy per weight. Names that
-    /// are not inputs are skipped (a blob may hold more than one graph needs).
-    pub fn load_params(&self, blob: &[u8]) -> Result<()> {
-        self.load_records(params::parse(blob)?, None).map(|_| ())
-    }
-
-    /// Maps a params file read-only and uses every weight whose data is 64-byte aligned in the
-    /// file in place: no copy, and one copy in the page cache for every process mapping the file.
-    /// The others are copied. Writing a mapped weight gives this executor a private copy; the file
-    /// never changes. Returns how many weights were mapped and how many copied.
-    ///
-    /// # Safety
-    /// The file must not be truncated or written while any executor uses weights mapped from it
-    /// (see [`crate::tensor::FileMap::open`]).
-    pub unsafe fn load_params_from_file(&self, path: &str) -> Result<(usize, usize)> {
-        // SAFETY: per this function's contract.
-        let map = unsafe { crate::tensor::FileMap::open(path) }?;
-        let records = params::parse(map.bytes()).map_err(|e| e.context(path.to_string()))?;
-        self.load_records(records, Some(&map))
-    }
-
-    /// Loads `records` in one transaction: every weight and the layout that folds from them, or
-    /// (on any failure) nothing.
-    fn load_records(
-        &self,
-        records: Vec<(&str, params::Record<'_>)>,
-        map: Option<&Arc<crate::tensor::FileMap>>,
-    ) -> Result<(usize, usize)> {
-        // Every record is checked before anything is loaded.
-        let mut load = Vec::new();
-        for (name, rec) in &records {
-            let Some(index) = self.plan.input_index(name) else { continue };
-            let eid = self.plan.input_entries[index];
-            let e = &self.plan.graph.entries[eid];
-            if rec.dtype != e.dtype || rec.data.len() != self.plan.entry_bytes[eid] {
-                return Err(Error::value(format!(
-                    "parameter '{name}' is {} {:?} in the blob but {} {:?} in the graph",
-                    rec.dtype, rec.shape, e.dtype, e.shape
-                )));
-            }
-            load.push((*name, rec, eid));
-        }
-        let stamp = match (map, records.iter().find(|(n, _)| *n == PREPARED)) {
-            (Some(map), Some((_, stamp))) => Some(self.prepared_derived(map, stamp, &records)?),
-            _ => None,
-        };
-        self.lock().transaction(|st| {
-            let counts = self.load_into(st, &load, map)?;
-            if let Some(derived) = stamp {
-                if !st.adopt(derived)? {
-                    return Err(Error::value(
-                        "the prepared weights in this params file do not fit this executor's folding (stale file?)",
-                    ));
-                }
-            }
-            st.prepare()?;
-            Ok(counts)
-        })
-    }
-
-    /// Binds or writes each checked record; returns how many were mapped and how many copied.
-    fn load_into(
-        &self,
-        st: &mut Instance,
-        load: &[(&str, &params::Record<'_>, usize)],
-        map: Option<&Arc<crate::tensor::FileMap>>,
-    ) -> Result<(usize, usize)> {
-        let (mut mapped, mut copied) = (0, 0);
-        for &(name, rec, eid) in load {
-            let e = &self.plan.graph.entries[eid];
-            let slot_bytes = self.plan.storage.slots[e.storage_id].bytes;
-            // Used in place when the file's bytes cover the slot (on a device: mirrored there once,
-            // the mapping staying shared between processes); else a weight of its own,
-            // read-only, so what is derived from it can be kept (writing it later makes a private
-            // copy, as for a shared one). `set_param` decides whether the slot takes it.
-            let weight = match map {
-                Some(map)
-                    if rec.data.as_ptr() as usize % params::DATA_ALIGNMENT == 0 && rec.data.len() >= slot_bytes =>
-                {
-                    Weight::mapped(map, rec.data)?
-                }
-                // On a device, straight into device memory: the host bytes are the caller's blob.
-                _ => Weight::padded_on(self.plan.slot_device[e.storage_id], rec.data, slot_bytes)?,
-            };
-            let in_place = weight.is_mapped();
-            match st.set_param(name, eid, Arc::new(weight))? {
-                true if in_place => mapped += 1,
-                _ => copied += 1,
-            }
-        }
-        Ok((mapped, copied))
-    }
-
-    /// The stamp a prepared params file carries: what it was made for, and its derived weights.
-    fn prepared_stamp(&self, roots: &[usize]) -> Result<String> {
-        let library = self.plan.library_digest().ok_or_else(|| {
-            Error::value("prepared params need an operator library loaded from a file (to tie them to it)")
-        })?;
-        let roots: Vec<String> = roots.iter().map(usize::to_string).collect();
-        Ok(format!(
-            "tvmrt-prepared 1 graph {:016x} library {:016x} derived {}",
-            self.plan.graph_digest,
-            library,
-            roots.join(",")
-        ))
-    }
-
-    /// The derived weights of a prepared params file mapped at `map`, after checking its stamp
-    /// against this executor's graph and library: a file made for another build is refused.
-    fn prepared_derived(
-        &self,
-        map: &Arc<crate::tensor::FileMap>,
-        stamp: &params::Record<'_>,
-        records: &[(&str, params::Record<'_>)],
-    ) -> Result<Vec<(usize, Arc<Weight>)>> {
-        let text =
-            std::str::from_utf8(stamp.data).map_err(|_| Error::value("a prepared params stamp that is not text"))?;
-        let roots: Vec<usize> = text
-            .rsplit_once(" derived ")
-            .map(|(_, list)| {
-                list.split(',').filter(|r| !r.is_empty()).map(str::parse).collect::<std::result::Result<_, _>>()
-            })
-            .transpose()
-            .map_err(|_| Error::value(format!("a malformed prepared params stamp: '{text}'")))?
-            .unwrap_or_default();
-        let want = self.prepared_stamp(&roots)?;
-        if text != want {
-            return Err(Error::value(format!(
-                "these prepared params were made for another build of the model: the file says '{text}', this \
-                 executor's graph and library give '{want}' (prepare them again with `tvmrt prepare-params`)"
-            )));
-        }
-        roots
-            .into_iter()
-            .map(|r| {
-                let name = format!("{DERIVED_PREFIX}{r}");
-                let (_, rec) = records
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .ok_or_else(|| Error::value(format!("prepared params: no record '{name}'")))?;
-                if rec.data.as_ptr() as usize % params::DATA_ALIGNMENT != 0 {
-                    return Err(Error::value(format!("prepared params: '{name}' is not aligned in the file")));
-                }
-                Ok((r, Arc::new(Weight::mapped(map, rec.data)?)))
-            })
-            .collect()
-    }
-
-    /// A params file holding `blob`'s weights and what this executor's weight-only operators derive
-    /// from them (in the kernels' layouts), stamped with the graph and library they were made for,
-    /// every tensor aligned: `load_params_from_file` maps it and uses the derived weights in place
-    /// (nothing is computed at load, every process shares the pages); upstream still loads it
-    /// (the extra records name no input). Folds this executor.
-    pub fn prepared_params(&self, blob: &[u8]) -> Result<Vec<u8>> {
-        self.set_fold_weights(true)?;
-        self.load_params(blob)?;
-        let derived = {
-            let mut st = self.lock();
-            st.prepare()?;
-            st.derived_weights()
-        };
-        let roots: Vec<usize> = derived.iter().map(|(r, _)| *r).collect();
-        let stamp = self.prepared_stamp(&roots)?;
-        let u8s = crate::dlpack::DLDataType { code: crate::dlpack::kDLUInt, bits: 8, lanes: 1 };
-        let mut arrays = Vec::new();
-        for (name, rec) in params::parse(blob)? {
-            arrays.push((name.to_string(), rec.to_ndarray()?));
-        }
-        for (r, w) in &derived {
-            arrays.push((format!("{DERIVED_PREFIX}{r}"), NDArray::from_bytes(&[w.len() as i64], u8s, &w.bytes()?)?));
-        }
-        arrays.push((PREPARED.to_string(), NDArray::from_bytes(&[stamp.len() as i64], u8s, stamp.as_bytes())?));
-        params::align(&params::save(arrays.iter().map(|(n, a)| (n.as_str(), &**a))))
-    }
-
-    /// Binds each input named in `params` to its weight without copying where its slot can share,
-    /// else copies, then lays out (folding from them): all of them, or none on failure. Used by
-    /// factories, which keep the weights for all their executors. Names that are not inputs are
-    /// skipped.
-    pub fn bind_params(&self, params: &[Param]) -> Result<()> {
-        let mut bind = Vec::new();
-        for param in params {
-            let name = param.name.as_str();
-            let Some(index) = self.plan.input_index(name) else { continue };
-            let eid = self.plan.input_entries[index];
-            let e = &self.plan.graph.entries[eid];
-            if param.dtype != e.dtype || param.weight.len() != self.plan.entry_bytes[eid] {
-                return Err(Error::value(format!(
-                    "parameter '{name}': {} {:?} does not fit {} {:?}",
-                    param.dtype, param.shape, e.dtype, e.shape
-                )));
-            }
-            bind.push((name, eid, &param.weight));
-        }
-        self.lock().transaction(|st| {
-            for (name, eid, weight) in bind {
-                st.set_param(name, eid, weight.clone())?;
-            }
-            st.prepare()
-        })
-    }
-
-    /// `share_params`: binds every input named in `blob` to `other`'s memory for it. Matched by
-    /// name; shapes and dtypes must agree. Afterwards this executor owns no memory for them.
-    pub fn share_params(&self, other: &GraphExecutor, blob: &[u8]) -> Result<()> {
-        if std::ptr::eq(self, other) {
-            return Ok(());
-        }
-        let names = params::parse_names(blob)?;
-        let (mut mine, mut theirs) = self.lock_pair(other);
-        let (mine, theirs) = (&mut *mine, &mut *theirs);
-        let mut bindings = Vec::new();
-        for name in names {
-            let Some(index) = self.plan.input_index(name) else {
-                continue;
-            };
-            let at = || format!("parameter '{name}'");
-            let other_index = other
-                .plan
-                .input_index(name)
-                .ok_or_else(|| Error::key(format!("{}: not an input of the executor shared from", at())))?;
-            let eid = self.plan.input_entries[index];
-            let oeid = other.plan.input_entries[other_index];
-            let (e, oe) = (&self.plan.graph.entries[eid], &other.plan.graph.entries[oeid]);
-            if e.dtype != oe.dtype || e.shape != oe.shape {
-                return Err(Error::value(format!(
-                    "{}: {} {:?} here but {} {:?} in the other executor",
-                    at(),
-                    e.dtype,
-                    e.shape,
-                    oe.dtype,
-                    oe.shape
-                )));
-            }
-            bindings.push((name, eid, e.storage_id, oeid, oe.storage_id));
-        }
-        Instance::transaction_pair(mine, theirs, |mine, theirs| {
-            for (name, eid, sid, oeid, osid) in bindings {
-                // Their memory becomes a weight both hold when both slots can share it (set_param
-                // then binds it); else the bytes are copied.
-                let fits = other.plan.storage.slots[osid].bytes >= self.plan.storage.slots[sid].bytes;
-                if self.plan.is_shareable_slot(sid) && other.plan.is_shareable_slot(osid) && fits {
-                    let weight = theirs.share_out(osid).map_err(|e| e.context(format!("parameter '{name}'")))?;
-                    mine.set_param(name, eid, weight)?;
-                } else {
-                    mine.copy_entry_from(eid, theirs, oeid).map_err(|e| e.context(format!("parameter '{name}'")))?;
-                    mine.param_names.insert(name.to_string());
-                }
-            }
-            mine.prepare_for_holders()?;
-            theirs.prepare_for_holders()
-        })
-    }
-
     /// Makes this executor and `other` use one activation arena, sized for the larger. They must
     /// then never run at the same time: a run while another holder runs fails with an error.
     /// Outputs stay each executor's own (`Plan::output_offsets`), unless the plan is laid out by
@@ -592,83 +279,6 @@ impl GraphExecutor {
     /// preparation.
     pub fn folded_ops(&self) -> Vec<bool> {
         self.lock().layout().folded.clone()
-    }
-
-    /// What each storage slot of the graph's plan holds in this executor, as of the last
-    /// preparation, in the memory report's words.
-    pub fn slot_uses(&self) -> Vec<SlotUse> {
-        let st = self.lock();
-        let plan = &self.plan;
-        let params = st.param_slots();
-        let homes = &st.layout().homes;
-        (0..plan.storage.slots.len())
-            .map(|sid| {
-                let entries = (0..plan.graph.num_entries()).filter(|&e| plan.graph.entries[e].storage_id == sid);
-                if plan.storage.slots[sid].role == memory_plan::SlotRole::Input {
-                    if params[sid] {
-                        SlotUse::Weight
-                    } else {
-                        SlotUse::Input
-                    }
-                } else {
-                    let (derived, run): (Vec<usize>, Vec<usize>) =
-                        entries.partition(|&e| matches!(homes.get(e), Some(Home::Derived | Home::Transient)));
-                    match (derived.is_empty(), run.is_empty()) {
-                        (false, true) => SlotUse::Derived,
-                        (false, false) => SlotUse::Both,
-                        _ => SlotUse::Activation,
-                    }
-                }
-            })
-            .collect()
-    }
-
-    /// Bytes this executor holds, by kind, as of its last preparation (loading, sharing, running).
-    /// Input slots count as weights once they are known as parameters (loaded, shared, or bound by
-    /// a factory); other inputs count as activations.
-    pub fn memory_usage(&self) -> MemoryUsage {
-        let st = self.lock();
-        let plan = &self.plan;
-        let mut m = MemoryUsage {
-            weights_owned: 0,
-            weights_shared: 0,
-            weights_mapped: 0,
-            activations: 0,
-            activations_shared: 0,
-            weights_derived: 0,
-            activation_arena: 0,
-            activation_bound: 0,
-            ops_folded: 0,
-            ops_total: 0,
-            weights_mirrored: 0,
-            device: plan.device,
-        };
-        for (sid, is_weight) in st.param_slots().into_iter().enumerate() {
-            match st.slot(sid) {
-                SlotMemory::Unbound => {}
-                SlotMemory::Weight(w) if w.is_mapped() => {
-                    m.weights_mapped += w.len();
-                    m.weights_mirrored += w.mirror_bytes();
-                }
-                // Loaded by this executor and held by nobody else: its own.
-                SlotMemory::Weight(w) if st.weight_is_own(sid) => m.weights_owned += w.len(),
-                SlotMemory::Weight(w) => {
-                    m.weights_shared += w.len();
-                    m.weights_mirrored += w.mirror_bytes();
-                }
-                SlotMemory::Owned(b) if is_weight => m.weights_owned += b.len(),
-                SlotMemory::Owned(b) => m.activations += b.len(),
-            }
-        }
-        m.activations += st.own_activation_bytes();
-        m.activations_shared = st.arena().map_or(0, |a| a.len());
-        m.weights_derived = st.derived_bytes();
-        let layout = st.layout();
-        m.activation_arena = layout.arena_bytes;
-        m.activation_bound = layout.bound;
-        m.ops_folded = layout.folded.iter().filter(|&&f| f).count();
-        m.ops_total = plan.ops.len();
-        m
     }
 }
 

@@ -210,7 +210,7 @@ impl Plan {
     pub fn with_devices(graph_json: &str, library: ObjRef<Module>, devices: &[DLDevice]) -> Result<Arc<Plan>> {
         let device = *devices.first().ok_or_else(|| Error::value("no device given"))?;
         let graph = Graph::parse(graph_json)?;
-        let graph_digest = crate::params::digest(graph_json.as_bytes());
+        let graph_digest = crate::digest::xxh64(graph_json.as_bytes());
         let entry_device = entry_devices(&graph, devices)?;
         // Only the devices the graph uses, primary first.
         let mut used: Vec<DLDevice> = vec![device];

@@ -64,7 +64,8 @@ pub(super) fn register(reg: &mut Register<'_>) {
         Ok(RetValue::None)
     });
     def(reg, "runtime.LoadParams", |a| load_params_map(a.bytes(0)?));
-    def(reg, "runtime.AlignParams", |a| Ok(RetValue::Bytes(params::align(a.bytes(0)?)?)));
+    // Derived records of a prepared file that cannot be verified against its weights are dropped.
+    def(reg, "runtime.AlignParams", |a| Ok(RetValue::Bytes(crate::prepared_params::align(a.bytes(0)?)?.0)));
     def(reg, "runtime.LoadParamsFromFile", |a| {
         let path = a.str(0)?;
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;

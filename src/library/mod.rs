@@ -39,10 +39,11 @@ impl LibraryModule {
         &*self.source
     }
 
-    /// A digest of the library file's bytes, for files tied to one build of it (prepared params);
-    /// `None` for a library that is not a file (a system library).
+    /// A digest of the library file's bytes as loaded (a file replaced since does not change it),
+    /// for files tied to one build of it (prepared params); `None` for a library that is not a
+    /// file (a system library).
     pub fn file_digest(&self) -> Option<u64> {
-        std::fs::read(self.source.describe()).ok().map(|bytes| crate::params::digest(&bytes))
+        self.source.file_digest()
     }
 
     /// A library with no symbols (for reading module blobs on their own).

@@ -11,24 +11,52 @@ use std::sync::Mutex;
 pub trait SymbolSource: Send + Sync {
     fn lookup(&self, name: &str) -> Option<*mut c_void>;
     fn describe(&self) -> String;
+    /// A digest of the file the code was loaded from, as it was loaded; `None` for code that is
+    /// not a file of its own (the system library).
+    fn file_digest(&self) -> Option<u64> {
+        None
+    }
 }
 
 pub struct Dso {
     lib: libloading::os::unix::Library,
     path: String,
+    /// The file `dlopen` loaded, held open: its bytes stay readable after the path is replaced
+    /// (an atomic redeploy), so its digest is that of the code that runs.
+    file: Option<std::fs::File>,
+    digest: std::sync::OnceLock<Option<u64>>,
+}
+
+/// The file's identity: the same device and inode is the same file.
+fn identity(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
 }
 
 impl Dso {
     pub fn open(path: &str) -> Result<Dso> {
-        if std::path::Path::new(path).is_file() {
+        let named_file = std::path::Path::new(path).is_file();
+        if named_file {
             super::elf::check_complete(path)?;
         }
-        // RTLD_LOCAL keeps two models' same-named kernels apart; RTLD_LAZY as upstream.
-        // SAFETY: loading runs the library's constructors; loading a model library is exactly
-        // what the caller asked for.
-        let lib = unsafe { libloading::os::unix::Library::open(Some(path), libc::RTLD_LAZY | libc::RTLD_LOCAL) }
-            .map_err(|e| Error::value(format!("cannot load library '{path}': {e}")))?;
-        Ok(Dso { lib, path: path.to_string() })
+        // The file is opened before dlopen, and is the one dlopen loaded if the path still names
+        // it afterwards; a path replaced in between is tried again.
+        for _ in 0..3 {
+            let file = named_file.then(|| std::fs::File::open(path).ok()).flatten();
+            // RTLD_LOCAL keeps two models' same-named kernels apart; RTLD_LAZY as upstream.
+            // SAFETY: loading runs the library's constructors; loading a model library is exactly
+            // what the caller asked for.
+            let lib = unsafe { libloading::os::unix::Library::open(Some(path), libc::RTLD_LAZY | libc::RTLD_LOCAL) }
+                .map_err(|e| Error::value(format!("cannot load library '{path}': {e}")))?;
+            let same = match (&file, std::fs::metadata(path)) {
+                (Some(f), Ok(now)) => f.metadata().is_ok_and(|held| identity(&held) == identity(&now)),
+                _ => true,
+            };
+            if same {
+                return Ok(Dso { lib, path: path.to_string(), file, digest: std::sync::OnceLock::new() });
+            }
+        }
+        Err(Error::value(format!("cannot load library '{path}': the file keeps being replaced while it loads")))
     }
 }
 
@@ -42,6 +70,18 @@ impl SymbolSource for Dso {
 
     fn describe(&self) -> String {
         self.path.clone()
+    }
+
+    /// Read once, from the file held open since loading.
+    fn file_digest(&self) -> Option<u64> {
+        *self.digest.get_or_init(|| {
+            use std::os::unix::fs::FileExt;
+            let file = self.file.as_ref()?;
+            let len = file.metadata().ok()?.len() as usize;
+            let mut bytes = vec![0u8; len];
+            file.read_exact_at(&mut bytes, 0).ok()?;
+            Some(crate::digest::xxh64(&bytes))
+        })
     }
 }
 

@@ -33,6 +33,17 @@ pub struct FileMap {
     ptr: NonNull<u8>,
     len: usize,
     path: String,
+    /// The file, held open to tell whether it changed since it was mapped.
+    file: std::fs::File,
+    /// What it was when mapped: length and modification time (ns).
+    stamp: (u64, i128),
+}
+
+/// What changes when a file is written or truncated: its length and modification time (not its
+/// change time, which unlinking it, as renaming another file over it does, changes too).
+fn file_stamp(meta: &std::fs::Metadata) -> (u64, i128) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.len(), i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()))
 }
 
 // SAFETY: read-only memory.
@@ -50,19 +61,36 @@ impl FileMap {
     /// what `load_params_from_file` documents for its callers).
     pub unsafe fn open(path: &str) -> Result<Arc<FileMap>> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(path, e))?.len() as usize;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        let (stamp, len) = (file_stamp(&meta), meta.len() as usize);
         if len == 0 {
             return Err(Error::value(format!("{path} is empty")));
         }
         use std::os::fd::AsRawFd;
-        // SAFETY: a read-only private mapping of a file we opened; checked before use. The fd may
-        // close afterwards: the mapping keeps the file.
+        // SAFETY: a read-only private mapping of a file we opened; checked before use.
         let p =
             unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
         if p == libc::MAP_FAILED {
             return Err(Error::value(format!("cannot map {path}: {}", std::io::Error::last_os_error())));
         }
-        Ok(Arc::new(FileMap { ptr: NonNull::new(p.cast()).expect("mmap never returns null"), len, path: path.into() }))
+        let ptr = NonNull::new(p.cast()).expect("mmap never returns null");
+        Ok(Arc::new(FileMap { ptr, len, path: path.into(), file, stamp }))
+    }
+
+    /// Refuses a file that was written or truncated since it was mapped: its bytes, handed out as
+    /// weights that never change, may have changed (and a truncated file's pages fault). A file
+    /// replaced by renaming another over it is not this one: its mapping stays valid. One `fstat`.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let now = self.file.metadata().map(|m| file_stamp(&m)).map_err(|e| Error::io(&self.path, e))?;
+        if now == self.stamp {
+            return Ok(());
+        }
+        Err(Error::value(format!(
+            "the params file {} was written since it was mapped ({} bytes then, {} now): weights mapped from it \
+             cannot be trusted; load it again (replace a mapped file by renaming a new one over it, never by \
+             writing it in place)",
+            self.path, self.stamp.0, now.0
+        )))
     }
 
     pub fn bytes(&self) -> &[u8] {

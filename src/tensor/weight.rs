@@ -20,7 +20,7 @@ enum Backing {
     /// readers, see [`Weight::freeze_shared`]).
     Owned(Arc<Buffer>),
     /// A range of a read-only file mapping (writing it would fault).
-    Mapped(#[allow(dead_code)] Arc<FileMap>),
+    Mapped(Arc<FileMap>),
     /// Constant data inside a loaded library, which the keeper keeps loaded.
     Linked(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
 }
@@ -179,6 +179,14 @@ impl Weight {
     /// Whether the bytes are a range of a mapped file.
     pub fn is_mapped(&self) -> bool {
         matches!(self.backing, Backing::Mapped(_))
+    }
+
+    /// The file mapping the bytes are a range of, if any.
+    pub fn file_map(&self) -> Option<&Arc<FileMap>> {
+        match &self.backing {
+            Backing::Mapped(m) => Some(m),
+            _ => None,
+        }
     }
 
     /// A private, writable copy of `len` bytes from `offset`, on `device`.

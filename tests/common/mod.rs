@@ -168,6 +168,13 @@ pub fn exec(m: &ObjRef<Module>) -> &GraphExecutor {
     m.node::<GraphExecutor>().expect("an executor module")
 }
 
+/// Maps the params file at `path` into `ex` (`load_params_mapped`).
+pub fn load_mapped(ex: &GraphExecutor, path: &str) -> tvm_runtime::Result<(usize, usize)> {
+    // SAFETY: the tests' own files, which nothing changes while they are mapped.
+    let map = unsafe { tvm_runtime::tensor::FileMap::open(path) }?;
+    ex.load_params_mapped(&map)
+}
+
 /// Calls executor function `name` with arguments built by `build`.
 pub fn call(
     m: &ObjRef<Module>,

@@ -257,3 +257,47 @@ print('upstream ok')
     env = dict(os.environ, TVM_LIBRARY_PATH=upstream)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "upstream ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_an_edited_prepared_file_gives_the_edited_model(tvm, tmp_path):
+    """TVM's own load_param_dict -> edit -> save_param_dict round trip keeps every record of a
+    prepared file, the derived ones too: loaded from bytes or mapped from the file, the executor
+    runs the edited model, never the weights the derived records came from."""
+    import json
+
+    from tvm.contrib import graph_executor
+
+    fx = Fixture("mlp_unbound_b1")
+    lib = tvm.runtime.load_module(fx.lib_path)
+    maker = graph_executor.create(fx.graph_json(), lib, tvm.cpu())
+    prepared = bytes(maker.module["prepare_params"](fx.params()))
+    path = tmp_path / "prepared.params"
+    path.write_bytes(prepared)
+    # Unedited, mapped: its derived weights are used.
+    fresh = graph_executor.create(fx.graph_json(), lib, tvm.cpu())
+    fresh.module["load_params_from_file"](str(path))
+    assert json.loads(fresh.module["get_memory_usage"]())["prepared_params"] == "used"
+    fresh.set_input(**fx.inputs)
+    fresh.run()
+    check_outputs(fresh, fx, "prepared")
+
+    params = dict(tvm.runtime.load_param_dict(prepared).items())
+    assert any(name.startswith("__tvmrt.derived.") for name in params), sorted(params)
+    params["fc1_weight"] = tvm.nd.array(params["fc1_weight"].numpy() * 2)
+    edited = tvm.runtime.save_param_dict(params)
+    for aligned in (False, True):
+        blob = bytes(tvm.get_global_func("runtime.AlignParams")(edited)) if aligned else bytes(edited)
+        path.write_bytes(blob)
+        from_bytes = graph_executor.create(fx.graph_json(), lib, tvm.cpu())
+        from_bytes.load_params(blob)
+        from_file = graph_executor.create(fx.graph_json(), lib, tvm.cpu())
+        from_file.module["load_params_from_file"](str(path))
+        report = json.loads(from_file.module["get_memory_usage"]())
+        assert report.get("prepared_params", "").startswith("not used") or aligned, report
+        outs = []
+        for g in (from_bytes, from_file):
+            g.set_input(**fx.inputs)
+            g.run()
+            outs.append(g.get_output(0).numpy())
+        np.testing.assert_array_equal(outs[0], outs[1])
+        assert not np.array_equal(outs[0], fx.outputs[0]), "the edit changes the output"

@@ -57,7 +57,8 @@ fn memory_json(ex: &GraphExecutor) -> Value {
            "activations_shared": m.activations_shared, "activation_arena": m.activation_arena,
            "activation_bound": m.activation_bound,
            "ops_folded": m.ops_folded, "ops_total": m.ops_total,
-           "workspace": tvm_runtime::backend::workspace::pooled_bytes()})
+           "workspace": tvm_runtime::backend::workspace::pooled_bytes(),
+           "prepared_params": ex.prepared_params_use()})
 }
 
 /// The memory report in one line, the same words for every command.
@@ -231,13 +232,17 @@ fn model_label(model: &Model) -> String {
 }
 
 /// Fails now, not after the timing runs, when an output file cannot be written.
+/// Fails early when `path` could not be written, without creating or changing it (a command that
+/// fails later leaves nothing behind).
 fn check_writable(path: &Path) -> Result<()> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map(drop)
-        .map_err(|e| Error::io(path.display().to_string(), e))
+    let io = |e| Error::io(path.display().to_string(), e);
+    if path.exists() {
+        return std::fs::OpenOptions::new().append(true).open(path).map(drop).map_err(io);
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let probe = path.with_file_name(format!(".{name}.{}.probe", std::process::id()));
+    std::fs::File::create(&probe).map_err(io)?;
+    std::fs::remove_file(&probe).map_err(io)
 }
 
 pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
@@ -634,16 +639,26 @@ pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn prepare_params(args: &ModelArgs, out: &Path, json_out: bool) -> Result<()> {
+pub fn prepare_params(args: &crate::PrepareArgs, json_out: bool) -> Result<()> {
+    let out = &args.out;
     check_writable(out)?;
-    let model = Model::load(args.model.as_deref(), args)?;
-    let params = model.params.as_ref().ok_or_else(|| {
-        Error::value("this model has no params file to prepare (its library carries its weights): give --params")
-    })?;
+    let model = Model::load(args.model.as_deref(), &args.model_args())?;
+    // The weights: the params file, else those the library carries.
+    let from_library;
+    let params = match (&model.params, model.lib.node::<tvm_runtime::executor::factory::Factory>()) {
+        (Some(p), _) => p,
+        (None, Some(f)) if !f.params().is_empty() => {
+            let arrays =
+                f.params().iter().map(|p| Ok((p.name.as_str(), p.to_ndarray()?))).collect::<Result<Vec<_>>>()?;
+            from_library = tvm_runtime::params::save(arrays.iter().map(|(n, a)| (*n, &**a)));
+            &from_library
+        }
+        _ => return Err(Error::value("this model has no weights to prepare: give --params")),
+    };
     let plan = tvm_runtime::executor::plan::Plan::new(&model.graph_json, model.lib.clone(), model.device)?;
     let ex = GraphExecutor::new(plan)?;
     let bytes = ex.prepared_params(params)?;
-    std::fs::write(out, &bytes).map_err(|e| Error::io(out.display().to_string(), e))?;
+    write_whole(out, &bytes)?;
     let m = ex.memory_usage();
     let report = json!({"output": out, "output_bytes": bytes.len(), "ops_folded": m.ops_folded,
                         "weights_derived": m.weights_derived});
@@ -651,8 +666,8 @@ pub fn prepare_params(args: &ModelArgs, out: &Path, json_out: bool) -> Result<()
         print_json(&report);
     } else {
         println!(
-            "wrote {}: the weights and {} B derived by {} weight-only operators, stamped for this graph and library \
-             ({} bytes; load it with --params {} --map-params)",
+            "wrote {}: the weights and {} B derived by {} weight-only operators, stamped for this graph, library and \
+             weights ({} bytes; load it with --params {} --map-params)",
             out.display(),
             m.weights_derived,
             m.ops_folded,
@@ -663,15 +678,33 @@ pub fn prepare_params(args: &ModelArgs, out: &Path, json_out: bool) -> Result<()
     Ok(())
 }
 
+/// Writes `bytes` to `path` whole or not at all: to a temporary name beside it, renamed over it
+/// once complete (a failure leaves no partial file, and a reader never sees one).
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(Error::io(path.display().to_string(), e));
+    }
+    Ok(())
+}
+
 pub fn align_params(input: &Path, output: &Path, json_out: bool) -> Result<()> {
     let bytes = std::fs::read(input).map_err(|e| Error::io(input.display().to_string(), e))?;
-    let aligned = tvm_runtime::params::align(&bytes)?;
-    std::fs::write(output, &aligned).map_err(|e| Error::io(output.display().to_string(), e))?;
+    // Derived records that cannot be verified against the weights beside them are dropped.
+    let (aligned, dropped) = tvm_runtime::prepared_params::align(&bytes)?;
+    write_whole(output, &aligned)?;
+    if let Some(why) = &dropped {
+        eprintln!("note: {}: its prepared derived weights are dropped: {why}", input.display());
+    }
     let tensors = tvm_runtime::params::parse(&aligned)?
         .iter()
         .filter(|(n, _)| !n.starts_with(tvm_runtime::params::PAD_PREFIX))
         .count();
-    let report = json!({"input": input, "output": output, "tensors": tensors, "input_bytes": bytes.len(), "output_bytes": aligned.len()});
+    let report = json!({"input": input, "output": output, "tensors": tensors, "input_bytes": bytes.len(),
+                        "output_bytes": aligned.len(), "derived_dropped": dropped});
     if json_out {
         print_json(&report);
     } else {

@@ -47,15 +47,52 @@ enum Command {
         #[arg(value_name = "OUT")]
         output: PathBuf,
     },
-    /// Write the model's params with what its weight-only operators derive from them, stamped with
-    /// the graph and library: run/share --map-params then compute nothing at load
-    PrepareParams {
-        #[command(flatten)]
-        model: ModelArgs,
-        /// Where to write the prepared params file
-        #[arg(long, value_name = "OUT")]
-        out: PathBuf,
-    },
+    /// Write the model's weights with what its weight-only operators derive from them, stamped
+    /// with the graph, the library and the weights: `run MODEL --params OUT --map-params` (and
+    /// `load_params_from_file` in a host) then compute nothing at load
+    #[command(after_help = "The weights come from --params, else MODEL/params.bin, else the weights the library \
+                            carries. A prepared file serves the build it was made for: another build of the model \
+                            (another batch size or sequence length) loads it as the plain params it also is and \
+                            derives its own weights (its report says so), and a file whose weights were edited since \
+                            is loaded the same way. Prepare one file per build that should load with nothing \
+                            computed. Upstream's runtime loads a prepared file as plain params.")]
+    PrepareParams(PrepareArgs),
+}
+
+/// What `prepare-params` reads and writes.
+#[derive(Args)]
+pub struct PrepareArgs {
+    /// Model folder or lib.so
+    #[arg(value_name = "MODEL")]
+    pub model: Option<PathBuf>,
+    /// The operator library (default: MODEL/lib.so)
+    #[arg(long, value_name = "FILE")]
+    pub lib: Option<PathBuf>,
+    /// The graph JSON (default: the library's own, else MODEL/graph.json)
+    #[arg(long, value_name = "FILE")]
+    pub graph: Option<PathBuf>,
+    /// The params file (default: MODEL/params.bin, else the weights the library carries)
+    #[arg(long, value_name = "FILE")]
+    pub params: Option<PathBuf>,
+    /// The device the derived weights are computed on: cpu, or opencl[:ID]
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    pub device: DeviceArg,
+    /// Where to write the prepared params file (written whole or not at all)
+    #[arg(long, value_name = "OUT")]
+    pub out: PathBuf,
+}
+
+impl PrepareArgs {
+    pub fn model_args(&self) -> ModelArgs {
+        ModelArgs {
+            model: self.model.clone(),
+            lib: self.lib.clone(),
+            graph: self.graph.clone(),
+            params: self.params.clone(),
+            device: self.device,
+            ..ModelArgs::default()
+        }
+    }
 }
 
 /// Where a model comes from.
@@ -76,7 +113,8 @@ pub struct ModelArgs {
     #[arg(long, value_name = "FILE", requires = "source")]
     pub params: Option<PathBuf>,
     /// Map the params file and use its weights in place; every tensor must be 64-byte aligned in
-    /// the file (see align-params), and the file must not change while tvmrt runs
+    /// the file (see align-params). A file written while mapped is refused before the next run
+    /// (replace one by renaming a new file over it)
     #[arg(long)]
     pub map_params: bool,
     /// Make up the weights the model has no values for (each fill is printed), instead of failing
@@ -237,7 +275,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => commands::inspect(&a, json),
         Command::Share(a) => commands::share(&a, json),
         Command::AlignParams { input, output } => commands::align_params(&input, &output, json),
-        Command::PrepareParams { model, out } => commands::prepare_params(&model, &out, json),
+        Command::PrepareParams(a) => commands::prepare_params(&a, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@ use tvm_runtime::executor::factory::Factory;
 use tvm_runtime::executor::GraphExecutor;
 use tvm_runtime::module::Module;
 use tvm_runtime::object::ObjRef;
+use tvm_runtime::tensor::FileMap;
 use tvm_runtime::{Error, Result};
 
 pub struct Model {
@@ -135,7 +136,7 @@ impl Model {
             .filter(|n| {
                 ex.plan().input_index(n).is_none()
                     && !n.starts_with(tvm_runtime::params::PAD_PREFIX)
-                    && !tvm_runtime::executor::is_prepared_record(n)
+                    && !tvm_runtime::prepared_params::is_prepared_record(n)
             })
             .collect();
         if !unknown.is_empty() {
@@ -149,7 +150,7 @@ impl Model {
         if self.map_params {
             // SAFETY: the CLI maps the params file for the length of one command; changing the file
             // meanwhile is outside what it promises (`--map-params` in --help says so).
-            let (mapped, copied) = unsafe { ex.load_params_from_file(&path.to_string_lossy()) }?;
+            let (mapped, copied) = ex.load_params_mapped(&unsafe { FileMap::open(&path.to_string_lossy()) }?)?;
             if copied > 0 {
                 return Err(Error::value(format!(
                     "--map-params: {copied} of {} weights in {} cannot be used in place (not 64-byte aligned in \
@@ -158,6 +159,12 @@ impl Model {
                     path.display(),
                     path.display()
                 )));
+            }
+            if let Some(why) = ex.prepared_params_use().and_then(|u| u.strip_prefix("not used: ").map(str::to_string)) {
+                eprintln!(
+                    "note: {}: its prepared derived weights are not used ({why}); the weights load as plain params",
+                    path.display()
+                );
             }
         } else {
             ex.load_params(params)?;

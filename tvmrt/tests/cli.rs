@@ -335,6 +335,43 @@ fn prepared_params_run_folded_from_the_mapping() {
         json(&["run", &fixture("mlp_unbound_b1"), "--params", out.to_str().unwrap(), "--map-params", "--repeat", "1"]);
     assert_eq!(r["memory"]["ops_folded"], 3, "{r}");
     assert!(r["outputs"].as_array().unwrap().iter().all(|o| o["matches_reference"] == true), "{r}");
-    let (ok, _, err) = tvmrt(&["run", &fixture("mlp_unbound_b8"), "--params", out.to_str().unwrap(), "--map-params"]);
-    assert!(!ok && err.contains("made for another build"), "{err}");
+    assert_eq!(r["memory"]["prepared_params"], "used", "{r}");
+    // Another build loads it as plain params, and says why its derived weights are not used.
+    let (ok, stdout, err) =
+        tvmrt(&["run", &fixture("mlp_unbound_b8"), "--params", out.to_str().unwrap(), "--map-params"]);
+    assert!(ok && err.contains("not used (made for another build"), "{err}");
+    assert!(stdout.contains("matches the reference"), "{stdout}");
+    // align-params keeps derived records it can verify.
+    let aligned = dir.join("mlp.aligned");
+    let r = json(&["align-params", out.to_str().unwrap(), aligned.to_str().unwrap()]);
+    assert!(r["derived_dropped"].is_null(), "{r}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `prepare-params` at its edges: a model whose library carries its weights is prepared from them,
+/// and the file loads for it; a failure leaves no file behind; options of other commands are
+/// usage errors.
+#[test]
+fn prepare_params_at_its_edges() {
+    let dir = temp_dir("prepare-edges");
+    for model in ["mlp_b1", "convnet"] {
+        let out = dir.join(format!("{model}.prepared"));
+        let r = json(&["prepare-params", &fixture(model), "--out", out.to_str().unwrap()]);
+        assert!(r["output_bytes"].as_u64().unwrap() > 0, "{r}");
+        let r = json(&["run", &fixture(model), "--params", out.to_str().unwrap(), "--map-params", "--repeat", "1"]);
+        assert_eq!(r["memory"]["prepared_params"], "used", "{model}: {r}");
+        assert!(r["outputs"].as_array().unwrap().iter().all(|o| o["matches_reference"] == true), "{r}");
+    }
+    // A failing preparation (params that are not params) leaves no file.
+    let out = dir.join("bad.prepared");
+    let params = format!("{}/graph.json", fixture("mlp_unbound_b1"));
+    let (ok, _, err) =
+        tvmrt(&["prepare-params", &fixture("mlp_unbound_b1"), "--params", &params, "--out", out.to_str().unwrap()]);
+    assert!(!ok && err.contains("not a params blob"), "{err}");
+    assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains("bad")));
+    for option in ["--no-fold", "--fold", "--map-params"] {
+        let (code, _, err) = tvmrt_in(None, &["prepare-params", &fixture("mlp_unbound_b1"), option, "--out", "x"]);
+        assert_eq!(code, 2, "{option}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::executor::kernels::{Bindings, External, Mem};
 use crate::executor::layout::{Folding, Layout};
 use crate::object::ObjRef;
-use crate::tensor::{Buffer, NDArray, Weight};
+use crate::tensor::{Buffer, FileMap, NDArray, Weight};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
@@ -40,6 +40,10 @@ pub(super) struct Journal {
     views: Vec<Option<ObjRef<NDArray>>>,
     fold: Folding,
     last_executed: Option<usize>,
+    prepared: Option<String>,
+    mapped_files: Vec<Arc<FileMap>>,
+    seen_shared: Vec<Option<(Weak<Weight>, std::time::Instant)>>,
+    unfold_at: Option<std::time::Instant>,
     /// Bytes overwritten in place since the call began (caller memory, or memory the journal
     /// puts back), per entry: written back, last first.
     writes: Vec<(usize, Vec<u8>)>,
@@ -73,6 +77,10 @@ impl Journal {
             views: st.views.clone(),
             fold: st.fold,
             last_executed: st.last_executed,
+            prepared: st.prepared.clone(),
+            mapped_files: st.mapped_files.clone(),
+            seen_shared: st.seen_shared.clone(),
+            unfold_at: st.unfold_at,
             writes: Vec::new(),
             weight_holds: HashMap::new(),
             buffer_holds: HashMap::new(),
@@ -126,6 +134,10 @@ impl Journal {
         st.views = self.views;
         st.fold = self.fold;
         st.last_executed = self.last_executed;
+        st.prepared = self.prepared;
+        st.mapped_files = self.mapped_files;
+        st.seen_shared = self.seen_shared;
+        st.unfold_at = self.unfold_at;
         // Arrays handed out that followed their entries during the call follow them back.
         for eid in 0..st.views.len() {
             if let Some(view) = st.views[eid].clone() {

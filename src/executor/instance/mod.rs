@@ -30,12 +30,13 @@ use super::plan::Plan;
 use crate::error::Result;
 use crate::memory_plan::SlotRole;
 use crate::object::ObjRef;
-use crate::tensor::{Buffer, NDArray, Weight};
+use crate::tensor::{Buffer, FileMap, NDArray, Weight};
 use activations::{Activations, Parts};
 use journal::Journal;
 pub use slots::SlotMemory;
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 pub struct Instance {
     pub plan: Arc<Plan>,
@@ -77,6 +78,18 @@ pub struct Instance {
     keep_derived: bool,
     /// The node `execute_node` ran last (debug executors).
     pub last_executed: Option<usize>,
+    /// Per slot: the weight last seen held by others too, and when. Under `Folding::Shared` a
+    /// weight stays folded for `keep_folded` after its other holders go, so a long-lived executor
+    /// whose sharers come and go per request does not derive its weights again for each.
+    seen_shared: Vec<Option<(Weak<Weight>, Instant)>>,
+    keep_folded: Duration,
+    /// When the folding kept only for that runs out (the next run lays out again then).
+    unfold_at: Option<Instant>,
+    /// What became of the derived weights of the last prepared params file loaded: "used", or
+    /// why not (reported by `get_memory_usage`).
+    pub prepared: Option<String>,
+    /// The files entries' weights are mapped from, checked for changes before each run.
+    mapped_files: Vec<Arc<FileMap>>,
     /// The state to put back if the call under way fails (see `journal`).
     journal: Option<Box<Journal>>,
 }
@@ -120,6 +133,11 @@ impl Instance {
             fold: if keep_derived { Folding::Off } else { Folding::by_default() },
             keep_derived,
             last_executed: None,
+            seen_shared: vec![None; n_slots],
+            keep_folded: layout::keep_folded_default(),
+            unfold_at: None,
+            prepared: None,
+            mapped_files: Vec::new(),
             journal: None,
         };
         inst.refresh()?;
@@ -141,6 +159,7 @@ impl Instance {
         }
         self.all_bound =
             self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.is_bound() || s.role != SlotRole::Input);
+        self.mapped_files = self.ops.mapped_files();
         Ok(())
     }
 
@@ -225,7 +244,8 @@ impl Instance {
             return Ok(());
         }
         let plan = self.plan.clone();
-        let facts = self.layout_facts();
+        let (recent, seen_shared, unfold_at) = self.recently_shared();
+        let facts = self.layout_facts(&recent);
         let mut layout = facts.layout(&plan, self.fold != Folding::Off)?;
         let sources = self.fold_sources(&facts.constant_slot);
         let refold = layout.folded != self.layout.folded
@@ -269,40 +289,71 @@ impl Instance {
         }
         self.stale = false;
         self.holders = self.holder_counts();
+        (self.seen_shared, self.unfold_at) = (seen_shared, unfold_at);
         Ok(())
     }
 
-    /// The derived weights brought by `adopt`, per alias root, if they are exactly the ones
-    /// `layout` keeps (each root of its size).
+    /// Per slot: whether its weight is to be folded because it was shared lately, though it is not
+    /// now; the sightings of shared weights as of now; and when the first such kept folding runs
+    /// out.
+    #[allow(clippy::type_complexity)]
+    fn recently_shared(&self) -> (Vec<bool>, Vec<Option<(Weak<Weight>, Instant)>>, Option<Instant>) {
+        let now = Instant::now();
+        let mut seen = self.seen_shared.clone();
+        let mut until: Option<Instant> = None;
+        let recent = (0..self.slots.len())
+            .map(|sid| {
+                let SlotMemory::Weight(w) = &self.slots[sid] else { return false };
+                if !self.weight_is_own(sid) {
+                    seen[sid] = Some((Arc::downgrade(w), now));
+                    return false;
+                }
+                match &seen[sid] {
+                    Some((was, at)) if was.ptr_eq(&Arc::downgrade(w)) && now < *at + self.keep_folded => {
+                        let end = *at + self.keep_folded;
+                        until = Some(until.map_or(end, |u| u.min(end)));
+                        self.fold == Folding::Shared
+                    }
+                    _ => false,
+                }
+            })
+            .collect();
+        (recent, seen, until.filter(|_| self.fold == Folding::Shared))
+    }
+
+    /// The derived weights brought by `adopt`, per alias root, if they hold every result `layout`
+    /// keeps (each of its size; results the layout does not keep are left out).
     fn adoptable(&mut self, layout: &Layout) -> Option<Vec<Option<Arc<Weight>>>> {
         let list = self.to_adopt.take()?;
         let plan = &self.plan;
-        let kept: Vec<usize> = (0..plan.graph.num_entries())
-            .filter(|&r| plan.alias_root[r] == r && layout.homes[r] == Home::Derived)
-            .collect();
-        let mut roots: Vec<usize> = list.iter().map(|(r, _)| *r).collect();
-        roots.sort_unstable();
-        if roots != kept || list.iter().any(|(r, w)| w.len() != plan.root_bytes[*r]) {
-            return None;
-        }
         let mut derived = vec![None; plan.graph.num_entries()];
-        for (r, w) in list {
-            derived[r] = Some(w);
+        for r in (0..plan.graph.num_entries()).filter(|&r| plan.alias_root[r] == r && layout.homes[r] == Home::Derived)
+        {
+            let (_, w) = list.iter().find(|(root, w)| *root == r && w.len() == plan.root_bytes[r])?;
+            derived[r] = Some(w.clone());
         }
         self.adopted = true;
         Some(derived)
     }
 
     /// Takes derived weights computed elsewhere (a prepared params file) for the next layout, which
-    /// folds everything; returns after laying out whether they fit it.
+    /// folds everything with them; returns whether they served it (they hold every result it keeps).
+    /// When they do not, the executor keeps its folding and computes what it folds itself.
     pub fn adopt(&mut self, derived: Vec<(usize, Arc<Weight>)>) -> Result<bool> {
+        let fold = self.fold;
         self.to_adopt = Some(derived);
         self.adopted = false;
         self.fold = Folding::All;
         self.stale = true;
-        self.prepare()?;
+        let prepared = self.prepare();
         self.to_adopt = None;
-        Ok(self.adopted)
+        prepared?;
+        let used = self.adopted || !self.layout.homes.contains(&Home::Derived);
+        if !used {
+            self.set_fold(fold);
+            self.prepare()?;
+        }
+        Ok(used)
     }
 
     /// The derived weights this executor holds, per alias root.
@@ -332,12 +383,13 @@ impl Instance {
                 || self.slots.iter().zip(&self.holders).any(|(m, &n)| self.holders_of(m) != n))
     }
 
-    /// What decides the layout besides the plan, from the bindings now.
-    fn layout_facts(&self) -> LayoutFacts {
+    /// What decides the layout besides the plan, from the bindings now (`recent`: per slot, a
+    /// weight shared lately that folding treats as shared still).
+    fn layout_facts(&self, recent: &[bool]) -> LayoutFacts {
         let constant_slot = (0..self.slots.len())
             .map(|sid| match &self.slots[sid] {
                 SlotMemory::Weight(w) => {
-                    self.slot_override[sid].is_none() && self.fold.folds(w, !self.weight_is_own(sid))
+                    self.slot_override[sid].is_none() && self.fold.folds(w, !self.weight_is_own(sid) || recent[sid])
                 }
                 _ => false,
             })
@@ -374,6 +426,10 @@ impl Instance {
 
     /// Runs operators `range` in order, but those folded (their results are weights already).
     pub fn run_ops(&mut self, range: std::ops::Range<usize>) -> Result<()> {
+        self.mapped_files.iter().try_for_each(|m| m.check_unchanged())?;
+        if self.unfold_at.is_some_and(|t| Instant::now() >= t) {
+            self.stale = true;
+        }
         self.prepare_for_holders()?;
         if !self.all_bound {
             self.bind_all()?;
@@ -543,6 +599,40 @@ mod tests {
         inst.ops.unbind(2);
         let e = inst.run().unwrap_err().to_string();
         assert!(e.contains("entry 2") && e.contains("no memory"), "{e}");
+    }
+
+    /// Under `Folding::Shared`, a weight stays folded for a while after its sharer goes (a sharer
+    /// per request must not make the long-lived executor derive its weights again each time), and
+    /// is unfolded once that while is over.
+    #[test]
+    fn a_weight_stays_folded_a_while_after_its_sharer_goes() {
+        let mut a = instance();
+        a.set_fold(Folding::Shared);
+        a.keep_folded = std::time::Duration::from_millis(300);
+        a.set_param("w", 1, weight(7, 16)).unwrap();
+        a.run().unwrap();
+        assert_eq!(a.layout().folded, vec![false, false], "alone: nothing folded, as upstream");
+        for _ in 0..3 {
+            let mut b = instance();
+            b.set_fold(Folding::Shared);
+            b.set_param("w", 1, a.share_out(1).unwrap()).unwrap();
+            b.run().unwrap();
+            a.run().unwrap();
+            assert_eq!(a.layout().folded, vec![true, false], "shared: folded");
+            let derived = a.derived_weights();
+            assert_eq!(derived.len(), 1);
+            assert!(Arc::ptr_eq(&derived[0].1, &b.derived_weights()[0].1), "derived once for both");
+            drop(b);
+            a.run().unwrap();
+            assert_eq!(a.layout().folded, vec![true, false], "the sharer gone: still folded");
+            assert!(Arc::ptr_eq(&a.derived_weights()[0].1, &derived[0].1), "the same derived weight");
+            assert_eq!(output(&mut a), vec![7; 16]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(350));
+        a.run().unwrap();
+        assert_eq!(a.layout().folded, vec![false, false], "alone long enough: unfolded");
+        assert!(a.derived_weights().is_empty());
+        assert_eq!(output(&mut a), vec![7; 16]);
     }
 
     #[test]
