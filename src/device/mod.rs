@@ -107,6 +107,15 @@ pub trait DeviceApi: Send + Sync {
     fn same_memory(&self, a: i32, b: i32) -> bool {
         a == b
     }
+
+    /// Returns memory kept for reuse (kernel scratch parked between runs) to the device; a device
+    /// never used is left alone.
+    fn release_idle(&self) {}
+}
+
+/// Returns what every device keeps for reuse (when the last executor goes).
+pub fn release_idle() {
+    opencl::api().release_idle();
 }
 
 /// The API of a device type, or an error saying it is not served.

@@ -59,6 +59,7 @@ impl Drop for GraphExecutor {
             // The last executor is gone: give idle scratch memory and worker threads back, so a
             // process that unloads its models returns to its baseline.
             crate::backend::release_idle_memory();
+            crate::device::release_idle();
         }
     }
 }

@@ -505,6 +505,23 @@ impl DeviceApi for OpenCl {
         }
     }
 
+    fn release_idle(&self) {
+        let Some(s) = STATE.get() else { return };
+        for (id, d) in s.devices.iter().enumerate() {
+            let parked: Vec<Workspace> = {
+                let mut pool = d.workspaces.lock().unwrap_or_else(|e| e.into_inner());
+                let (idle, busy) = pool.drain(..).partition(|w| !w.in_use);
+                *pool = busy;
+                idle
+            };
+            for w in parked {
+                // SAFETY: a buffer `alloc_workspace` made and no kernel holds (not in use), no
+                // longer listed, so handed out to nobody.
+                let _ = unsafe { self.free(id as i32, w.handle as *mut c_void) };
+            }
+        }
+    }
+
     fn same_memory(&self, a: i32, b: i32) -> bool {
         // A buffer belongs to its context, valid on the queue of every device in it.
         state().is_ok_and(|s| matches!((s.device(a), s.device(b)), (Ok(x), Ok(y)) if x.context == y.context))

@@ -635,6 +635,20 @@ mod tests {
         assert_eq!(output(&mut a), vec![7; 16]);
     }
 
+    /// `get_output(i, out)`: the entry's bytes into any array of its byte size, refused otherwise.
+    #[test]
+    fn copying_an_entry_out_needs_its_byte_size() {
+        let mut inst = instance();
+        inst.set_param("w", 1, weight(6, 16)).unwrap();
+        inst.run().unwrap();
+        let out = NDArray::empty(&[16], "uint8".parse().unwrap(), crate::dlpack::DLDevice::CPU).unwrap();
+        inst.copy_entry_to(3, out.raw()).unwrap();
+        assert_eq!(out.to_vec(), vec![6; 16]);
+        let small = NDArray::empty(&[3], crate::dlpack::DLDataType::F32, crate::dlpack::DLDevice::CPU).unwrap();
+        let e = inst.copy_entry_to(3, small.raw()).unwrap_err().to_string();
+        assert!(e.contains("cannot copy 16 bytes into 12 bytes"), "{e}");
+    }
+
     #[test]
     fn an_entry_array_is_handed_out_again_while_it_shows_the_entry() {
         let mut inst = instance();
