@@ -10,5 +10,5 @@ libdir="$repo/target/python-runtime"
 mkdir -p "$libdir"
 cp -f target/release/libtvm_runtime.so "$libdir/"
 TVM_FFI=ctypes TVM_USE_RUNTIME_LIB=1 TVM_LIBRARY_PATH="$libdir" PYTHONPATH="$TVM_WHEEL_DIR" \
-  TVM_UPSTREAM_RUNTIME="$TVM_UPSTREAM_RUNTIME" \
+  TVM_UPSTREAM_RUNTIME="$TVM_UPSTREAM_RUNTIME" TVM_UPSTREAM_SHARED="${TVM_UPSTREAM_SHARED:-$repo/../shared/upstream}" \
   "$TVM_PYTHON" -m pytest -q -p no:cacheprovider "$repo/tests/python" "$@"

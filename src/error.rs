@@ -85,6 +85,12 @@ impl Error {
     pub fn internal(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::InternalError, msg)
     }
+    /// An error hosts must see in its own class: native errors reach C callers as InternalError,
+    /// as upstream's `LOG(FATAL)` ones do, but where upstream names a class in its message
+    /// (`AttributeError: ...`, which Python's `__getattr__` relies on), so does this one.
+    pub fn classed(kind: ErrorKind, msg: impl Into<String>) -> Error {
+        Error::foreign(format!("{kind}: {}", msg.into()))
+    }
 
     /// Prefixes the message with where it happened, keeping the kind.
     pub fn context(self, context: impl Into<String>) -> Error {

@@ -99,6 +99,7 @@ pub mod object;
 pub mod packed;
 pub mod params;
 pub mod prepared_params;
+pub mod profiling;
 mod python_env;
 mod stream;
 pub mod tensor;

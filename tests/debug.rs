@@ -80,3 +80,74 @@ fn the_listed_function_names_are_the_functions() {
     }
     assert!(!has(&plain, "no_such_function") && !has(&dbg, "get_output_index_of"));
 }
+
+/// `profile` reports every operator call as upstream's debug executor does: its function's name,
+/// one call, the device of its output, its argument shapes, a duration that is part of the run's
+/// total (and its percent of it); the total per device; the configuration. `profile_rpc` gives the
+/// same report as JSON; metric collectors (PAPI) are refused by name.
+#[test]
+fn profile_reports_every_operator_call() {
+    use tvm_runtime::graph::NodeKind;
+    use tvm_runtime::profiling::{metric, Metric};
+    let f = Fixture::load("convnet");
+    let lib = f.load_lib();
+    let m = debug_executor(&lib);
+    let ex = exec(&m);
+    f.set_inputs(&m);
+    let report = ex.profile().unwrap();
+    let plan = ex.plan();
+    assert_eq!(report.calls.len(), plan.ops.len());
+    let text = |c: &tvm_runtime::profiling::Metrics, k: &str| match metric(c, k) {
+        Some(Metric::Str(s)) => s.clone(),
+        other => panic!("{k}: {other:?}"),
+    };
+    let mut sum = 0.0;
+    for (call, op) in report.calls.iter().zip(&plan.ops) {
+        let NodeKind::Op(attrs) = &plan.graph.nodes[op.node].kind else { panic!("an operator") };
+        assert_eq!(text(call, "Name"), attrs.func_name);
+        assert_eq!(text(call, "Device"), "cpu0");
+        assert_eq!(metric(call, "Count"), Some(&Metric::Count(1)));
+        let shapes = text(call, "Argument Shapes");
+        assert_eq!(shapes.matches("float32[").count(), op.args.len(), "{shapes}");
+        let Some(Metric::Duration(d)) = metric(call, "Duration (us)") else { panic!("a duration") };
+        sum += d;
+        assert!(matches!(metric(call, "Hash"), Some(Metric::Str(h)) if h.len() == 16));
+    }
+    let (device, totals) = &report.device_metrics[0];
+    assert_eq!((device.as_str(), report.device_metrics.len()), ("cpu0", 1));
+    let Some(Metric::Duration(total)) = metric(totals, "Duration (us)") else { panic!("a total") };
+    assert!(sum > 0.0 && sum <= *total, "calls {sum} us within the run's {total} us");
+    assert!(metric(totals, "Percent").is_none());
+    let percents: f64 = report
+        .calls
+        .iter()
+        .filter_map(|c| match metric(c, "Percent") {
+            Some(Metric::Percent(p)) => Some(*p),
+            _ => None,
+        })
+        .sum();
+    assert!((percents - sum / total * 100.0).abs() < 1e-6);
+    assert_eq!(metric(&report.configuration, "Executor"), Some(&Metric::Str("Graph".into())));
+    assert!(matches!(metric(&report.configuration, "Number of threads"), Some(Metric::Count(n)) if *n >= 1));
+    // The model ran: its output is upstream's.
+    f.check_outputs(&m, "profiled");
+    // The packed functions.
+    let r = call(&m, "profile", |a| {
+        a.null();
+    })
+    .unwrap()
+    .into_object::<tvm_runtime::profiling::objects::ReportObj>()
+    .unwrap();
+    assert_eq!(tvm_runtime::profiling::Report::from_object(&r).unwrap().calls.len(), plan.ops.len());
+    let tvm_runtime::packed::RetValue::Str(json) = call(&m, "profile_rpc", |_| {}).unwrap() else {
+        panic!("profile_rpc returns a string")
+    };
+    assert_eq!(tvm_runtime::profiling::json::from_json(&json).unwrap().calls.len(), plan.ops.len());
+    let other = tvm_runtime::packed::ArrayObj::new(vec![tvm_runtime::packed::StringObj::new("x").into_any()]);
+    let e = call(&m, "profile", |a| {
+        a.object(other.into_any());
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("metric collector runtime.String is not available"), "{e}");
+}

@@ -6,12 +6,25 @@
 
 use super::functions::wrap;
 use super::GraphExecutor;
+use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
+use crate::graph::NodeKind;
 use crate::module::Module;
 use crate::object::ObjRef;
 use crate::packed::{Args, PackedFunc, RetValue};
+use crate::profiling::{self, device_name, Metric, Report, Timer};
 use crate::tensor::NDArray;
 use crate::time_evaluator::{repeat_timed, Settings};
+
+/// A profile's row for one timed stretch: name, duration, one call, device.
+fn frame(name: &str, us: f64, device: DLDevice) -> profiling::Metrics {
+    vec![
+        ("Name".to_string(), Metric::Str(name.to_string())),
+        ("Duration (us)".to_string(), Metric::Duration(us)),
+        ("Count".to_string(), Metric::Count(1)),
+        ("Device".to_string(), Metric::Str(device_name(device))),
+    ]
+}
 
 pub const NAMES: &[&str] = &[
     "run_individual",
@@ -44,19 +57,89 @@ impl GraphExecutor {
         repeat_timed(s, || Ok(()), || st.run_ops(op..op + 1), &|| self.plan.sync())
     }
 
-    /// Runs every operator once, in order, timing each: `(node, start since the first, duration)`.
-    pub fn timed_run(&self) -> Result<Vec<(usize, std::time::Duration, std::time::Duration)>> {
-        let mut st = self.lock();
-        let t0 = std::time::Instant::now();
-        let mut out = Vec::with_capacity(self.plan.ops.len());
-        for (i, op) in self.plan.ops.iter().enumerate() {
-            let start = std::time::Instant::now();
-            st.run_ops(i..i + 1)?;
-            // An operator's time on a device is until the device has done it.
-            self.plan.sync()?;
-            out.push((op.node, start - t0, start.elapsed()));
+    /// Upstream's `profile`: three warm-up runs, then one run with every operator timed on the
+    /// device of its first output (`profiling::Timer`: the CPU's clock; on a device, the host's
+    /// clock with the device synchronised around each operator) within a timed run per device
+    /// ("Total"). Each call records its function's name, duration, device, argument shapes, the
+    /// node's layout attributes and hash, and its share of the longest total.
+    pub fn profile(&self) -> Result<Report> {
+        for _ in 0..3 {
+            self.run()?;
         }
-        Ok(out)
+        self.profiled_run().map(|(report, _)| report)
+    }
+
+    /// One profiled run: its report, and when each operator (by node) started, in nanoseconds
+    /// from the run's start (a timeline, for traces).
+    pub fn profiled_run(&self) -> Result<(Report, Vec<(usize, u64)>)> {
+        let plan = &self.plan;
+        let mut st = self.lock();
+        let start = std::time::Instant::now();
+        let totals = plan.devices.iter().map(|&d| Ok((d, Timer::start(d)?))).collect::<Result<Vec<_>>>()?;
+        // Only the clock is read while the totals run; the calls' metrics are made afterwards.
+        let mut timed = Vec::with_capacity(plan.ops.len());
+        st.run_each(|i, run| {
+            let device = plan.entry_device[plan.graph.entry_id(plan.ops[i].node, 0)];
+            let timer = Timer::start(device)?;
+            let at = start.elapsed().as_nanos() as u64;
+            run()?;
+            timed.push((i, device, at, timer.stop()?));
+            Ok(())
+        })?;
+        drop(st);
+        let ends = totals.iter().rev().map(|(_, t)| t.stop()).collect::<Result<Vec<_>>>()?;
+        let timeline = timed.iter().map(|&(i, _, at, _)| (plan.ops[i].node, at)).collect();
+        let mut calls: Vec<_> = timed.into_iter().map(|(i, device, _, ns)| self.call_metrics(i, device, ns)).collect();
+        let device_metrics: Vec<_> = totals
+            .iter()
+            .zip(ends.iter().rev())
+            .map(|((device, _), &ns)| (device_name(*device), frame("Total", ns as f64 / 1000.0, *device)))
+            .collect();
+        let longest = device_metrics
+            .iter()
+            .filter_map(|(_, m)| match profiling::metric(m, "Duration (us)") {
+                Some(Metric::Duration(d)) => Some(*d),
+                _ => None,
+            })
+            .fold(0.0, f64::max);
+        for call in &mut calls {
+            if let Some(Metric::Duration(d)) = profiling::metric(call, "Duration (us)") {
+                let percent = if longest > 0.0 { d / longest * 100.0 } else { 0.0 };
+                profiling::set(call, "Percent", Metric::Percent(percent));
+            }
+        }
+        let configuration = vec![
+            ("Number of threads".to_string(), Metric::Count(crate::backend::thread_pool::num_threads() as i64)),
+            ("Executor".to_string(), Metric::Str("Graph".into())),
+        ];
+        Ok((Report { calls, device_metrics, configuration }, timeline))
+    }
+
+    /// What a profile records of operator `i`'s call.
+    fn call_metrics(&self, i: usize, device: DLDevice, ns: u64) -> profiling::Metrics {
+        let plan = &self.plan;
+        let op = &plan.ops[i];
+        let node = &plan.graph.nodes[op.node];
+        let NodeKind::Op(attrs) = &node.kind else { unreachable!("operators are op nodes") };
+        let mut m = frame(&attrs.func_name, ns as f64 / 1000.0, device);
+        for (key, value) in &attrs.extra {
+            if key.contains("layout") {
+                profiling::set(&mut m, key, Metric::Str(value.clone()));
+            } else if key == "hash" {
+                profiling::set(&mut m, "Hash", Metric::Str(value.clone()));
+            }
+        }
+        let shapes: Vec<String> = op
+            .args
+            .iter()
+            .map(|&e| {
+                let entry = &plan.graph.entries[e];
+                let dims: Vec<String> = entry.shape.iter().map(i64::to_string).collect();
+                format!("{}[{}]", entry.dtype, dims.join(", "))
+            })
+            .collect();
+        profiling::set(&mut m, "Argument Shapes", Metric::Str(shapes.join(", ")));
+        m
     }
 
     /// Runs nodes up to `node` (inclusive), resuming after the last one executed when possible.
@@ -170,15 +253,28 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             },
             "get_node_output",
         ),
-        "profile" | "profile_rpc" => wrap(
+        "profile" => wrap(
             this,
-            |_, _| {
-                Err(Error::tvm(
-                    "profile is not supported by this runtime: use run_individual, or `tvmrt profile` for a report and a trace",
-                ))
+            |ex, a| {
+                a.expect_count("profile", 0, 1)?;
+                // Metric collectors (PAPI) are a build option upstream; this runtime has none.
+                if let Some(collectors) = a.object(0).ok().flatten() {
+                    let list = collectors
+                        .downcast_ref::<crate::packed::ArrayObj>()
+                        .ok_or_else(|| Error::type_err("collectors must be an Array of MetricCollector"))?;
+                    if let Some(c) = list.items().first() {
+                        return Err(Error::value(format!(
+                            "metric collector {} is not available in this runtime: it profiles durations only (no PAPI)",
+                            crate::object::type_key_of(c.type_index())
+                        )));
+                    }
+                }
+                Ok(ex.profile()?.to_object().into())
             },
             "profile",
         ),
+        // A report cannot cross RPC: its JSON does, and the host reads it with FromJSON.
+        "profile_rpc" => wrap(this, |ex, _| Ok(RetValue::Str(profiling::json::to_json(&ex.profile()?))), "profile_rpc"),
         _ => return None,
     })
 }

@@ -7,6 +7,7 @@
 
 mod containers;
 mod modules;
+mod profiling;
 mod runtime;
 mod tensors;
 
@@ -26,4 +27,5 @@ pub fn register_all(reg: &mut Register<'_>) {
     tensors::register(reg);
     containers::register(reg);
     runtime::register(reg);
+    profiling::register(reg);
 }

@@ -63,6 +63,33 @@ const UPSTREAM_DYNAMIC: [(&str, &str); 29] = [
     ("OpenCLTimerNode", "TimerNode"),
 ];
 
+/// The index upstream's runtime gives `key`, one of the types it registers as it loads: each
+/// takes the next index after the static ones, in order (none reserves child slots).
+pub const fn upstream_index(key: &str) -> u32 {
+    const fn same(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    let mut i = 0;
+    while i < UPSTREAM_DYNAMIC.len() {
+        if same(UPSTREAM_DYNAMIC[i].0, key) {
+            return type_index::STATIC_END + i as u32;
+        }
+        i += 1;
+    }
+    panic!("not a type upstream registers as it loads")
+}
+
 /// Asks for a dynamically allocated index (upstream's `TypeIndex::kDynamic`, the end of the
 /// static range).
 pub const DYNAMIC: u32 = type_index::STATIC_END;
@@ -235,6 +262,9 @@ mod tests {
         assert!(t.key_to_index("runtime.Object").is_err());
         assert_eq!(t.index_to_key(0).unwrap(), "runtime.Object");
         assert!(t.index_to_key(41).is_err());
+        for (key, _) in UPSTREAM_DYNAMIC {
+            assert_eq!(t.key_to_index(key).unwrap(), upstream_index(key), "{key}");
+        }
     }
 
     #[test]

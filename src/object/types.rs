@@ -12,6 +12,12 @@ object_types!(
     (crate::packed::MapObj, super::type_index::MAP),
     (crate::packed::ShapeTupleObj, super::type_index::SHAPE_TUPLE),
     (crate::packed::PackedFunc, super::type_index::PACKED_FUNC),
+    (crate::profiling::objects::ReportObj, super::type_table::upstream_index("runtime.profiling.Report")),
+    (crate::profiling::objects::DurationObj, super::type_table::upstream_index("runtime.profiling.Duration")),
+    (crate::profiling::objects::PercentObj, super::type_table::upstream_index("runtime.profiling.Percent")),
+    (crate::profiling::objects::CountObj, super::type_table::upstream_index("runtime.profiling.Count")),
+    (crate::profiling::objects::RatioObj, super::type_table::upstream_index("runtime.profiling.Ratio")),
+    (crate::profiling::objects::DeviceWrapperObj, super::type_table::upstream_index("runtime.profiling.DeviceWrapper")),
 );
 
 /// Whether the object at `obj` is a cell of this runtime (its deleter is one of ours), as opposed

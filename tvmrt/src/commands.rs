@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 use tvm_runtime::executor::{GraphExecutor, SlotUse};
 use tvm_runtime::graph::NodeKind;
+use tvm_runtime::profiling::{self, Metric, Report};
 use tvm_runtime::{Error, Result};
 
 /// mean, median, min, max, std of milliseconds.
@@ -378,92 +379,74 @@ fn arg_desc(ex: &GraphExecutor, node: usize) -> (Vec<String>, String) {
 }
 
 pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
-    if let Some(path) = &a.trace {
+    for path in [&a.trace, &a.csv].into_iter().flatten() {
         check_writable(path)?;
     }
     let model = Model::load(a.model.model.as_deref(), &a.model)?;
     let m = model.executor(false)?;
     let ex = exec(&m);
     set_inputs(&a.data, &a.model, &model, ex)?;
-    let repeat = a.repeat as usize;
-    ex.run()?;
-    ex.plan().sync()?;
-    // Whole runs first, then operator-by-operator runs: the sum is checked against the whole.
-    let mut whole = Vec::with_capacity(repeat);
-    for _ in 0..repeat {
-        let start = Instant::now();
+    // Upstream's profile: three warm-up runs, then profiled runs; with --repeat N, the report of
+    // the run whose total is the median of N (one real run, not a mix of runs).
+    for _ in 0..3 {
         ex.run()?;
-        ex.plan().sync()?;
-        whole.push(start.elapsed().as_secs_f64() * 1e3);
     }
-    let n_ops = ex.plan().ops.len();
-    let mut per_op = vec![Vec::with_capacity(repeat); n_ops];
-    let mut last = Vec::new();
-    for r in 0..repeat {
-        last = ex.timed_run()?;
-        for (i, (_, _, d)) in last.iter().enumerate() {
-            per_op[i].push(d.as_secs_f64() * 1e6);
-        }
-        progress("profiling run", r + 1, repeat);
+    let mut runs = Vec::with_capacity(a.repeat as usize);
+    for r in 0..a.repeat as usize {
+        runs.push(ex.profiled_run()?);
+        progress("profiling run", r + 1, a.repeat as usize);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
+    let total = |report: &Report| match report
+        .device_metrics
+        .first()
+        .and_then(|(_, m)| profiling::metric(m, "Duration (us)"))
+    {
+        Some(Metric::Duration(d)) => *d,
+        _ => 0.0,
     };
-    let folded = ex.folded_ops();
-    let mut rows: Vec<(usize, String, f64, Vec<String>, bool)> = (0..n_ops)
-        .map(|i| {
-            let node = ex.plan().ops[i].node;
-            let (shapes, func) = arg_desc(ex, node);
-            (node, func, median(&mut per_op[i].clone()), shapes, folded[i])
-        })
-        .collect();
-    let total_us: f64 = rows.iter().map(|r| r.2).sum();
-    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
-    let whole_ms = median(&mut whole.clone());
+    runs.sort_by(|x, y| total(&x.0).total_cmp(&total(&y.0)));
+    let (report, timeline) = runs.swap_remove(runs.len() / 2);
     if let Some(path) = &a.trace {
-        let events: Vec<Value> = last
+        let events: Vec<Value> = timeline
             .iter()
-            .map(|(node, start, dur)| {
-                let (shapes, func) = arg_desc(ex, *node);
-                json!({"name": func, "cat": "operator", "ph": "X", "pid": 1, "tid": 1,
-                       "ts": start.as_secs_f64() * 1e6, "dur": dur.as_secs_f64() * 1e6,
-                       "args": {"node": node, "arguments": shapes}})
+            .zip(&report.calls)
+            .map(|((node, start), call)| {
+                let text = |k: &str| match profiling::metric(call, k) {
+                    Some(Metric::Str(s)) => s.clone(),
+                    _ => String::new(),
+                };
+                let dur = match profiling::metric(call, "Duration (us)") {
+                    Some(Metric::Duration(d)) => *d,
+                    _ => 0.0,
+                };
+                json!({"name": text("Name"), "cat": "operator", "ph": "X", "pid": 1, "tid": 1,
+                       "ts": *start as f64 / 1e3, "dur": dur,
+                       "args": {"node": node, "arguments": text("Argument Shapes"), "device": text("Device")}})
             })
             .collect();
         let trace = json!({"traceEvents": events, "displayTimeUnit": "ms",
                            "otherData": {"model": model_label(&model), "runtime": "tvm-runtime-rs"}});
-        std::fs::write(path, serde_json::to_string(&trace).expect("serialisable"))
-            .map_err(|e| Error::io(path.display().to_string(), e))?;
+        write_whole(path, serde_json::to_string(&trace).expect("serialisable").as_bytes())?;
     }
-    let ops: Vec<Value> = rows
-        .iter()
-        .map(|(node, func, us, shapes, folded)| {
-            json!({"node": node, "name": func, "median_us": us, "share": if total_us > 0.0 { us / total_us } else { 0.0 },
-                   "arguments": shapes, "folded": folded})
-        })
-        .collect();
-    let report = json!({"model": model_label(&model), "runs": repeat, "run_ms": stats(&whole),
-                        "sum_of_operators_ms": total_us / 1e3, "operators": ops, "trace": a.trace});
+    if let Some(path) = &a.csv {
+        write_whole(path, profiling::format::csv(&report).as_bytes())?;
+    }
     if json_out {
-        print_json(&report);
+        // Upstream's report JSON: `Report.from_json` in TVM's Python reads it.
+        println!("{}", profiling::json::to_json(&report));
         return Ok(());
     }
-    println!("{:>10} {:>7}  {:<60} arguments", "median us", "share", "operator");
-    for (node, func, us, shapes, folded) in &rows {
-        let share = if total_us > 0.0 { 100.0 * us / total_us } else { 0.0 };
-        // A folded operator does not run: its row is the cost of skipping it.
-        let at =
-            if *folded { format!("{func} (node {node}, folded at load)") } else { format!("{func} (node {node})") };
-        println!("{us:>10.2} {share:>6.1}%  {at:<60} {}", shapes.join(", "));
-    }
-    println!(
-        "sum of operators {}; whole run median {} over {repeat} runs",
-        duration(total_us / 1e3),
-        duration(whole_ms)
-    );
-    if let Some(p) = &a.trace {
-        println!("trace    written to {} (chrome://tracing, Perfetto)", p.display());
+    print!("{}", profiling::format::table(&report, !a.in_order, !a.in_order, true)?);
+    let notes: Vec<String> = [
+        a.trace.as_ref().map(|p| format!("trace written to {} (chrome://tracing, Perfetto)", p.display())),
+        a.csv.as_ref().map(|p| format!("CSV written to {}", p.display())),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !notes.is_empty() {
+        println!();
+        notes.iter().for_each(|n| println!("{n}"));
     }
     Ok(())
 }

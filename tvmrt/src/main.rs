@@ -32,7 +32,8 @@ struct Cli {
 enum Command {
     /// Run a model: set inputs, run, show outputs, time repeated runs
     Run(RunArgs),
-    /// Time every operator; optionally write a Chrome / Perfetto trace
+    /// Profile the model as TVM's debug executor does: upstream's report table (--json: its JSON,
+    /// which TVM's `Report.from_json` reads; --csv: its CSV), optionally a Chrome / Perfetto trace
     Profile(ProfileArgs),
     /// Show inputs (weights marked), outputs, operators, the storage plan and memory
     Inspect(ModelArgs),
@@ -211,10 +212,18 @@ pub struct ProfileArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub data: InputArgs,
-    /// Profiled runs; each operator's median is reported
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Profiled runs (after three warm-up runs); the report is of the run whose total is their
+    /// median
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
-    /// Write a Chrome / Perfetto trace of the last run
+    /// One row per operator call in execution order, as upstream's table(sort=False,
+    /// aggregate=False), instead of calls of one function aggregated, longest first
+    #[arg(long)]
+    pub in_order: bool,
+    /// Write the report as upstream's CSV (`report.csv()`)
+    #[arg(long, value_name = "FILE.csv")]
+    pub csv: Option<PathBuf>,
+    /// Write a Chrome / Perfetto trace of the reported run
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<PathBuf>,
 }

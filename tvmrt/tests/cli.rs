@@ -76,28 +76,47 @@ fn run_writes_outputs_to_npz_that_read_back_exactly() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `profile` reports as TVM's debug executor: --json prints upstream's report JSON (each call's
+/// metrics as objects naming their kind, the run's total per device), the table is upstream's,
+/// --csv writes upstream's CSV, and the trace has the same calls.
 #[test]
-fn profile_sums_to_the_run_time_and_writes_a_chrome_trace() {
-    let trace = std::env::temp_dir().join(format!("tvmrt-trace-{}.json", std::process::id()));
-    let r = json(&["profile", &fixture("convnet"), "--repeat", "20", "--trace", trace.to_str().unwrap()]);
-    let ops = r["operators"].as_array().unwrap();
-    assert_eq!(ops.len(), 8);
-    let shares: f64 = ops.iter().map(|o| o["share"].as_f64().unwrap()).sum();
-    assert!((shares - 1.0).abs() < 1e-6);
-    let medians: Vec<f64> = ops.iter().map(|o| o["median_us"].as_f64().unwrap()).collect();
-    assert!(medians.windows(2).all(|w| w[0] >= w[1]), "sorted by time: {medians:?}");
-    let sum = r["sum_of_operators_ms"].as_f64().unwrap();
-    let whole = r["run_ms"]["median"].as_f64().unwrap();
-    assert!(sum > 0.2 * whole && sum < 5.0 * whole, "operators {sum} ms vs run {whole} ms");
+fn profile_reports_as_upstream_and_writes_a_chrome_trace() {
+    let dir = temp_dir("profile");
+    let (trace, csv) = (dir.join("trace.json"), dir.join("report.csv"));
+    let args = ["profile", &fixture("convnet"), "--repeat", "5", "--trace", trace.to_str().unwrap()];
+    let r = json(&[&args[..], &["--csv", csv.to_str().unwrap()]].concat());
+    let calls = r["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 8);
+    let total = r["device_metrics"]["cpu0"]["Duration (us)"]["microseconds"].as_f64().unwrap();
+    let durations: Vec<f64> = calls.iter().map(|c| c["Duration (us)"]["microseconds"].as_f64().unwrap()).collect();
+    let sum: f64 = durations.iter().sum();
+    assert!(durations.iter().all(|&d| d > 0.0) && sum <= total, "calls {sum} us in a run of {total} us");
+    for c in calls {
+        assert_eq!(c["Count"]["count"], 1);
+        assert_eq!(c["Device"]["string"], "cpu0");
+        assert!(c["Name"]["string"].as_str().unwrap().starts_with("tvmgen_default_"));
+        assert!(c["Argument Shapes"]["string"].as_str().unwrap().starts_with("float32["));
+    }
+    assert_eq!(r["configuration"]["Executor"]["string"], "Graph");
     let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let events = t["traceEvents"].as_array().unwrap();
     assert_eq!(events.len(), 8);
-    for e in events {
+    for (e, c) in events.iter().zip(calls) {
         assert_eq!(e["ph"], "X");
         assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() > 0.0);
-        assert!(e["name"].as_str().unwrap().starts_with("tvmgen_default_"));
+        assert_eq!(e["name"], c["Name"]["string"]);
     }
-    std::fs::remove_file(trace).unwrap();
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert!(csv_text.starts_with("Argument Shapes,Count,Device,Duration (us),Hash,Name,Percent,"), "{csv_text}");
+    assert_eq!(csv_text.lines().count(), 9);
+    // The table: upstream's columns, aggregated and sorted; in execution order on request.
+    let (ok, out, err) = tvmrt(&["profile", &fixture("convnet"), "--in-order"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("Name ") && lines[0].contains("Duration (us)  Percent  Device  Count"), "{out}");
+    assert!(lines[1].starts_with("tvmgen_default_fused_layout_transform "), "execution order: {out}");
+    assert!(out.contains("\nConfiguration\n-------------\nNumber of threads: 1\nExecutor: Graph\n"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

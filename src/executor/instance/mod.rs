@@ -426,6 +426,21 @@ impl Instance {
 
     /// Runs operators `range` in order, but those folded (their results are weights already).
     pub fn run_ops(&mut self, range: std::ops::Range<usize>) -> Result<()> {
+        self.run_with(|ops, plan| ops.run(plan, range))
+    }
+
+    /// Runs every operator in order, as `run` does, each through `each(i, run_it)`, which calls
+    /// `run_it` once: the debug executor times them, nothing else in between.
+    pub fn run_each(
+        &mut self,
+        mut each: impl FnMut(usize, &mut dyn FnMut() -> Result<()>) -> Result<()>,
+    ) -> Result<()> {
+        self.run_with(|ops, plan| (0..plan.ops.len()).try_for_each(|i| each(i, &mut || ops.run(plan, i..i + 1))))
+    }
+
+    /// Brings everything up to date for a run (the files weights are mapped from unchanged, the
+    /// layout, every input slot bound, a shared arena held for the run), then calls `f`.
+    fn run_with<T>(&mut self, f: impl FnOnce(&mut Ops, &Plan) -> Result<T>) -> Result<T> {
         self.mapped_files.iter().try_for_each(|m| m.check_unchanged())?;
         if self.unfold_at.is_some_and(|t| Instant::now() >= t) {
             self.stale = true;
@@ -443,7 +458,7 @@ impl Instance {
             }
             None => None,
         };
-        self.ops.run(&self.plan, range)
+        f(&mut self.ops, &self.plan)
     }
 
     pub fn run(&mut self) -> Result<()> {
