@@ -76,6 +76,7 @@
 #![allow(non_upper_case_globals)]
 
 pub mod backend;
+mod cache_flush;
 pub mod capi;
 mod contrib_sort;
 /// cbindgen:ignore
@@ -101,6 +102,7 @@ pub mod params;
 pub mod prepared_params;
 pub mod profiling;
 mod python_env;
+pub mod rpc;
 mod stream;
 pub mod tensor;
 pub mod time_evaluator;

@@ -148,4 +148,10 @@ fn other_kernels_or_other_weights_are_not_served_from_the_cache() {
         assert_eq!(out, vec![10.0; 4], "derived from its own weights");
     });
     assert_eq!(n, 1);
+    // What the first executor derived is still found (remembering others kept its entry).
+    let n = calls(|| {
+        let (_d, out) = run(&plan(&lib2), &w);
+        assert_eq!(out, vec![4.0; 4]);
+    });
+    assert_eq!(n, 0, "a hit: the first executor is alive");
 }

@@ -8,6 +8,7 @@
 mod containers;
 mod modules;
 mod profiling;
+mod rpc;
 mod runtime;
 mod tensors;
 
@@ -28,4 +29,5 @@ pub fn register_all(reg: &mut Register<'_>) {
     containers::register(reg);
     runtime::register(reg);
     profiling::register(reg);
+    rpc::register(reg);
 }

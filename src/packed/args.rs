@@ -295,6 +295,8 @@ pub struct ArgsBuilder {
     codes: Vec<i32>,
     strings: Vec<CString>,
     objects: Vec<AnyObject>,
+    /// Byte arrays and the bytes they describe, boxed so their addresses stay put.
+    byte_arrays: Vec<(Box<TVMByteArray>, Box<[u8]>)>,
 }
 
 impl ArgsBuilder {
@@ -338,6 +340,20 @@ impl ArgsBuilder {
 
     pub fn null(&mut self) -> &mut Self {
         self.push(TVMValue::NULL, kTVMNullptr)
+    }
+
+    /// A copy of `bytes` (type code 12).
+    pub fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        let data: Box<[u8]> = bytes.into();
+        let arr = Box::new(TVMByteArray { data: data.as_ptr().cast(), size: data.len() });
+        let p: *const TVMByteArray = &*arr;
+        self.byte_arrays.push((arr, data));
+        self.push(TVMValue { v_handle: p.cast_mut().cast() }, kTVMBytes)
+    }
+
+    /// A data type (type code 5).
+    pub fn dtype(&mut self, t: DLDataType) -> &mut Self {
+        self.push(TVMValue { v_type: t }, crate::dlpack::kTVMDataType)
     }
 
     /// An object, passed with its natural code (NDArrays as their DLTensor, code 13).

@@ -4,6 +4,7 @@
 mod bundled;
 mod commands;
 mod model;
+mod rpc_server;
 mod tensors;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -58,6 +59,42 @@ enum Command {
                             is loaded the same way. Prepare one file per build that should load with nothing \
                             computed. Upstream's runtime loads a prepared file as plain params.")]
     PrepareParams(PrepareArgs),
+    /// Serve TVM's RPC on this runtime, as upstream's `tvm_rpc server`: hosts with TVM upload,
+    /// run, time and profile models here (`tvm.rpc.connect`, a tracker, `tvmc --rpc-key`)
+    #[command(after_help = "Whoever can connect can run code on this machine (a client uploads and loads \
+                            libraries): listen on 127.0.0.1 or a trusted network. One session at a time, each in \
+                            a process of its own with a work directory of its own (removed after); paths the \
+                            client names cannot leave it.")]
+    RpcServer(RpcServerArgs),
+}
+
+/// What `rpc-server` listens on and registers with.
+#[derive(Args)]
+pub struct RpcServerArgs {
+    /// The address to listen on
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The first port to try
+    #[arg(long, default_value_t = 9090)]
+    pub port: u16,
+    /// The end of the port range (exclusive)
+    #[arg(long, default_value_t = 9199)]
+    pub port_end: u16,
+    /// The key clients (and the tracker) ask for
+    #[arg(long, default_value = "")]
+    pub key: String,
+    /// Register with the RPC tracker at HOST:PORT
+    #[arg(long, value_name = "HOST:PORT")]
+    pub tracker: Option<String>,
+    /// The address the tracker hands clients (default: the one it sees)
+    #[arg(long, value_name = "ADDR")]
+    pub custom_addr: Option<String>,
+    /// Where sessions keep their files (default: a folder in the temporary directory)
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<std::path::PathBuf>,
+    /// Print nothing per session
+    #[arg(long)]
+    pub silent: bool,
 }
 
 /// What `prepare-params` reads and writes.
@@ -285,6 +322,7 @@ fn main() -> ExitCode {
         Command::Share(a) => commands::share(&a, json),
         Command::AlignParams { input, output } => commands::align_params(&input, &output, json),
         Command::PrepareParams(a) => commands::prepare_params(&a, json),
+        Command::RpcServer(a) => rpc_server::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,181 @@
+//! Packets over a byte stream: a packet's body is read as its bytes arrive (a length field alone
+//! sizes nothing), an idle session may wait as long as it likes for its next packet, and a peer
+//! that stalls in the middle of one is dropped after a timeout.
+
+#![forbid(unsafe_code)]
+
+use crate::error::{Error, Result};
+use std::io::{ErrorKind, Read, Write};
+use std::time::Duration;
+
+/// A byte stream whose reads can time out (TCP and Unix sockets; packed-function streams).
+pub trait Socket: Read + Write + Send {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()>;
+}
+
+impl Socket for std::net::TcpStream {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        std::net::TcpStream::set_read_timeout(self, timeout)
+    }
+}
+
+impl Socket for std::os::unix::net::UnixStream {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, timeout)
+    }
+}
+
+/// The largest packet read: beyond it the length is taken for garbage (a real copy of that size
+/// would be split by the client).
+const MAX_PACKET: u64 = 1 << 40;
+/// What a body's buffer starts at, growing (doubling) only as bytes arrive.
+const FIRST_CHUNK: usize = 1 << 20;
+
+/// How long a peer may stall in the middle of a packet: `TVM_RT_RPC_STALL_MS`, else 30 s.
+pub fn stall_timeout() -> Duration {
+    static STALL: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *STALL.get_or_init(|| {
+        let ms = std::env::var("TVM_RT_RPC_STALL_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(30_000);
+        Duration::from_millis(ms)
+    })
+}
+
+pub struct Channel<S: Socket> {
+    socket: S,
+    stall: Duration,
+}
+
+impl<S: Socket> Channel<S> {
+    pub fn new(socket: S) -> Channel<S> {
+        Channel { socket, stall: stall_timeout() }
+    }
+
+    pub fn socket(&mut self) -> &mut S {
+        &mut self.socket
+    }
+
+    /// The next packet's body; `None` when the peer closed the stream between packets.
+    pub fn recv(&mut self) -> Result<Option<Vec<u8>>> {
+        loop {
+            self.socket.set_read_timeout(None).map_err(io)?;
+            let mut len = [0u8; 8];
+            if self.read_some(&mut len[..1])? == 0 {
+                return Ok(None);
+            }
+            self.socket.set_read_timeout(Some(self.stall)).map_err(io)?;
+            self.read_exact(&mut len[1..])?;
+            let n = u64::from_le_bytes(len);
+            if n == 0 {
+                continue;
+            }
+            if n > MAX_PACKET {
+                return Err(Error::value(format!("RPC: a packet of {n} bytes announced")));
+            }
+            return self.read_body(n as usize).map(Some);
+        }
+    }
+
+    /// `n` bytes, the buffer growing with what has arrived, never sized from `n` alone.
+    fn read_body(&mut self, n: usize) -> Result<Vec<u8>> {
+        let mut body: Vec<u8> = Vec::with_capacity(n.min(FIRST_CHUNK));
+        while body.len() < n {
+            if body.len() == body.capacity() {
+                let more = body.capacity().max(FIRST_CHUNK).min(n - body.len());
+                body.reserve_exact(more);
+            }
+            let start = body.len();
+            let end = body.capacity().min(n);
+            body.resize(end, 0);
+            let got = self.read_some(&mut body[start..end])?;
+            body.truncate(start + got);
+            if got == 0 {
+                return Err(closed());
+            }
+        }
+        Ok(body)
+    }
+
+    fn read_exact(&mut self, mut buf: &mut [u8]) -> Result<()> {
+        while !buf.is_empty() {
+            match self.read_some(buf)? {
+                0 => return Err(closed()),
+                n => buf = &mut buf[n..],
+            }
+        }
+        Ok(())
+    }
+
+    fn read_some(&mut self, buf: &mut [u8]) -> Result<usize> {
+        loop {
+            match self.socket.read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Err(Error::value(format!(
+                        "RPC: the peer stalled for {:.1} s in the middle of a packet",
+                        self.stall.as_secs_f64()
+                    )))
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
+    }
+
+    /// Sends the pieces of one packet.
+    pub fn send(&mut self, parts: &[&[u8]]) -> Result<()> {
+        for p in parts {
+            self.socket.write_all(p).map_err(io)?;
+        }
+        self.socket.flush().map_err(io)
+    }
+}
+
+fn closed() -> Error {
+    Error::value("Channel closes before we get needed bytes")
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::tvm(format!("RPC: the connection failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn packets_arrive_whole_or_the_stall_is_an_error() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut ch = Channel { socket: b, stall: Duration::from_millis(100) };
+        // Two packets and an empty one between them, then a clean close.
+        a.write_all(&[&3u64.to_le_bytes()[..], b"abc", &0u64.to_le_bytes(), &1u64.to_le_bytes(), b"z"].concat())
+            .unwrap();
+        assert_eq!(ch.recv().unwrap().unwrap(), b"abc");
+        assert_eq!(ch.recv().unwrap().unwrap(), b"z");
+        // A length that claims more than arrives, then nothing: dropped after the stall timeout,
+        // without a buffer of the claimed size.
+        a.write_all(&(1u64 << 39).to_le_bytes()).unwrap();
+        a.write_all(b"xy").unwrap();
+        let e = ch.recv().unwrap_err().to_string();
+        assert!(e.contains("stalled"), "{e}");
+        drop(a);
+        // Closed mid-header.
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut ch = Channel::new(b);
+        a.write_all(&[1, 0]).unwrap();
+        drop(a);
+        assert!(ch.recv().unwrap_err().to_string().contains("Channel closes"));
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut ch = Channel::new(b);
+        drop(a);
+        assert!(ch.recv().unwrap().is_none(), "closed between packets");
+    }
+
+    #[test]
+    fn absurd_lengths_are_refused() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut ch = Channel::new(b);
+        a.write_all(&u64::MAX.to_le_bytes()).unwrap();
+        assert!(ch.recv().unwrap_err().to_string().contains("announced"));
+    }
+}
