@@ -83,6 +83,7 @@ mod contrib_sort;
 mod cxx;
 /// cbindgen:ignore
 pub mod device;
+/// cbindgen:ignore
 pub mod digest;
 pub mod dlpack;
 pub mod dtype;
@@ -99,9 +100,12 @@ pub mod module;
 pub mod object;
 pub mod packed;
 pub mod params;
+/// cbindgen:ignore
 pub mod prepared_params;
+/// cbindgen:ignore
 pub mod profiling;
 mod python_env;
+/// cbindgen:ignore
 pub mod rpc;
 mod stream;
 pub mod tensor;

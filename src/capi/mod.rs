@@ -38,6 +38,7 @@ pub fn init() {
             let _ = crate::packed::registry::register(name, f, false);
         });
         crate::library::install_callbacks(&backend::context_functions());
+        crate::rpc::install();
     });
 }
 

@@ -31,6 +31,16 @@ impl DeviceMemory {
         Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(Vec::new()) })
     }
 
+    /// Memory a device API handed out elsewhere (an RPC server's array), freed through it when
+    /// this goes.
+    ///
+    /// # Safety
+    /// `data` must be a live handle of `device`'s API, `len` bytes, owned by nobody else.
+    pub unsafe fn adopt(device: DLDevice, data: *mut c_void, len: usize) -> Result<DeviceMemory> {
+        let api = api_of(device)?;
+        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(Vec::new()) })
+    }
+
     pub fn device(&self) -> DLDevice {
         self.device
     }

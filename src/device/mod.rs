@@ -118,11 +118,35 @@ pub fn release_idle() {
     opencl::api().release_idle();
 }
 
+/// The device types of RPC sessions: a device of session `k` is its remote type plus
+/// `RPC_SESS_MASK * (k + 1)`.
+pub const RPC_SESS_MASK: i32 = 128;
+
+/// The API of remote devices (of RPC sessions), by masked device type: installed by the RPC layer
+/// at the runtime's init, so this layer does not depend on the one above it.
+type RemoteApi = fn(i32) -> Result<&'static dyn DeviceApi>;
+static REMOTE: std::sync::OnceLock<RemoteApi> = std::sync::OnceLock::new();
+
+/// Installs the API of remote devices; the first installation wins.
+pub fn install_remote(api: RemoteApi) {
+    let _ = REMOTE.set(api);
+}
+
+/// Whether `device` is a device of an RPC session.
+pub fn is_remote(device: DLDevice) -> bool {
+    device.device_type >= RPC_SESS_MASK
+}
+
 /// The API of a device type, or an error saying it is not served.
 pub fn api(device_type: i32) -> Result<&'static dyn DeviceApi> {
     match device_type {
         kDLCPU | kDLCUDAHost => Ok(&cpu::Cpu),
         kDLOpenCL => Ok(opencl::api()),
+        t if t >= RPC_SESS_MASK => {
+            REMOTE.get().ok_or_else(|| Error::value("RPC devices are not available: the runtime is not initialised"))?(
+                t,
+            )
+        }
         other => Err(Error::value(format!(
             "Device API {} is not enabled: this runtime serves the CPU (1) and OpenCL (4)",
             type_name(other)
@@ -133,7 +157,8 @@ pub fn api(device_type: i32) -> Result<&'static dyn DeviceApi> {
 /// The API of `device`, checking that the device exists.
 pub fn api_of(device: DLDevice) -> Result<&'static dyn DeviceApi> {
     let api = api(device.device_type)?;
-    if !is_host(device) {
+    // A remote device is checked by its server.
+    if !is_host(device) && !is_remote(device) {
         let n = api.count()?;
         if device.device_id < 0 || device.device_id as usize >= n {
             return Err(Error::value(format!(
@@ -180,8 +205,12 @@ pub unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
     unsafe { api.copy(from, to, nbytes) }
 }
 
-/// A device as TVM's Python prints one: `cpu(0)`, `opencl(1)`.
+/// A device as TVM's Python prints one: `cpu(0)`, `opencl(1)`, `remote[0]:cpu(0)`.
 pub fn describe(device: DLDevice) -> String {
+    if is_remote(device) {
+        let (session, t) = (device.device_type / RPC_SESS_MASK - 1, device.device_type % RPC_SESS_MASK);
+        return format!("remote[{session}]:{}({})", type_name(t), device.device_id);
+    }
     format!("{}({})", type_name(device.device_type), device.device_id)
 }
 

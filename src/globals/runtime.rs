@@ -9,8 +9,6 @@ use crate::error::Error;
 use crate::packed::{ArrayObj, RetValue, StringObj};
 
 pub(super) fn register(reg: &mut Register<'_>) {
-    def(reg, "runtime.RPCTimeEvaluator", crate::time_evaluator::create);
-
     // Threads.
     def(reg, "runtime.NumThreads", |_| Ok(RetValue::Int(crate::backend::thread_pool::num_threads() as i64)));
     // (mode, threads[, cores as strings]), as upstream's.

@@ -12,6 +12,7 @@ object_types!(
     (crate::packed::MapObj, super::type_index::MAP),
     (crate::packed::ShapeTupleObj, super::type_index::SHAPE_TUPLE),
     (crate::packed::PackedFunc, super::type_index::PACKED_FUNC),
+    (crate::rpc::client::RpcObjectRef, super::type_index::RPC_OBJECT_REF),
     (crate::profiling::objects::ReportObj, super::type_table::upstream_index("runtime.profiling.Report")),
     (crate::profiling::objects::DurationObj, super::type_table::upstream_index("runtime.profiling.Duration")),
     (crate::profiling::objects::PercentObj, super::type_table::upstream_index("runtime.profiling.Percent")),

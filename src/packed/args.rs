@@ -145,6 +145,27 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// A data type argument (type code 5).
+    pub fn data_type(&self, i: usize) -> Result<DLDataType> {
+        let (v, c) = self.get(i)?;
+        match c {
+            // SAFETY: code 5 carries `v_type`.
+            kTVMDataType => Ok(unsafe { v.v_type }),
+            kTVMStr => self.str(i)?.parse(),
+            _ => Err(self.mismatch(i, "DataType")),
+        }
+    }
+
+    /// The raw 64 bits of an integer argument of either signedness (codes 0 and 1).
+    pub fn int_bits(&self, i: usize) -> Result<i64> {
+        let (v, c) = self.get(i)?;
+        match c {
+            // SAFETY: codes 0 and 1 carry `v_int64`.
+            kTVMArgInt | 1 => Ok(unsafe { v.v_int64 }),
+            _ => Err(self.mismatch(i, "int")),
+        }
+    }
+
     pub fn handle(&self, i: usize) -> Result<*mut c_void> {
         let (v, c) = self.get(i)?;
         match c {

@@ -75,6 +75,31 @@ impl<S: Socket> Channel<S> {
         }
     }
 
+    /// The reply to a copy from the remote: when it is the copy's `out.len()` bytes, they are
+    /// read straight into `out` (`None`); any other packet (an exception) is returned whole.
+    pub fn recv_copy_ack(&mut self, out: &mut [u8]) -> Result<Option<Vec<u8>>> {
+        self.socket.set_read_timeout(None).map_err(io)?;
+        let mut head = [0u8; 12];
+        if self.read_some(&mut head[..1])? == 0 {
+            return Err(closed());
+        }
+        self.socket.set_read_timeout(Some(self.stall)).map_err(io)?;
+        self.read_exact(&mut head[1..8])?;
+        let n = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+        if !(4..=MAX_PACKET).contains(&n) {
+            return Err(Error::value(format!("RPC: a packet of {n} bytes announced")));
+        }
+        self.read_exact(&mut head[8..])?;
+        let code = i32::from_le_bytes(head[8..].try_into().expect("4 bytes"));
+        if code == super::packet::code::COPY_ACK && n == 4 + out.len() as u64 {
+            self.read_exact(out)?;
+            return Ok(None);
+        }
+        let mut body = head[8..].to_vec();
+        body.extend(self.read_body(n as usize - 4)?);
+        Ok(Some(body))
+    }
+
     /// `n` bytes, the buffer growing with what has arrived, never sized from `n` alone.
     fn read_body(&mut self, n: usize) -> Result<Vec<u8>> {
         let mut body: Vec<u8> = Vec::with_capacity(n.min(FIRST_CHUNK));

@@ -12,11 +12,13 @@
 //! no packet crashes the server or makes it touch memory it did not hand out.
 
 pub mod channel;
+pub mod client;
 pub mod fd;
 pub mod handles;
 pub mod handshake;
 mod memory;
 pub mod packet;
+mod remote_device;
 pub mod server;
 pub mod tracker;
 pub mod wire;
@@ -26,6 +28,11 @@ use crate::object::ObjRef;
 use crate::packed::{registry, ArgsBuilder, PackedFunc, RetValue};
 use channel::{Channel, Socket};
 use server::{Session, Step};
+
+/// Puts the API of remote devices in the device layer (at the runtime's init).
+pub fn install() {
+    crate::device::install_remote(remote_device::api);
+}
 
 /// Serves one session on `socket` until the client shuts it down or closes the connection
 /// (upstream's `RPCServerLoop`): the `tvm.rpc.server.start` / `shutdown` hooks around it, if a

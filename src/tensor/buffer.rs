@@ -185,6 +185,13 @@ impl Buffer {
         Ok(Buffer { ptr, len, backing: Backing::Device(mem) })
     }
 
+    /// A buffer over device memory made elsewhere (an RPC server's array).
+    pub fn on_device(mem: DeviceMemory) -> Result<Buffer> {
+        let ptr = NonNull::new(mem.handle().cast())
+            .ok_or_else(|| Error::internal("a device allocation with a null handle"))?;
+        Ok(Buffer { ptr, len: mem.len(), backing: Backing::Device(mem) })
+    }
+
     /// A buffer on `device` holding a copy of `bytes`.
     pub fn from_bytes_on(device: DLDevice, bytes: &[u8]) -> Result<Buffer> {
         let mut buf = Buffer::zeroed_on(device, bytes.len())?;
