@@ -19,6 +19,9 @@
 //!   compiled code calls. Layers only call downwards: the registry is a table, the loader takes
 //!   its callback table from `init`, and nothing below the C boundary imports it.
 //! - [`tensor`]: buffers, weights and the NDArray object, on the host or on a device.
+//! - [`rpc`]: TVM's RPC both ways: the wire format and a serving session with no socket in them,
+//!   the client's session, remote devices behind the device layer's trait (installed at `init`).
+//! - [`profiling`]: upstream's Report objects and their formats; the debug executor fills one.
 //! - [`device`]: one `DeviceApi` per device type (the CPU, OpenCL): allocation, copies,
 //!   synchronisation, attributes, kernel scratch; OpenCL's library is opened at first use and its
 //!   module (`opencl` in the module blob) builds and launches kernels. Everything above speaks to
@@ -38,7 +41,11 @@
 //! - calling kernels: `src/executor/kernels.rs` (the executor's one unsafe room: the tensor
 //!   table, the memory each entry points at, the calls and copies), `src/executor/functions.rs`
 //!   (the executor behind a packed function, the host's zero-copy promise),
-//!   `src/executor/plan.rs` (weights a library links in), `src/contrib_sort.rs` (a kernel of ours);
+//!   `src/executor/plan.rs` (weights a library links in), `src/contrib_sort.rs` and
+//!   `src/cache_flush.rs` (kernels of ours);
+//! - RPC: `src/rpc/memory.rs` (copies into and out of the memory a session handed out, checked
+//!   before), `src/rpc/remote_device.rs` (the client's records behind remote arrays' `data`),
+//!   `src/rpc/fd.rs` (a socket a host hands over);
 //! - devices: `src/device/` (each device's API over its own library, whose handles only that
 //!   device's module interprets);
 //! - threads and the allocator: `src/backend/thread_pool.rs`, `src/backend/affinity.rs`,

@@ -7,7 +7,8 @@ use super::{def, Register};
 use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::packed::{registry, Args, ArgsBuilder, RetValue};
-use crate::rpc::client::{self, ClientSession};
+use crate::rpc::client;
+use crate::rpc::session::ClientSession;
 use crate::rpc::{self, packet::Packet};
 
 pub fn register(reg: &mut Register<'_>) {

@@ -20,6 +20,7 @@ mod memory;
 pub mod packet;
 mod remote_device;
 pub mod server;
+pub mod session;
 pub mod tracker;
 pub mod wire;
 

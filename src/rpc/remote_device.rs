@@ -3,8 +3,8 @@
 //! makes (the remote pointer, the session, and whether the memory is an allocation or an array the
 //! server returned), which only this file reads; the records are the unsafe part of the client.
 
-use super::client::{self, ClientSession};
 use super::packet::code;
+use super::session::{self, ClientSession};
 use super::wire::{Value, WireTensor};
 use crate::device::{Attr, DeviceApi, Place};
 use crate::dlpack::{kDLUInt, DLDataType, DLDevice};
@@ -89,7 +89,7 @@ pub fn api(t: i32) -> Result<&'static dyn DeviceApi> {
 
 impl RemoteDevice {
     fn session(&self) -> Result<Arc<ClientSession>> {
-        client::session((self.device_type / crate::device::RPC_SESS_MASK - 1) as usize)
+        session::session((self.device_type / crate::device::RPC_SESS_MASK - 1) as usize)
     }
 
     fn remote(&self, id: i32) -> DLDevice {
