@@ -2,7 +2,9 @@
 # aarch64 Linux: cross-builds libtvm_runtime.so with Debian's GNU toolchain (GNU ld), builds the MLP
 # fixtures for aarch64 with TVM 0.16, and runs the C tests (models, error paths, sharing, packed
 # functions, several host threads) and the C++ host (compiled against upstream's headers) under
-# qemu-aarch64, at 1 and 2 threads; outputs must be the x86_64 builds' bytes. Also links the x86_64 library with GNU ld and checks it exports what the default link does.
+# qemu-aarch64, at 1 and 2 threads; outputs must be the x86_64 builds' bytes. Then tvmrt rpc-server,
+# cross-built, under qemu-aarch64, driven by TVM's Python client (scripts/rpc_on_device.py). Also
+# links the x86_64 library with GNU ld and checks it exports what the default link does.
 # Installs what is missing (cross compilers, qemu-user via apt; the Rust target via rustup).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,3 +63,8 @@ for threads in 1 2; do
   run "$out/test_stress" "$fx" 10
   run "$out/test_cxx_host" "$fx" present
 done
+
+echo "== tvmrt rpc-server under qemu-aarch64, driven by TVM's Python client on x86_64"
+cargo build --release --quiet --target aarch64-unknown-linux-gnu -p tvmrt
+TVM_FFI=ctypes PYTHONPATH="$TVM_WHEEL_DIR" "$TVM_PYTHON" scripts/rpc_on_device.py \
+  "$lib/tvmrt" "$lib" "$fx"

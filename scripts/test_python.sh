@@ -4,11 +4,13 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 eval "$(scripts/tvm_env.sh)"
-cargo build --release --lib --quiet
+# The library, and tvmrt (its RPC server is driven by TVM's own clients).
+cargo build --release --quiet
 # A folder holding only our library, so Python cannot pick anything else up.
 libdir="$repo/target/python-runtime"
 mkdir -p "$libdir"
 cp -f target/release/libtvm_runtime.so "$libdir/"
 TVM_FFI=ctypes TVM_USE_RUNTIME_LIB=1 TVM_LIBRARY_PATH="$libdir" PYTHONPATH="$TVM_WHEEL_DIR" \
   TVM_UPSTREAM_RUNTIME="$TVM_UPSTREAM_RUNTIME" TVM_UPSTREAM_SHARED="${TVM_UPSTREAM_SHARED:-$repo/../shared/upstream}" \
+  TVM_RT_CXX_RPC_SERVER="${TVM_RT_CXX_RPC_SERVER:-$repo/build/rpc_cxx_server}" \
   "$TVM_PYTHON" -m pytest -q -p no:cacheprovider "$repo/tests/python" "$@"

@@ -96,6 +96,7 @@ pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod executor;
+pub mod files;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod globals;

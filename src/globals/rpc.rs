@@ -21,7 +21,8 @@ pub fn register(reg: &mut Register<'_>) {
     def(reg, "tvm.rpc.server.upload", |a| {
         a.expect_count("upload", 2, 2)?;
         let path = workpath(a.str(0)?)?;
-        std::fs::write(&path, a.bytes(1)?).map_err(|e| Error::io(&path, e))?;
+        // Whole or not at all, and never into a file a session has loaded: its mapped pages stay.
+        crate::files::write_whole(std::path::Path::new(&path), a.bytes(1)?)?;
         Ok(RetValue::None)
     });
     def(reg, "tvm.rpc.server.download", |a| {

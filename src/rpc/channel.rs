@@ -40,29 +40,41 @@ pub fn stall_timeout() -> Duration {
     })
 }
 
+/// Bytes read ahead in one system call: a small packet (a call, its reply) arrives whole in one.
+const READ_AHEAD: usize = 64 << 10;
+
 pub struct Channel<S: Socket> {
     socket: S,
     stall: Duration,
+    /// Read ahead, not yet taken: `ahead[pos..end]`.
+    ahead: Box<[u8]>,
+    pos: usize,
+    end: usize,
+    /// The read timeout the next read from the socket needs (none between packets), and the one
+    /// the socket has (set only when they differ: a system call).
+    want: Option<Duration>,
+    has: Option<Duration>,
 }
 
 impl<S: Socket> Channel<S> {
     pub fn new(socket: S) -> Channel<S> {
-        Channel { socket, stall: stall_timeout() }
+        Channel::with_stall(socket, stall_timeout())
     }
 
-    pub fn socket(&mut self) -> &mut S {
-        &mut self.socket
+    fn with_stall(socket: S, stall: Duration) -> Channel<S> {
+        let ahead = vec![0u8; READ_AHEAD].into_boxed_slice();
+        Channel { socket, stall, ahead, pos: 0, end: 0, want: None, has: None }
     }
 
     /// The next packet's body; `None` when the peer closed the stream between packets.
     pub fn recv(&mut self) -> Result<Option<Vec<u8>>> {
         loop {
-            self.socket.set_read_timeout(None).map_err(io)?;
+            self.want = None;
             let mut len = [0u8; 8];
             if self.read_some(&mut len[..1])? == 0 {
                 return Ok(None);
             }
-            self.socket.set_read_timeout(Some(self.stall)).map_err(io)?;
+            self.want = Some(self.stall);
             self.read_exact(&mut len[1..])?;
             let n = u64::from_le_bytes(len);
             if n == 0 {
@@ -78,12 +90,12 @@ impl<S: Socket> Channel<S> {
     /// The reply to a copy from the remote: when it is the copy's `out.len()` bytes, they are
     /// read straight into `out` (`None`); any other packet (an exception) is returned whole.
     pub fn recv_copy_ack(&mut self, out: &mut [u8]) -> Result<Option<Vec<u8>>> {
-        self.socket.set_read_timeout(None).map_err(io)?;
+        self.want = None;
         let mut head = [0u8; 12];
         if self.read_some(&mut head[..1])? == 0 {
             return Err(closed());
         }
-        self.socket.set_read_timeout(Some(self.stall)).map_err(io)?;
+        self.want = Some(self.stall);
         self.read_exact(&mut head[1..8])?;
         let n = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
         if !(4..=MAX_PACKET).contains(&n) {
@@ -130,7 +142,29 @@ impl<S: Socket> Channel<S> {
         Ok(())
     }
 
+    /// Bytes read ahead first; then small reads fill the read-ahead buffer, large ones (a copy's
+    /// data) go straight into place.
     fn read_some(&mut self, buf: &mut [u8]) -> Result<usize> {
+        if self.pos == self.end && buf.len() < READ_AHEAD {
+            let mut ahead = std::mem::take(&mut self.ahead);
+            let got = self.read_socket(&mut ahead);
+            self.ahead = ahead;
+            (self.pos, self.end) = (0, got?);
+        }
+        if self.pos < self.end {
+            let n = buf.len().min(self.end - self.pos);
+            buf[..n].copy_from_slice(&self.ahead[self.pos..self.pos + n]);
+            self.pos += n;
+            return Ok(n);
+        }
+        self.read_socket(buf)
+    }
+
+    fn read_socket(&mut self, buf: &mut [u8]) -> Result<usize> {
+        if self.has != self.want {
+            self.socket.set_read_timeout(self.want).map_err(io)?;
+            self.has = self.want;
+        }
         loop {
             match self.socket.read(buf) {
                 Ok(n) => return Ok(n),
@@ -171,7 +205,7 @@ mod tests {
     #[test]
     fn packets_arrive_whole_or_the_stall_is_an_error() {
         let (mut a, b) = UnixStream::pair().unwrap();
-        let mut ch = Channel { socket: b, stall: Duration::from_millis(100) };
+        let mut ch = Channel::with_stall(b, Duration::from_millis(100));
         // Two packets and an empty one between them, then a clean close.
         a.write_all(&[&3u64.to_le_bytes()[..], b"abc", &0u64.to_le_bytes(), &1u64.to_le_bytes(), b"z"].concat())
             .unwrap();
@@ -194,6 +228,28 @@ mod tests {
         let mut ch = Channel::new(b);
         drop(a);
         assert!(ch.recv().unwrap().is_none(), "closed between packets");
+    }
+
+    #[test]
+    fn bytes_read_ahead_belong_to_the_packets_that_follow() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut ch = Channel::new(b);
+        // A small packet, a copy's reply larger than the read-ahead buffer, a small packet, all
+        // written at once: the reply's first bytes are read ahead with the first packet.
+        let big: Vec<u8> = (0..3 * READ_AHEAD as u32 + 5).map(|i| (i * 7) as u8).collect();
+        let ack = [&(4 + big.len() as u64).to_le_bytes()[..], &super::super::packet::code::COPY_ACK.to_le_bytes()[..]];
+        let writer = {
+            let big = big.clone();
+            let bytes = [&3u64.to_le_bytes()[..], b"abc", ack[0], ack[1], &big, &2u64.to_le_bytes(), b"yz"].concat();
+            std::thread::spawn(move || a.write_all(&bytes).unwrap())
+        };
+        assert_eq!(ch.recv().unwrap().unwrap(), b"abc");
+        let mut out = vec![0u8; big.len()];
+        assert!(ch.recv_copy_ack(&mut out).unwrap().is_none(), "read into place");
+        assert!(out == big, "the copy's bytes in order");
+        assert_eq!(ch.recv().unwrap().unwrap(), b"yz");
+        writer.join().unwrap();
+        assert!(ch.recv().unwrap().is_none());
     }
 
     #[test]

@@ -29,11 +29,9 @@ fn read_i32(s: &mut impl Read) -> Result<i32> {
     Ok(i32::from_le_bytes(b))
 }
 
+/// The parts in one write (one segment on the wire, as peers reading with a timeout expect).
 fn write_all(s: &mut impl Write, parts: &[&[u8]]) -> Result<()> {
-    for p in parts {
-        s.write_all(p).map_err(|e| Error::tvm(format!("RPC handshake: {e}")))?;
-    }
-    Ok(())
+    s.write_all(&parts.concat()).map_err(|e| Error::tvm(format!("RPC handshake: {e}")))
 }
 
 /// The server's side: `Ok(None)` for a client to drop without a word (not an RPC client), or a

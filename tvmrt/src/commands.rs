@@ -426,10 +426,10 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
             .collect();
         let trace = json!({"traceEvents": events, "displayTimeUnit": "ms",
                            "otherData": {"model": model_label(&model), "runtime": "tvm-runtime-rs"}});
-        write_whole(path, serde_json::to_string(&trace).expect("serialisable").as_bytes())?;
+        tvm_runtime::files::write_whole(path, serde_json::to_string(&trace).expect("serialisable").as_bytes())?;
     }
     if let Some(path) = &a.csv {
-        write_whole(path, profiling::format::csv(&report).as_bytes())?;
+        tvm_runtime::files::write_whole(path, profiling::format::csv(&report).as_bytes())?;
     }
     if json_out {
         // Upstream's report JSON: `Report.from_json` in TVM's Python reads it.
@@ -641,7 +641,7 @@ pub fn prepare_params(args: &crate::PrepareArgs, json_out: bool) -> Result<()> {
     let plan = tvm_runtime::executor::plan::Plan::new(&model.graph_json, model.lib.clone(), model.device)?;
     let ex = GraphExecutor::new(plan)?;
     let bytes = ex.prepared_params(params)?;
-    write_whole(out, &bytes)?;
+    tvm_runtime::files::write_whole(out, &bytes)?;
     let m = ex.memory_usage();
     let report = json!({"output": out, "output_bytes": bytes.len(), "ops_folded": m.ops_folded,
                         "weights_derived": m.weights_derived});
@@ -663,22 +663,11 @@ pub fn prepare_params(args: &crate::PrepareArgs, json_out: bool) -> Result<()> {
 
 /// Writes `bytes` to `path` whole or not at all: to a temporary name beside it, renamed over it
 /// once complete (a failure leaves no partial file, and a reader never sees one).
-fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let written = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(Error::io(path.display().to_string(), e));
-    }
-    Ok(())
-}
-
 pub fn align_params(input: &Path, output: &Path, json_out: bool) -> Result<()> {
     let bytes = std::fs::read(input).map_err(|e| Error::io(input.display().to_string(), e))?;
     // Derived records that cannot be verified against the weights beside them are dropped.
     let (aligned, dropped) = tvm_runtime::prepared_params::align(&bytes)?;
-    write_whole(output, &aligned)?;
+    tvm_runtime::files::write_whole(output, &aligned)?;
     if let Some(why) = &dropped {
         eprintln!("note: {}: its prepared derived weights are dropped: {why}", input.display());
     }

@@ -37,7 +37,9 @@ pub fn run(a: &RpcServerArgs) -> Result<()> {
     listener.set_nonblocking(true).map_err(|e| Error::tvm(format!("rpc-server: {e}")))?;
     let mut sessions = 0u64;
     loop {
-        // With a tracker, each session is offered under a fresh match key.
+        // With a tracker, each session is offered under a fresh match key, kept until a client
+        // holding it comes: the tracker may hand it out at any time (a connection that is no
+        // client, or holds another key, changes nothing).
         let match_key = match &mut tracker {
             Some(t) => {
                 let m = format!("{}:{}", a.key, random_suffix());
@@ -46,10 +48,16 @@ pub fn run(a: &RpcServerArgs) -> Result<()> {
             }
             None => a.key.clone(),
         };
-        let stream = wait_for_client(&listener, tracker.as_mut(), &a.key, port, &match_key, a)?;
-        sessions += 1;
-        if let Err(e) = session(stream, &match_key, &a.key, &work.join(format!("session-{sessions}")), a.silent) {
-            eprintln!("tvmrt rpc-server: session {sessions}: {e}");
+        loop {
+            let stream = wait_for_client(&listener, tracker.as_mut(), &a.key, port, &match_key, a)?;
+            let work = work.join(format!("session-{}", sessions + 1));
+            match session(stream, &match_key, &a.key, &work, a.silent) {
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(e) => eprintln!("tvmrt rpc-server: session {}: {e}", sessions + 1),
+            }
+            sessions += 1;
+            break;
         }
     }
 }
@@ -98,11 +106,20 @@ fn wait_for_client(
     }
 }
 
-/// One session: the handshake here, the packets in a child process.
-fn session(mut stream: TcpStream, match_key: &str, key: &str, work: &Path, silent: bool) -> Result<()> {
+/// One session: the handshake here, the packets in a child process. False when the handshake
+/// accepted no client (not one, or one holding another key).
+fn session(mut stream: TcpStream, match_key: &str, key: &str, work: &Path, silent: bool) -> Result<bool> {
     stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| Error::tvm(e.to_string()))?;
-    let Some(accepted) = handshake::accept(&mut stream, match_key, key)? else {
-        return Ok(());
+    let accepted = match handshake::accept(&mut stream, match_key, key) {
+        Ok(Some(accepted)) => accepted,
+        Ok(None) => return Ok(false),
+        // A peer that closes or stalls mid-handshake is no client either.
+        Err(e) => {
+            if !silent {
+                println!("tvmrt rpc-server: {} dropped: {e}", peer(&stream));
+            }
+            return Ok(false);
+        }
     };
     stream.set_read_timeout(None).map_err(|e| Error::tvm(e.to_string()))?;
     if !silent {
@@ -129,7 +146,7 @@ fn session(mut stream: TcpStream, match_key: &str, key: &str, work: &Path, silen
     drop(stream);
     wait(pid, accepted.timeout, silent);
     let _ = std::fs::remove_dir_all(work);
-    Ok(())
+    Ok(true)
 }
 
 fn peer(stream: &TcpStream) -> String {

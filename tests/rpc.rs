@@ -1,0 +1,243 @@
+//! RPC in one process: a client session over a socket pair to a server thread (`rpc.LocalSession`)
+//! loads a model remotely, runs it on a remote device with arrays there, times it remotely, and
+//! gets remote errors as RPCError; the server refuses what the client was never given. The
+//! serving session is fuzzed with the packets of a real session, each mutated in turn: errors
+//! are fine, a panic (or a crash) is not. TVM's own clients and servers are in
+//! tests/python/test_rpc.py.
+
+mod common;
+
+use common::*;
+use tvm_runtime::dlpack::{DLDataType, DLDevice};
+use tvm_runtime::module::Module;
+use tvm_runtime::object::ObjRef;
+use tvm_runtime::packed::{registry, ArgsBuilder, PackedFunc, RetValue};
+use tvm_runtime::rpc::packet::{code, Packet, PROTOCOL_VERSION};
+use tvm_runtime::rpc::server::{Session, Step};
+use tvm_runtime::rpc::wire::{Value, WireTensor};
+use tvm_runtime::tensor::NDArray;
+
+fn global(name: &str) -> ObjRef<PackedFunc> {
+    tvm_runtime::init();
+    registry::get(name).unwrap_or_else(|| panic!("no global {name}"))
+}
+
+fn remote_fn(m: &ObjRef<Module>, name: &str) -> ObjRef<PackedFunc> {
+    Module::get_function(m, name, true).unwrap().unwrap_or_else(|| panic!("no remote function {name}"))
+}
+
+#[test]
+fn a_model_runs_on_a_remote_device() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let session = global("rpc.LocalSession").call(&ArgsBuilder::new().args()).unwrap().into_object::<Module>().unwrap();
+    assert_eq!(session.type_key(), "rpc");
+    let mut a = ArgsBuilder::new();
+    a.object(session.clone().into_any());
+    let RetValue::Int(index) = global("rpc.SessTableIndex").call(&a.args()).unwrap() else { panic!("an index") };
+    let remote_cpu = DLDevice { device_type: 1 + 128 * (index as i32 + 1), device_id: 0 };
+    let load = remote_fn(&session, "runtime.ModuleLoadFromFile");
+    let mut a = ArgsBuilder::new();
+    a.str(&f.lib_path()).str("so");
+    let lib = load.call(&a.args()).unwrap().into_object::<Module>().unwrap();
+    assert_eq!(lib.type_key(), "rpc");
+    let mut a = ArgsBuilder::new();
+    a.str(&f.graph_json()).object(lib.into_any()).int(1).int(0);
+    let ex = remote_fn(&session, "tvm.graph_executor.create").call(&a.args()).unwrap().into_object::<Module>().unwrap();
+    let call = |name: &str, build: &dyn Fn(&mut ArgsBuilder)| {
+        let mut a = ArgsBuilder::new();
+        build(&mut a);
+        remote_fn(&ex, name).call(&a.args())
+    };
+    call("load_params", &|a| {
+        a.bytes(&f.params());
+    })
+    .unwrap();
+    for t in &f.inputs {
+        let arr = NDArray::empty(&t.shape, t.dtype, remote_cpu).unwrap();
+        // SAFETY: a new array nobody else uses.
+        unsafe { arr.copy_from_bytes(&t.data) }.unwrap();
+        assert_eq!(arr.to_vec(), t.data, "host -> remote -> host");
+        call("set_input", &|a| {
+            a.str(&t.name).object(arr.clone().into_any());
+        })
+        .unwrap();
+    }
+    call("run", &|_| {}).unwrap();
+    for (k, want) in f.outputs.iter().enumerate() {
+        let out = call("get_output", &|a| {
+            a.int(k as i64);
+        })
+        .unwrap()
+        .into_object::<NDArray>()
+        .unwrap();
+        assert_eq!(out.device(), remote_cpu);
+        assert_eq!(out.to_vec(), want.data, "output {k} is upstream's");
+        // A remote copy into a remote array, then back.
+        let copy = NDArray::empty(&want.shape, want.dtype, remote_cpu).unwrap();
+        // SAFETY: both arrays are ours and idle.
+        unsafe { tvm_runtime::tensor::raw::copy_tensor(out.raw(), copy.raw()) }.unwrap();
+        assert_eq!(copy.to_vec(), want.data);
+    }
+    // Timed by the server: `repeat` seconds-per-call values come back as bytes.
+    let mut a = ArgsBuilder::new();
+    a.object(ex.clone().into_any()).str("run").int(remote_cpu.device_type as i64).int(0);
+    for v in [3, 2, 0, 100, 0, 1, 0] {
+        a.int(v);
+    }
+    a.str("");
+    let timer = global("runtime.RPCTimeEvaluator").call(&a.args()).unwrap().into_object::<PackedFunc>().unwrap();
+    let RetValue::Bytes(times) = timer.call(&ArgsBuilder::new().args()).unwrap() else { panic!("bytes") };
+    assert_eq!(times.len(), 16);
+    assert!(times.chunks(8).all(|c| f64::from_ne_bytes(c.try_into().unwrap()) > 0.0));
+    // A remote failure is an RPCError carrying the server's message.
+    let e = call("get_output", &|a| {
+        a.int(99);
+    })
+    .unwrap_err()
+    .to_c_message();
+    assert!(e.starts_with("RPCError: Error caught from RPC call:\n") && e.contains("99"), "{e}");
+    // A local array cannot go to the remote.
+    let local = NDArray::empty(&[1], DLDataType::F32, DLDevice::CPU).unwrap();
+    let e = call("set_input", &|a| {
+        a.str("data").object(local.clone().into_any());
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("local"), "{e}");
+}
+
+/// The packets of a short real session: init, a global looked up, memory allocated, written,
+/// read, a call on it, a copy among remote tensors, handles freed, memory freed.
+fn session_script() -> Vec<Vec<u8>> {
+    tvm_runtime::init();
+    let cpu = DLDevice::CPU;
+    let mut s = Session::new("fuzz");
+    let mut script = Vec::new();
+    let mut send = |s: &mut Session, p: Packet<'_>| -> Vec<Value> {
+        let bytes = p.encode();
+        script.push(bytes[8..].to_vec());
+        match s.handle(&bytes[8..]) {
+            Step::Send(reply) => match Packet::decode(&reply[8..]).unwrap() {
+                Packet::Return(v) => v,
+                Packet::CopyAck(b) => vec![Value::Bytes(b.to_vec())],
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    };
+    send(&mut s, Packet::InitServer { version: PROTOCOL_VERSION.into(), args: vec![] });
+    let Value::Handle(f) = send(
+        &mut s,
+        Packet::Syscall { code: code::GET_GLOBAL_FUNC, args: vec![Value::Str("tvm.contrib.sort.sort".into())] },
+    )[0]
+    .clone() else {
+        panic!("a handle")
+    };
+    let alloc = |s: &mut Session, send: &mut dyn FnMut(&mut Session, Packet<'_>) -> Vec<Value>| {
+        let args = vec![Value::Device(cpu), Value::Int(64), Value::Int(64), Value::DataType(DLDataType::F32)];
+        match send(s, Packet::Syscall { code: code::DEV_ALLOC_DATA, args })[0] {
+            Value::Handle(h) => h,
+            ref other => panic!("{other:?}"),
+        }
+    };
+    let (a, b) = (alloc(&mut s, &mut send), alloc(&mut s, &mut send));
+    let t = |data| WireTensor { data, device: cpu, dtype: DLDataType::F32, shape: vec![16], byte_offset: 0 };
+    send(&mut s, Packet::CopyToRemote { tensor: t(a), data: &[7u8; 64] });
+    send(&mut s, Packet::CopyFromRemote { tensor: t(a), nbytes: 64 });
+    send(
+        &mut s,
+        Packet::CallFunc {
+            func: f,
+            args: vec![Value::Tensor(t(a)), Value::Tensor(t(b)), Value::Int(0), Value::Int(1)],
+        },
+    );
+    send(
+        &mut s,
+        Packet::Syscall {
+            code: code::COPY_AMONG_REMOTE,
+            args: vec![Value::Tensor(t(b)), Value::Tensor(t(a)), Value::Handle(0)],
+        },
+    );
+    send(&mut s, Packet::Syscall { code: code::DEV_STREAM_SYNC, args: vec![Value::Device(cpu), Value::Handle(0)] });
+    send(&mut s, Packet::Syscall { code: code::FREE_HANDLE, args: vec![Value::Handle(f), Value::Int(10)] });
+    for h in [a, b] {
+        send(&mut s, Packet::Syscall { code: code::DEV_FREE_DATA, args: vec![Value::Device(cpu), Value::Handle(h)] });
+    }
+    script
+}
+
+/// Each packet of the script mutated in turn (the others as they were): the session answers or
+/// ends, it never panics, and it never reaches memory it did not hand out (a crash would end the
+/// test process).
+#[test]
+fn no_packet_crashes_the_server() {
+    let script = session_script();
+    assert_eq!(script.len(), 12);
+    let mut rng = tvm_runtime::fuzzing::Rng::new(0x5eed);
+    let (mut cases, mut ended) = (0, 0);
+    for round in 0..150 {
+        let k = round % script.len();
+        let mutated = tvm_runtime::fuzzing::mutate(&script[k], &mut rng);
+        let mut s = Session::new("fuzz");
+        for (i, body) in script.iter().enumerate() {
+            let body = if i == k { &mutated } else { body };
+            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.handle(body))).unwrap_or_else(|_| {
+                panic!(
+                    "packet {k} mutated to {} bytes {:02x?} panicked",
+                    mutated.len(),
+                    &mutated[..mutated.len().min(48)]
+                )
+            });
+            cases += 1;
+            if !matches!(step, Step::Send(_)) {
+                ended += 1;
+                break;
+            }
+        }
+    }
+    assert!(cases > 150 && ended > 10, "{cases} packets, {ended} sessions ended");
+}
+
+/// What a client was never given is refused, and ends the session.
+#[test]
+fn unknown_handles_and_memory_end_the_session() {
+    tvm_runtime::init();
+    let hostile = [
+        Packet::CallFunc { func: 0x1234, args: vec![] },
+        Packet::Syscall { code: code::FREE_HANDLE, args: vec![Value::Handle(0x1234), Value::Int(10)] },
+        Packet::Syscall { code: code::DEV_FREE_DATA, args: vec![Value::Device(DLDevice::CPU), Value::Handle(0x1000)] },
+        Packet::CopyFromRemote {
+            tensor: WireTensor {
+                data: 0x1000,
+                device: DLDevice::CPU,
+                dtype: DLDataType::F32,
+                shape: vec![4],
+                byte_offset: 0,
+            },
+            nbytes: 16,
+        },
+        Packet::Syscall { code: code::DEV_ALLOC_DATA, args: vec![Value::Int(1)] },
+        Packet::Syscall { code: 99, args: vec![] },
+        Packet::Return(vec![]),
+    ];
+    for p in hostile {
+        let mut s = Session::new("hostile");
+        let init = Packet::InitServer { version: PROTOCOL_VERSION.into(), args: vec![] }.encode();
+        assert!(matches!(s.handle(&init[8..]), Step::Send(_)));
+        let bytes = p.encode();
+        match s.handle(&bytes[8..]) {
+            Step::SendAndClose(reply) => {
+                let Packet::Exception(msg) = Packet::decode(&reply[8..]).unwrap() else { panic!("an exception") };
+                assert!(!msg.is_empty());
+            }
+            other => panic!("{p:?} answered {other:?}"),
+        }
+    }
+    // Before init, and with another protocol version.
+    let mut s = Session::new("x");
+    let call = Packet::Syscall { code: code::GET_GLOBAL_FUNC, args: vec![Value::Str("a".into())] }.encode();
+    assert!(matches!(s.handle(&call[8..]), Step::SendAndClose(_)));
+    let old = Packet::InitServer { version: "0.7.0".into(), args: vec![] }.encode();
+    let Step::SendAndClose(reply) = Session::new("x").handle(&old[8..]) else { panic!("refused") };
+    assert!(format!("{:?}", Packet::decode(&reply[8..]).unwrap()).contains("protocol version mismatch"));
+}
