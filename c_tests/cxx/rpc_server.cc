@@ -4,7 +4,9 @@
 // session's socket to tvm::runtime::RPCServerLoop in a child process. It uses upstream's C++
 // headers only, so it links and runs on upstream's library and on this one alike.
 //
-// Usage: rpc_server <port> <key>. Listens on 127.0.0.1 only, serves until killed.
+// Usage: rpc_server <port> <key> [fd|funcs]. Listens on 127.0.0.1 only, serves until killed.
+// `funcs` hands the loop two functions over the socket instead of the socket itself (the form a
+// program with a transport of its own uses).
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -27,8 +29,9 @@
 
 namespace tvm {
 namespace runtime {
-// Upstream declares it in no public header: its own server declares it the same way.
+// Upstream declares them in no public header: its own programs declare them the same way.
 void RPCServerLoop(int sockfd);
+void RPCServerLoop(PackedFunc fsend, PackedFunc frecv);
 }  // namespace runtime
 }  // namespace tvm
 
@@ -85,6 +88,27 @@ bool Handshake(int fd, const std::string& key) {
   return WriteAll(fd, &kRPCMagic, 4) && WriteAll(fd, &reply_length, 4) && WriteAll(fd, reply.data(), reply.size());
 }
 
+// The session over two of this program's functions: send(bytes) -> count sent, recv(n) -> up to
+// n bytes (none: closed).
+void ServeThroughFunctions(int fd) {
+  using tvm::runtime::PackedFunc;
+  using tvm::runtime::TVMArgs;
+  using tvm::runtime::TVMRetValue;
+  PackedFunc fsend([fd](TVMArgs args, TVMRetValue* rv) {
+    std::string data = args[0];
+    *rv = static_cast<int64_t>(WriteAll(fd, data.data(), data.size()) ? data.size() : -1);
+  });
+  PackedFunc frecv([fd](TVMArgs args, TVMRetValue* rv) {
+    int64_t size = args[0];
+    std::string buffer(static_cast<size_t>(size), '\0');
+    ssize_t n = recv(fd, &buffer[0], buffer.size(), 0);
+    buffer.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    *rv = TVMByteArray{buffer.data(), buffer.size()};
+  });
+  tvm::runtime::RPCServerLoop(fsend, frecv);
+  close(fd);
+}
+
 }  // namespace
 
 TVM_REGISTER_GLOBAL("tvm.rpc.server.workpath").set_body_typed([](std::string name) { return WorkPath(name); });
@@ -108,10 +132,11 @@ TVM_REGISTER_GLOBAL("tvm.rpc.server.listdir").set_body_typed([](std::string) {
 });
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s <port> <key>\n", argv[0]);
+  if (argc < 3 || argc > 4) {
+    std::fprintf(stderr, "usage: %s <port> <key> [fd|funcs]\n", argv[0]);
     return 2;
   }
+  const bool through_functions = argc == 4 && std::strcmp(argv[3], "funcs") == 0;
   char dir_template[] = "/tmp/rpc_cxx_server.XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return 1;
   g_work_dir = dir_template;
@@ -139,7 +164,11 @@ int main(int argc, char** argv) {
     pid_t pid = fork();
     if (pid == 0) {
       close(listener);
-      tvm::runtime::RPCServerLoop(conn);
+      if (through_functions) {
+        ServeThroughFunctions(conn);
+      } else {
+        tvm::runtime::RPCServerLoop(conn);
+      }
       _exit(0);
     }
     close(conn);

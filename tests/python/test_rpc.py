@@ -353,8 +353,10 @@ while True:
 
 
 @pytest.mark.parametrize("library", ["this", "upstream"])
-def test_a_tvm_rpc_like_cxx_server_links_and_serves(tvm, library):
-    """The same program on this library and on upstream's: the session's loop is the library's."""
+@pytest.mark.parametrize("loop", ["fd", "funcs"])
+def test_a_tvm_rpc_like_cxx_server_links_and_serves(tvm, library, loop):
+    """The same program on this library and on upstream's: the session's loop is the library's,
+    given the socket (`RPCServerLoop(int)`) or the program's send and receive functions."""
     from tvm import rpc
 
     binary = os.environ.get("TVM_RT_CXX_RPC_SERVER", "")
@@ -363,7 +365,7 @@ def test_a_tvm_rpc_like_cxx_server_links_and_serves(tvm, library):
         pytest.skip("the C++ RPC server is built by CMake (c_tests/cxx/rpc_server.cc)")
     libdir = os.environ["TVM_LIBRARY_PATH"] if library == "this" else upstream_dir()
     port = free_port()
-    with Server([binary, str(port), "k"], port, dict(os.environ, LD_LIBRARY_PATH=libdir)):
+    with Server([binary, str(port), "k", loop], port, dict(os.environ, LD_LIBRARY_PATH=libdir)):
         remote = rpc.connect("127.0.0.1", port, key="k")
         run_remotely(tvm, remote, Fixture("mlp_unbound_b1"), remote.cpu(0))
         # The program's own registered functions answer over RPC.
@@ -374,3 +376,31 @@ def test_a_tvm_rpc_like_cxx_server_links_and_serves(tvm, library):
         # The next session is served by a fresh child.
         remote = rpc.connect("127.0.0.1", port, key="k")
         run_remotely(tvm, remote, Fixture("mlp_unbound_b1"), remote.cpu(0))
+
+
+# What upstream's tvm_rpc (apps/cpp_rpc, built against upstream's headers) imports from the
+# runtime library (../shared/RPC.md, measured by linking it), plus the loop's other overload.
+TVM_RPC_IMPORTS = [
+    "_ZN3tvm7runtime13RPCServerLoopEi",
+    "_ZN3tvm7runtime13RPCServerLoopENS0_10PackedFuncES1_",
+    "_ZN3tvm7runtime8Registry8RegisterERKNS0_6StringEb",
+    "_ZN3tvm7runtime8Registry8set_bodyENS0_10PackedFuncE",
+    "_ZN3tvm7runtime6Module12LoadFromFileERKNS0_6StringES4_",
+    "_ZN3tvm7runtime6detail8LogFatal8GetEntryEv",
+    "_ZN3tvm7runtime9BacktraceB5cxx11Ev",
+    "_ZN3tvm7runtime6Object13TypeIndex2KeyB5cxx11Ej",
+    "_ZN3tvm7runtime15EnvCheckSignalsEv",
+    "_ZN3tvm7runtime17GetCustomTypeNameB5cxx11Eh",
+    "_ZN3tvm7runtime19ParseCustomDatatypeERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPPKc",
+]
+
+
+def test_the_symbols_tvm_rpc_imports_are_exported():
+    def exported(library):
+        out = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True, check=True)
+        return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+
+    ours = exported(os.path.join(os.environ["TVM_LIBRARY_PATH"], "libtvm_runtime.so"))
+    upstream = exported(os.path.join(upstream_dir(), "libtvm_runtime.so"))
+    assert [s for s in TVM_RPC_IMPORTS if s not in upstream] == [], "the list is upstream's"
+    assert [s for s in TVM_RPC_IMPORTS if s not in ours] == []
