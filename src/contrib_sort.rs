@@ -17,10 +17,13 @@ enum Values {
 
 impl Values {
     fn read(t: RawTensor<'_>) -> Result<Values> {
+        let d = t.dtype();
+        if d.lanes != 1 {
+            return Err(Error::type_err(format!("sorting {d} is not supported (one lane)")));
+        }
         let mut bytes = vec![0u8; t.nbytes()?];
         raw::copy_to_bytes(t, &mut bytes)?;
-        let d = t.dtype();
-        Ok(match (d.code, d.bits) {
+        let values = match (d.code, d.bits) {
             (c, 32) if c == kDLFloat => {
                 Values::Float(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect())
             }
@@ -34,7 +37,24 @@ impl Values {
                 Values::Int(bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect())
             }
             _ => return Err(Error::type_err(format!("sorting {d} is not supported (float32/64, int32/64)"))),
-        })
+        };
+        // Every position an axis walks must hold a value.
+        let count: Option<usize> = t.shape().iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
+        if count != Some(values.len()) {
+            return Err(Error::value(format!(
+                "sorting a tensor of shape {:?} holding {} values",
+                t.shape(),
+                values.len()
+            )));
+        }
+        Ok(values)
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Values::Float(v) => v.len(),
+            Values::Int(v) => v.len(),
+        }
     }
 
     fn cmp(&self, a: usize, b: usize) -> Ordering {

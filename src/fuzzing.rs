@@ -1,8 +1,9 @@
-//! Mutation fuzzing of the three readers that take untrusted bytes — the params blob, the graph
-//! JSON and the module blob — through to what a host does next: an accepted graph is planned,
-//! instantiated on its model's operator library and run; an accepted params blob is loaded into an
-//! executor that then runs; an accepted module blob makes an executor through its factory, which
-//! runs. No nightly toolchain is needed: seeds come from the fixtures, mutations are the classic
+//! Mutation fuzzing of the readers that take untrusted bytes — the params blob, the graph JSON,
+//! the module blob and the RPC server's packets — through to what a host does next: an accepted
+//! graph is planned, instantiated on its model's operator library and run; an accepted params blob
+//! is loaded into an executor that then runs; an accepted module blob makes an executor through its
+//! factory, which runs; a mutated packet is served in the middle of a real session, which goes on
+//! or ends, never reaching memory or handles it did not hand out. No nightly toolchain is needed: seeds come from the fixtures, mutations are the classic
 //! byte-level ones plus length and count fields set to extreme values.
 //!
 //! The oracle is more than "no panic": every accepted input must satisfy the invariants the rest
@@ -37,16 +38,18 @@ pub enum Target {
     Params,
     Graph,
     Blob,
+    Rpc,
 }
 
 impl Target {
-    pub const ALL: [Target; 3] = [Target::Params, Target::Graph, Target::Blob];
+    pub const ALL: [Target; 4] = [Target::Params, Target::Graph, Target::Blob, Target::Rpc];
 
     pub fn name(self) -> &'static str {
         match self {
             Target::Params => "params",
             Target::Graph => "graph",
             Target::Blob => "blob",
+            Target::Rpc => "rpc",
         }
     }
 
@@ -55,10 +58,12 @@ impl Target {
     }
 }
 
-/// One seed input and the operator library of the model it came from.
+/// One seed input and the operator library of the model it came from (RPC seeds: none).
 pub struct Seed {
     pub bytes: Vec<u8>,
-    library: ObjRef<Module>,
+    /// RPC seeds: the handles the recorded session's reply to this packet gave out.
+    handles: Vec<u64>,
+    library: Option<ObjRef<Module>>,
     /// For params seeds: an executor of the model, with no weights loaded.
     executor: Option<ObjRef<Module>>,
     /// For graph seeds: each kernel's argument types in the seed graph.
@@ -97,10 +102,23 @@ pub struct Corpus {
     pub seeds: Vec<Seed>,
 }
 
+impl Seed {
+    fn library(&self) -> ObjRef<Module> {
+        self.library.clone().expect("model seeds have a library")
+    }
+}
+
 impl Corpus {
     /// The seed corpus of `target`, from the committed fixtures in `dir` (models with a `lib.so`).
     pub fn load(target: Target, dir: &std::path::Path) -> Corpus {
         crate::init();
+        if target == Target::Rpc {
+            let seeds = rpc_script()
+                .into_iter()
+                .map(|(bytes, handles)| Seed { bytes, handles, library: None, executor: None, kernels: HashMap::new() })
+                .collect();
+            return Corpus { target, seeds };
+        }
         let mut models: Vec<_> =
             std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
         models.sort();
@@ -113,11 +131,17 @@ impl Corpus {
                 Target::Params => read("params.bin").and_then(|bytes| {
                     let graph = std::fs::read_to_string(m.join("graph.json")).ok()?;
                     let executor = GraphExecutor::create(&graph, library.clone(), DLDevice::CPU).ok()?;
-                    Some(Seed { bytes, library: library.clone(), executor: Some(executor), kernels: HashMap::new() })
+                    Some(Seed {
+                        bytes,
+                        handles: vec![],
+                        library: Some(library.clone()),
+                        executor: Some(executor),
+                        kernels: HashMap::new(),
+                    })
                 }),
                 Target::Graph => read("graph.json").and_then(|bytes| {
                     let kernels = signatures(&Graph::parse(std::str::from_utf8(&bytes).ok()?).ok()?);
-                    Some(Seed { bytes, library, executor: None, kernels })
+                    Some(Seed { bytes, handles: vec![], library: Some(library), executor: None, kernels })
                 }),
                 // Big blobs (bound weights) slow every iteration down; the small ones cover the
                 // same code.
@@ -127,8 +151,9 @@ impl Corpus {
                     .and_then(|bytes| {
                         let root = blob::load_tree(&bytes, library.clone()).ok()?;
                         let kernels = signatures(&Graph::parse(factory_graph(&root)?).ok()?);
-                        Some(Seed { bytes, library, executor: None, kernels })
+                        Some(Seed { bytes, handles: vec![], library: Some(library), executor: None, kernels })
                     }),
+                Target::Rpc => unreachable!("RPC seeds come from a session"),
             };
             seeds.extend(seed);
         }
@@ -143,6 +168,7 @@ impl Corpus {
             Target::Params => run_params(data, seed.executor.as_ref().expect("params seeds have an executor")),
             Target::Graph => std::str::from_utf8(data).is_ok_and(|json| run_graph(json, seed)),
             Target::Blob => run_blob(data, seed),
+            Target::Rpc => run_rpc(k, data, &self.seeds),
         }
     }
 
@@ -205,7 +231,7 @@ fn run_params(data: &[u8], executor: &ObjRef<Module>) -> bool {
 /// outside what a runtime can defend against.
 fn run_graph(json: &str, seed: &Seed) -> bool {
     let Ok(graph) = Graph::parse(json) else { return false };
-    let Ok(plan) = Plan::new(json, seed.library.clone(), DLDevice::CPU) else { return false };
+    let Ok(plan) = Plan::new(json, seed.library(), DLDevice::CPU) else { return false };
     for (eid, e) in graph.entries.iter().enumerate() {
         let slot = &plan.storage.slots[e.storage_id];
         assert!(slot.bytes >= plan.entry_bytes[eid], "entry {eid} does not fit its slot");
@@ -269,8 +295,117 @@ fn factory_graph(root: &ObjRef<Module>) -> Option<&str> {
 
 /// A module blob: its tree loads over the model's library; a factory in it makes an executor that
 /// runs or fails with an error (when its kernels keep their argument types, as in `run_graph`).
+/// The handles a reply gives out, in order.
+fn handles_in(reply: &[u8]) -> Vec<u64> {
+    use crate::rpc::packet::Packet;
+    use crate::rpc::wire::Value;
+    match Packet::decode(&reply[8..]) {
+        Ok(Packet::Return(values)) => {
+            values.iter().filter_map(|v| if let Value::Handle(h) = v { Some(*h) } else { None }).collect()
+        }
+        _ => vec![],
+    }
+}
+
+/// The packet bodies of a short real session (init, a global looked up, memory allocated,
+/// written, read, a call on it, a copy among remote tensors, a sync, handles and memory freed),
+/// each with the handles its reply gave out.
+pub fn rpc_script() -> Vec<(Vec<u8>, Vec<u64>)> {
+    use crate::rpc::packet::{code, Packet, PROTOCOL_VERSION};
+    use crate::rpc::server::{Session, Step};
+    use crate::rpc::wire::{Value, WireTensor};
+    let cpu = DLDevice::CPU;
+    let mut s = Session::new("fuzz");
+    let mut script = Vec::new();
+    let mut send = |s: &mut Session, p: Packet<'_>| -> Vec<Value> {
+        let bytes = p.encode();
+        let Step::Send(reply) = s.handle(&bytes[8..]) else { panic!("the script's session ended") };
+        script.push((bytes[8..].to_vec(), handles_in(&reply)));
+        match Packet::decode(&reply[8..]).expect("the server's reply") {
+            Packet::Return(v) => v,
+            Packet::CopyAck(b) => vec![Value::Bytes(b.to_vec())],
+            other => panic!("the script's packet was refused: {other:?}"),
+        }
+    };
+    let handle = |v: &[Value]| match v {
+        [Value::Handle(h)] => *h,
+        other => panic!("a handle, not {other:?}"),
+    };
+    send(&mut s, Packet::InitServer { version: PROTOCOL_VERSION.into(), args: vec![] });
+    let sort = Value::Str("tvm.contrib.sort.sort".into());
+    let f = handle(&send(&mut s, Packet::Syscall { code: code::GET_GLOBAL_FUNC, args: vec![sort] }));
+    let mut alloc = |s: &mut Session| {
+        let args = vec![Value::Device(cpu), Value::Int(64), Value::Int(64), Value::DataType(DLDataType::F32)];
+        handle(&send(s, Packet::Syscall { code: code::DEV_ALLOC_DATA, args }))
+    };
+    let (a, b) = (alloc(&mut s), alloc(&mut s));
+    let t = |data| WireTensor { data, device: cpu, dtype: DLDataType::F32, shape: vec![16], byte_offset: 0 };
+    send(&mut s, Packet::CopyToRemote { tensor: t(a), data: &[7u8; 64] });
+    send(&mut s, Packet::CopyFromRemote { tensor: t(a), nbytes: 64 });
+    let args = vec![Value::Tensor(t(a)), Value::Tensor(t(b)), Value::Int(0), Value::Int(1)];
+    send(&mut s, Packet::CallFunc { func: f, args });
+    let args = vec![Value::Tensor(t(b)), Value::Tensor(t(a)), Value::Handle(0)];
+    send(&mut s, Packet::Syscall { code: code::COPY_AMONG_REMOTE, args });
+    send(&mut s, Packet::Syscall { code: code::DEV_STREAM_SYNC, args: vec![Value::Device(cpu), Value::Handle(0)] });
+    send(&mut s, Packet::Syscall { code: code::FREE_HANDLE, args: vec![Value::Handle(f), Value::Int(10)] });
+    for h in [a, b] {
+        send(&mut s, Packet::Syscall { code: code::DEV_FREE_DATA, args: vec![Value::Device(cpu), Value::Handle(h)] });
+    }
+    script
+}
+
+/// The session's packets with packet `k` replaced by `data`, served by a fresh session: each is
+/// answered with a well-formed packet (a reply or an exception) or ends the session; never a
+/// panic. Accepted: the session served every packet.
+fn run_rpc(k: usize, data: &[u8], script: &[Seed]) -> bool {
+    use crate::rpc::packet::Packet;
+    use crate::rpc::server::{Session, Step};
+    let well_formed = |reply: &[u8]| {
+        let n = u64::from_le_bytes(reply[..8].try_into().expect("a length"));
+        assert_eq!(n as usize, reply.len() - 8, "a reply's length field");
+        assert!(Packet::decode(&reply[8..]).is_ok(), "a reply the server cannot decode");
+    };
+    // Handles are the server's pointers: each packet names this session's, not the recording's.
+    let mut renamed: Vec<([u8; 8], [u8; 8])> = Vec::new();
+    let mut s = Session::new("fuzz");
+    script.iter().enumerate().all(|(i, seed)| {
+        let mut body = if i == k { data.to_vec() } else { seed.bytes.clone() };
+        for (old, new) in &renamed {
+            replace_all(&mut body, old, new);
+        }
+        match s.handle(&body) {
+            Step::Send(reply) => {
+                well_formed(&reply);
+                let given = handles_in(&reply);
+                if given.len() == seed.handles.len() {
+                    let pairs = seed.handles.iter().zip(&given).map(|(o, n)| (o.to_le_bytes(), n.to_le_bytes()));
+                    renamed.extend(pairs);
+                }
+                true
+            }
+            Step::SendAndClose(reply) => {
+                well_formed(&reply);
+                false
+            }
+            Step::Close => false,
+        }
+    })
+}
+
+fn replace_all(bytes: &mut [u8], old: &[u8; 8], new: &[u8; 8]) {
+    let mut i = 0;
+    while i + 8 <= bytes.len() {
+        if &bytes[i..i + 8] == old {
+            bytes[i..i + 8].copy_from_slice(new);
+            i += 8;
+        } else {
+            i += 1;
+        }
+    }
+}
+
 fn run_blob(data: &[u8], seed: &Seed) -> bool {
-    let Ok(root) = blob::load_tree(data, seed.library.clone()) else { return false };
+    let Ok(root) = blob::load_tree(data, seed.library()) else { return false };
     let same_kernels =
         factory_graph(&root).and_then(|json| Graph::parse(json).ok()).is_some_and(|g| keeps_kernel_types(&g, seed));
     if !same_kernels {

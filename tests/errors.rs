@@ -122,3 +122,18 @@ fn load_params_and_share_params_errors_read_once_through_the_c_path() {
     .to_c_message();
     assert_eq!(e, "InternalError: share_params: the module is a GraphExecutorFactory, not a GraphExecutor");
 }
+
+/// The sorting routines kernels call read one value per element: a vector type (which RPC or a
+/// host can hand them) is refused, not read past the values it holds.
+#[test]
+fn sorting_a_vector_type_is_refused() {
+    tvm_runtime::init();
+    let sort = tvm_runtime::packed::registry::get("tvm.contrib.sort.sort").unwrap();
+    let float32x2 = tvm_runtime::dlpack::DLDataType { code: 2, bits: 32, lanes: 2 };
+    let data = tvm_runtime::tensor::NDArray::from_bytes(&[3], float32x2, &[0u8; 24]).unwrap();
+    let out = tvm_runtime::tensor::NDArray::from_bytes(&[3], float32x2, &[0u8; 24]).unwrap();
+    let mut a = tvm_runtime::packed::ArgsBuilder::new();
+    a.object(data.into_any()).object(out.into_any()).int(0).int(1);
+    let e = sort.call(&a.args()).unwrap_err().to_c_message();
+    assert!(e.contains("sorting float32x2 is not supported (one lane)"), "{e}");
+}

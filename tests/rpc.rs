@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use tvm_runtime::dlpack::{DLDataType, DLDevice};
+use tvm_runtime::fuzzing::{Corpus, Target};
 use tvm_runtime::module::Module;
 use tvm_runtime::object::ObjRef;
 use tvm_runtime::packed::{registry, ArgsBuilder, PackedFunc, RetValue};
@@ -106,96 +107,21 @@ fn a_model_runs_on_a_remote_device() {
     assert!(e.contains("local"), "{e}");
 }
 
-/// The packets of a short real session: init, a global looked up, memory allocated, written,
-/// read, a call on it, a copy among remote tensors, handles freed, memory freed.
-fn session_script() -> Vec<Vec<u8>> {
-    tvm_runtime::init();
-    let cpu = DLDevice::CPU;
-    let mut s = Session::new("fuzz");
-    let mut script = Vec::new();
-    let mut send = |s: &mut Session, p: Packet<'_>| -> Vec<Value> {
-        let bytes = p.encode();
-        script.push(bytes[8..].to_vec());
-        match s.handle(&bytes[8..]) {
-            Step::Send(reply) => match Packet::decode(&reply[8..]).unwrap() {
-                Packet::Return(v) => v,
-                Packet::CopyAck(b) => vec![Value::Bytes(b.to_vec())],
-                other => panic!("{other:?}"),
-            },
-            other => panic!("{other:?}"),
-        }
-    };
-    send(&mut s, Packet::InitServer { version: PROTOCOL_VERSION.into(), args: vec![] });
-    let Value::Handle(f) = send(
-        &mut s,
-        Packet::Syscall { code: code::GET_GLOBAL_FUNC, args: vec![Value::Str("tvm.contrib.sort.sort".into())] },
-    )[0]
-    .clone() else {
-        panic!("a handle")
-    };
-    let alloc = |s: &mut Session, send: &mut dyn FnMut(&mut Session, Packet<'_>) -> Vec<Value>| {
-        let args = vec![Value::Device(cpu), Value::Int(64), Value::Int(64), Value::DataType(DLDataType::F32)];
-        match send(s, Packet::Syscall { code: code::DEV_ALLOC_DATA, args })[0] {
-            Value::Handle(h) => h,
-            ref other => panic!("{other:?}"),
-        }
-    };
-    let (a, b) = (alloc(&mut s, &mut send), alloc(&mut s, &mut send));
-    let t = |data| WireTensor { data, device: cpu, dtype: DLDataType::F32, shape: vec![16], byte_offset: 0 };
-    send(&mut s, Packet::CopyToRemote { tensor: t(a), data: &[7u8; 64] });
-    send(&mut s, Packet::CopyFromRemote { tensor: t(a), nbytes: 64 });
-    send(
-        &mut s,
-        Packet::CallFunc {
-            func: f,
-            args: vec![Value::Tensor(t(a)), Value::Tensor(t(b)), Value::Int(0), Value::Int(1)],
-        },
-    );
-    send(
-        &mut s,
-        Packet::Syscall {
-            code: code::COPY_AMONG_REMOTE,
-            args: vec![Value::Tensor(t(b)), Value::Tensor(t(a)), Value::Handle(0)],
-        },
-    );
-    send(&mut s, Packet::Syscall { code: code::DEV_STREAM_SYNC, args: vec![Value::Device(cpu), Value::Handle(0)] });
-    send(&mut s, Packet::Syscall { code: code::FREE_HANDLE, args: vec![Value::Handle(f), Value::Int(10)] });
-    for h in [a, b] {
-        send(&mut s, Packet::Syscall { code: code::DEV_FREE_DATA, args: vec![Value::Device(cpu), Value::Handle(h)] });
-    }
-    script
-}
-
-/// Each packet of the script mutated in turn (the others as they were): the session answers or
-/// ends, it never panics, and it never reaches memory it did not hand out (a crash would end the
-/// test process).
+/// Each packet of a real session mutated in turn (the others as they were): the session answers
+/// with well-formed packets or ends, it never panics, and it never reaches memory it did not hand
+/// out (a crash would end the test process). `cargo run --example fuzz -- rpc SECONDS` runs longer.
 #[test]
 fn no_packet_crashes_the_server() {
-    let script = session_script();
-    assert_eq!(script.len(), 12);
-    let mut rng = tvm_runtime::fuzzing::Rng::new(0x5eed);
-    let (mut cases, mut ended) = (0, 0);
-    for round in 0..150 {
-        let k = round % script.len();
-        let mutated = tvm_runtime::fuzzing::mutate(&script[k], &mut rng);
-        let mut s = Session::new("fuzz");
-        for (i, body) in script.iter().enumerate() {
-            let body = if i == k { &mutated } else { body };
-            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.handle(body))).unwrap_or_else(|_| {
-                panic!(
-                    "packet {k} mutated to {} bytes {:02x?} panicked",
-                    mutated.len(),
-                    &mutated[..mutated.len().min(48)]
-                )
-            });
-            cases += 1;
-            if !matches!(step, Step::Send(_)) {
-                ended += 1;
-                break;
-            }
-        }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let corpus = Corpus::load(Target::Rpc, &dir);
+    assert_eq!(corpus.seeds.len(), 12, "the session's packets");
+    for (k, seed) in corpus.seeds.iter().enumerate() {
+        assert!(corpus.run(k, &seed.bytes), "the recorded session replays to the end (packet {k} as recorded)");
     }
-    assert!(cases > 150 && ended > 10, "{cases} packets, {ended} sessions ended");
+    match corpus.campaign(600, 0x5eed) {
+        Ok((n, accepted)) => assert!(accepted > 0 && accepted < n, "{accepted} of {n} sessions served to the end"),
+        Err(input) => panic!("a packet of {} bytes panicked: {:02x?}", input.len(), &input[..input.len().min(48)]),
+    }
 }
 
 /// What a client was never given is refused, and ends the session.
