@@ -253,6 +253,7 @@ extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs ar
   std::vector<TVMValue> values(args.values, args.values + args.num_args);
   std::vector<int> codes(args.type_codes, args.type_codes + args.num_args);
   std::deque<std::string> strings;  // the characters stay where values point
+  std::deque<TVMByteArray> byte_arrays;
   // Counts of what was made for the call (converted objects, wrapped functions), dropped after it.
   struct Held {
     std::vector<Object*> objects;
@@ -268,10 +269,18 @@ extern "C" TVMRT_EXPORT void tvmrt_cxx_call_packed(const Object* obj, TVMArgs ar
     }
     if (codes[i] == kTVMObjectHandle && values[i].v_handle &&
         static_cast<Object*>(values[i].v_handle)->type_index_ == kStringIndex) {
-      // A String object (perhaps the host's own): passed on as its characters.
+      // A String object (perhaps the host's own): passed on as its characters, as bytes when
+      // they hold a NUL (binary blobs travel as Strings: opencl.SetPreCompiledPrograms).
       strings.push_back(StringOf(static_cast<Object*>(values[i].v_handle)));
-      values[i].v_str = strings.back().c_str();
-      codes[i] = kTVMStr;
+      const std::string& chars = strings.back();
+      if (chars.find('\0') == std::string::npos) {
+        values[i].v_str = chars.c_str();
+        codes[i] = kTVMStr;
+      } else {
+        byte_arrays.push_back(TVMByteArray{chars.data(), chars.size()});
+        values[i].v_handle = &byte_arrays.back();
+        codes[i] = kTVMBytes;
+      }
     } else if (codes[i] == kTVMObjectHandle && values[i].v_handle &&
                !tvmrt_object_is_native(values[i].v_handle)) {
       // A host's shape tuple, array or map: passed on rebuilt as this runtime's own.

@@ -72,6 +72,21 @@ fn index_list(v: &Value, what: &str) -> Result<Vec<usize>> {
     as_array(v, what)?.iter().enumerate().map(|(i, x)| as_index(x, &format!("{what}[{i}]"))).collect()
 }
 
+/// The text of the first JSON value in `bytes`; what follows it is ignored, as upstream's reader
+/// ignores it. Hosts hand over whole buffers, tails included: upstream's `rtvm` reads a package's
+/// `mod.json` into a string longer than the file, whose last bytes are whatever the heap held.
+pub fn first_json_value(bytes: &[u8]) -> Result<&str> {
+    let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
+    match values.next() {
+        Some(Ok(_)) => {
+            let end = values.byte_offset();
+            std::str::from_utf8(&bytes[..end]).map_err(|_| err("the graph JSON is not UTF-8"))
+        }
+        Some(Err(e)) => Err(err(format!("not valid JSON: {e}"))),
+        None => Err(err("not valid JSON: no value (empty or blank)")),
+    }
+}
+
 impl Graph {
     pub fn parse(json: &str) -> Result<Graph> {
         let root: Value = serde_json::from_str(json).map_err(|e| err(format!("not valid JSON: {e}")))?;
@@ -359,6 +374,17 @@ mod tests {
       {"op":"tvm_op","name":"f","attrs":{"func_name":"f","num_inputs":"1","num_outputs":"1","flatten_data":"0"},"inputs":[[0,0,0]]}],
       "arg_nodes":[0],"node_row_ptr":[0,1,2],"heads":[[1,0,0]],
       "attrs":{"dltype":["list_str",["float32","float32"]],"storage_id":["list_int",[0,1]],"shape":["list_shape",[[2],[2]]]}}"#;
+
+    #[test]
+    fn the_first_value_is_the_graph_and_its_tail_is_ignored() {
+        let mut buf = TINY.as_bytes().to_vec();
+        buf.extend_from_slice(b"\xff\x00garbage}{");
+        assert_eq!(first_json_value(&buf).unwrap(), TINY);
+        assert_eq!(first_json_value(b"  {} x").unwrap(), "  {}");
+        assert!(first_json_value(b"").unwrap_err().to_string().contains("no value"));
+        assert!(first_json_value(b"{\"nodes\": [").unwrap_err().to_string().contains("not valid JSON"));
+        assert!(first_json_value(b"\xff{}").unwrap_err().to_string().contains("not valid JSON"));
+    }
 
     #[test]
     fn parses_tiny_graph() {

@@ -399,3 +399,95 @@ fn a_refused_cross_device_share_changes_nothing() {
         fo.check_outputs(&on_cl, "shared from, refused");
     }
 }
+
+/// The entries of a pre-compiled programs blob (upstream's format), read here independently of the
+/// library's own reader.
+fn blob_entries(blob: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut at = 0;
+    let u64_at = |at: &mut usize| {
+        let v = u64::from_le_bytes(blob[*at..*at + 8].try_into().unwrap()) as usize;
+        *at += 8;
+        v
+    };
+    let n = u64_at(&mut at);
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let len = u64_at(&mut at);
+        let name = String::from_utf8(blob[at..at + len].to_vec()).unwrap();
+        at += len;
+        let len = u64_at(&mut at);
+        out.push((name, blob[at..at + len].to_vec()));
+        at += len;
+    }
+    assert_eq!(at, blob.len(), "nothing after the programs");
+    out
+}
+
+fn blob_of(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut b = (entries.len() as u64).to_le_bytes().to_vec();
+    for (name, bin) in entries {
+        b.extend((name.len() as u64).to_le_bytes());
+        b.extend(name.as_bytes());
+        b.extend((bin.len() as u64).to_le_bytes());
+        b.extend(bin);
+    }
+    b
+}
+
+/// Programs compiled once: the blob `opencl.GetPreCompiledPrograms` gives (one program per kernel,
+/// by name) set into another load of the library runs the model exactly; a blob that is damaged,
+/// names a kernel the module lacks, or holds another kernel's program is refused with the reason
+/// and installs nothing, so the module still builds and runs.
+#[test]
+fn precompiled_programs_round_trip_and_bad_blobs_change_nothing() {
+    if !have_opencl() {
+        return;
+    }
+    use tvm_runtime::module::Module;
+    use tvm_runtime::packed::{ArgsBuilder, RetValue};
+    let f = Fixture::load("opencl/mlp_cl");
+    let function = |lib, name| Module::get_function(lib, name, true).unwrap().unwrap();
+    let first = f.load_lib_copy();
+    let RetValue::Bytes(blob) =
+        function(&first, "opencl.GetPreCompiledPrograms").call(&ArgsBuilder::new().args()).unwrap()
+    else {
+        panic!("bytes")
+    };
+    let entries = blob_entries(&blob);
+    assert!(entries.len() >= 2, "every kernel of the MLP: {}", entries.len());
+    assert!(entries.iter().all(|(name, bin)| name.starts_with("tvmgen_default_") && !bin.is_empty()));
+
+    let lib = f.load_lib_copy();
+    let set = function(&lib, "opencl.SetPreCompiledPrograms");
+    let set_bytes = |b: &[u8]| {
+        let mut a = ArgsBuilder::new();
+        a.bytes(b);
+        set.call(&a.args()).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let mut unknown = entries.clone();
+    unknown[0].0 = "no_such_kernel".into();
+    let mut swapped = entries.clone();
+    swapped[0].1 = entries[1].1.clone();
+    let mut garbage = entries.clone();
+    garbage[1].1 = b"not a program binary".to_vec();
+    let cases: [(&[u8], &str); 5] = [
+        (&blob[..blob.len() - 1], "exceeds"),
+        (&blob[..4], "pre-compiled OpenCL programs"),
+        (&blob_of(&unknown), "kernel 'no_such_kernel' is not a function of this module"),
+        (&blob_of(&swapped), &format!("kernel {}: OpenCL error in clCreateKernel", entries[0].0)),
+        (&blob_of(&garbage), &format!("pre-compiled OpenCL programs: kernel {}", entries[1].0)),
+    ];
+    for (bad, why) in cases {
+        let e = set_bytes(bad).unwrap_err();
+        assert!(e.contains(why), "{why}: {e}");
+    }
+    set_bytes(&blob).unwrap();
+    let m = f.executor_from_factory_on(&lib, CL);
+    f.set_inputs(&m);
+    exec(&m).run().unwrap();
+    f.check_outputs(&m, "programs from the blob");
+    // Programs already built are kept (as upstream): setting them again changes nothing.
+    set_bytes(&blob).unwrap();
+    exec(&m).run().unwrap();
+    f.check_outputs(&m, "the blob set twice");
+}

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::sync::OnceLock;
 use tvm_runtime::device::DeviceMemory;
 use tvm_runtime::dlpack::DLDevice;
 
@@ -14,37 +13,7 @@ const CL: DLDevice = DLDevice { device_type: 4, device_id: 0 };
 
 type Bytes = unsafe extern "C" fn() -> usize;
 
-/// The shim, built once and selected before anything opens OpenCL; `None` without a device.
-fn shim() -> Option<&'static libloading::Library> {
-    static SHIM: OnceLock<Option<libloading::Library>> = OnceLock::new();
-    SHIM.get_or_init(|| {
-        let out = common::temp_path("opencl_shim.so");
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c_tests/opencl_shim.c");
-        let built = std::process::Command::new("cc")
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .args(["-ldl", "-lpthread"])
-            .status()
-            .expect("a C compiler");
-        assert!(built.success(), "building the OpenCL shim");
-        std::env::set_var("TVM_RT_OPENCL_LIBRARY", &out);
-        tvm_runtime::init();
-        let n = tvm_runtime::device::api(4).and_then(|a| a.count()).unwrap_or(0);
-        if n == 0 {
-            assert!(
-                std::env::var("TVM_RT_REQUIRE_OPENCL").map_or(true, |v| v != "1"),
-                "TVM_RT_REQUIRE_OPENCL=1 but no OpenCL device"
-            );
-            eprintln!("no OpenCL device: skipping");
-            return None;
-        }
-        // SAFETY: the shim this test just built, which the runtime has loaded already (the same
-        // file, so the same instance).
-        Some(unsafe { libloading::Library::new(&out) }.unwrap())
-    })
-    .as_ref()
-}
+use common::shim::shim;
 
 fn live_bytes(lib: &libloading::Library) -> usize {
     // SAFETY: the shim's exported counter, of this signature.

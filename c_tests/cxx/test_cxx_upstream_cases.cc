@@ -370,6 +370,26 @@ static void Threading() {
   EXPECT(ran == 1, "with worker 0 excluded, only worker 1 runs");
 }
 
+// ---- 6b. The graph JSON is its first value: a buffer's tail after it is ignored. ----
+// Upstream's rtvm reads a package's mod.json into a string longer than the file, whose tail is
+// whatever the heap held; upstream's reader stops after the first value.
+
+static void GraphJsonTail(const std::string& dir) {
+  FILE* f = std::fopen((dir + "/graph.json").c_str(), "rb");
+  EXPECT(f != nullptr, "graph.json");
+  if (!f) return;
+  std::string json;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) json.append(buf, n);
+  std::fclose(f);
+  Module lib = Module::LoadFromFile(dir + "/lib.so");
+  const PackedFunc* create = Registry::Get("tvm.graph_executor.create");
+  Module plain = (*create)(json, lib, static_cast<int>(kDLCPU), 0);
+  Module tailed = (*create)(json + "\x01\xfe\xff garbage }{", lib, static_cast<int>(kDLCPU), 0);
+  int inputs = tailed.GetFunction("get_num_inputs")();
+  EXPECT(inputs == static_cast<int>(plain.GetFunction("get_num_inputs")()), "the same graph, tail or none");
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
   std::string fixtures = argv[1];
@@ -379,6 +399,7 @@ int main(int argc, char** argv) {
   ZeroCopyAliases(fixtures + "/mlp_b1");
   EntryArrays(fixtures + "/mlp_b1");
   SetInputSemantics(fixtures + "/mlp_b1");
+  GraphJsonTail(fixtures + "/mlp_unbound_b1");
   LogDebugSpec();
   Threading();
   return ExitStatus("upstream cases ok");

@@ -67,7 +67,7 @@ fn create_executor(a: &Args<'_>, debug: bool) -> Result<RetValue> {
             a.len()
         )));
     }
-    let json = a.str(0)?;
+    let json = crate::graph::first_json_value(a.bytes(0)?)?;
     let lib = a.module(1)?;
     let first_dev = if a.code(2) == crate::dlpack::kTVMPackedFuncHandle { 3 } else { 2 };
     if (a.len() - first_dev) % 2 != 0 {

@@ -14,6 +14,14 @@ pub(super) fn register(reg: &mut Register<'_>) {
     let present = |_: &Args<'_>| Ok(RetValue::Handle(std::ptr::NonNull::<u8>::dangling().as_ptr().cast()));
     def(reg, "device_api.cpu", present);
     def(reg, "device_api.opencl", present);
+    // The OpenCL program cache (off by default; device/opencl/program_cache.rs says why): a
+    // directory, or "" for none, over TVM_RT_OPENCL_PROGRAM_CACHE.
+    def(reg, "tvmrt.opencl.SetProgramCache", |a| {
+        a.expect_count("tvmrt.opencl.SetProgramCache", 1, 1)?;
+        let dir = a.str(0)?;
+        device::opencl::set_program_cache((!dir.is_empty()).then(|| dir.into()));
+        Ok(RetValue::None)
+    });
     def(reg, "runtime.RuntimeEnabled", |a| Ok(matches!(a.str(0)?, "cpu" | "llvm" | "c" | "opencl" | "cl").into()));
     def(reg, "runtime.GetDeviceAttr", |a| {
         let (dev_type, dev_id, kind) = (a.int32(0)?, a.int32(1)?, a.int32(2)?);

@@ -240,7 +240,16 @@ impl<'a> Args<'a> {
                 // SAFETY: the byte array describes `size` readable bytes.
                 Ok(unsafe { std::slice::from_raw_parts(arr.data.cast::<u8>(), arr.size) })
             }
-            kTVMStr => Ok(self.str(i)?.as_bytes()),
+            kTVMStr => {
+                // SAFETY: code 11 carries a NUL-terminated string valid for the call.
+                let p = unsafe { v.v_str };
+                if p.is_null() {
+                    return Err(Error::value(format!("argument {i}: null string")));
+                }
+                // SAFETY: non-null, NUL-terminated per the contract; bytes, so any encoding.
+                Ok(unsafe { CStr::from_ptr(p) }.to_bytes())
+            }
+            kTVMObjectHandle => Ok(self.str(i)?.as_bytes()),
             _ => Err(self.mismatch(i, "bytes")),
         }
     }

@@ -2,6 +2,8 @@
 //! scripts/make_fixtures.py, and running a model through the packed-function API.
 #![allow(dead_code)]
 
+pub mod shim;
+
 use std::path::{Path, PathBuf};
 use tvm_runtime::dlpack::{DLDataType, DLDevice};
 use tvm_runtime::executor::GraphExecutor;
@@ -89,6 +91,19 @@ impl Fixture {
 
     pub fn load_lib(&self) -> ObjRef<Module> {
         tvm_runtime::library::load_file(&self.lib_path(), "").unwrap()
+    }
+
+    /// The library loaded from a copy of its own: a file loaded twice is one loaded object, whose
+    /// kernels keep the functions they looked up first (as with upstream's runtime), so a load
+    /// whose modules must be fresh (nothing built, nothing looked up) needs its own file.
+    pub fn load_lib_copy(&self) -> ObjRef<Module> {
+        static LOADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let copy = temp_path(&format!("{}_{n}.so", self.name.replace('/', "_")));
+        std::fs::copy(self.lib_path(), &copy).unwrap();
+        let lib = tvm_runtime::library::load_file(copy.to_str().unwrap(), "").unwrap();
+        let _ = std::fs::remove_file(&copy);
+        lib
     }
 
     /// An executor from the factory's `default` function.

@@ -5,6 +5,9 @@
 //! code read it there).
 
 pub mod module;
+mod program_cache;
+mod programs;
+pub use program_cache::set_dir as set_program_cache;
 pub mod sys;
 
 use super::{attr, Attr, DeviceApi, Place};
@@ -33,6 +36,8 @@ struct Device {
     name: String,
     /// CL_DEVICE_VERSION, "OpenCL <major.minor> ...".
     version: String,
+    /// CL_DRIVER_VERSION: a driver update may change what a program binary means.
+    driver: String,
     /// Byte alignment of sub-buffer origins (CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits).
     base_align: usize,
     /// Kernel scratch buffers, reused by size (a fused operator asks for the same sizes every run).
@@ -167,6 +172,7 @@ impl State {
                     queue,
                     name: string(sys::CL_DEVICE_NAME)?,
                     version: string(sys::CL_DEVICE_VERSION)?,
+                    driver: string(sys::CL_DRIVER_VERSION)?,
                     base_align: (bits as usize / 8).max(crate::tensor::ALIGNMENT).next_power_of_two(),
                     workspaces: Mutex::new(Vec::new()),
                 });
@@ -218,6 +224,12 @@ impl State {
             .ok()
             .and_then(|i| self.devices.get(i))
             .ok_or_else(|| Error::value(format!("Invalid device id {id}: OpenCL has {} device(s)", self.devices.len())))
+    }
+
+    /// What a program binary of device `id` is tied to (the program cache's key).
+    pub(crate) fn program_key(&self, id: i32) -> Result<String> {
+        let d = self.device(id)?;
+        Ok(format!("device: {}\ndevice version: {}\ndriver: {}", d.name, d.version, d.driver))
     }
 
     pub(crate) fn queue(&self, id: i32) -> Result<sys::Queue> {

@@ -4,7 +4,7 @@
 //! (`clSetKernelArg` is not thread-safe on one kernel object).
 
 use super::sys::{self, check};
-use super::{buffer_of, current_device, state};
+use super::{buffer_of, current_device, program_cache, programs, state};
 use crate::dlpack::{kDLFloat, kDLInt, kDLOpaqueHandle, kDLUInt, kTVMNullptr, kTVMOpaqueHandle, DLDataType};
 use crate::error::{Error, Result};
 use crate::module::{Module, ModuleNode};
@@ -80,6 +80,19 @@ struct Built {
     kernel: sys::Kernel,
 }
 
+impl Built {
+    /// Gives the objects back to the driver; the caller owns `self` (installed nowhere, or taken
+    /// out of its slot with no launch using it).
+    fn release(self) {
+        let Ok(s) = state() else { return };
+        // SAFETY: objects this module created, released once (`self` is consumed).
+        unsafe {
+            (s.api.clReleaseKernel)(self.kernel);
+            (s.api.clReleaseProgram)(self.program);
+        }
+    }
+}
+
 struct Inner {
     fmt: String,
     /// Per kernel: its own translation unit, or (modules from before TVM split sources per kernel)
@@ -99,16 +112,9 @@ unsafe impl Sync for Inner {}
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let Ok(s) = state() else { return };
         for slot in self.built.values_mut() {
-            for b in slot.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..).flatten() {
-                // SAFETY: objects this module created, released once, no launch running (the
-                // module is being dropped, so no function of it is alive).
-                unsafe {
-                    (s.api.clReleaseKernel)(b.kernel);
-                    (s.api.clReleaseProgram)(b.program);
-                }
-            }
+            // No launch is running: the module is being dropped, so no function of it is alive.
+            slot.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..).flatten().for_each(Built::release);
         }
     }
 }
@@ -211,31 +217,118 @@ impl OpenClModule {
 
 impl Inner {
     /// Kernel `name` built for device `dev` (on first use), under its lock.
-    fn with_kernel<T>(&self, name: &str, dev: i32, f: impl FnOnce(sys::Kernel) -> Result<T>) -> Result<T> {
-        let slot = self.built.get(name).ok_or_else(|| Error::internal(format!("no kernel {name}")))?;
-        let mut built = slot.lock().unwrap_or_else(|e| e.into_inner());
-        let i = usize::try_from(dev).map_err(|_| Error::value(format!("Invalid device id {dev}")))?;
+    fn with_kernel<T>(&self, name: &str, dev: i32, f: impl FnOnce(&Built) -> Result<T>) -> Result<T> {
+        let mut built = self.slot(name)?.lock().unwrap_or_else(|e| e.into_inner());
+        let i = device_index(dev)?;
         if built.len() <= i {
             built.resize_with(i + 1, || None);
         }
         if built[i].is_none() {
-            built[i] = Some(self.build(name, dev)?);
+            built[i] = Some(self.build_cached(name, dev)?);
         }
-        f(built[i].as_ref().expect("built above").kernel)
+        f(built[i].as_ref().expect("built above"))
     }
 
-    fn build(&self, name: &str, dev: i32) -> Result<Built> {
+    /// Kernel `name` on device `dev` from the program cache when it is on and holds this source's
+    /// program for this device, else from source (stored in the cache for the next process).
+    fn build_cached(&self, name: &str, dev: i32) -> Result<Built> {
+        let s = state()?;
+        let entry = self
+            .sources
+            .get(name)
+            .and_then(|src| program_cache::Entry::new(&s.program_key(dev).ok()?, name, src.as_bytes()));
+        let Some(entry) = entry else { return self.build(name, dev, From::Source) };
+        // An entry the driver refuses (another driver's, or damaged in a way the checksum missed)
+        // is rebuilt from source and replaced.
+        if let Some(built) = entry.load().and_then(|binary| self.build(name, dev, From::Binary(&binary)).ok()) {
+            return Ok(built);
+        }
+        let built = self.build(name, dev, From::Source)?;
+        let (_, device) = s.context_and_device(dev)?;
+        if let Ok(binary) = programs::binary_of(s, built.program, device) {
+            entry.store(&binary);
+        }
+        Ok(built)
+    }
+
+    fn slot(&self, name: &str) -> Result<&Mutex<Vec<Option<Built>>>> {
+        self.built.get(name).ok_or_else(|| Error::internal(format!("no kernel {name}")))
+    }
+
+    /// `opencl.GetPreCompiledPrograms`: every kernel's program for device `dev` (built now where
+    /// it was not yet), by kernel name.
+    fn precompiled(&self, dev: i32) -> Result<Vec<u8>> {
+        let s = state()?;
+        let (_, device) = s.context_and_device(dev)?;
+        let mut names: Vec<&str> = self.kernels.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let binaries = names
+            .iter()
+            .map(|name| self.with_kernel(name, dev, |b| programs::binary_of(s, b.program, device)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(programs::encode(names.into_iter().zip(binaries.iter().map(Vec::as_slice))))
+    }
+
+    /// `opencl.SetPreCompiledPrograms`: the blob's programs become the kernels of device `dev`
+    /// that are not built yet. All or nothing: every program is made and built before any is
+    /// installed, so a truncated blob, a kernel this module lacks or a binary of another device
+    /// leaves the module as it was.
+    fn install_precompiled(&self, dev: i32, blob: &[u8]) -> Result<()> {
+        let entries = programs::decode(blob)?;
+        if let Some((name, _)) = entries.iter().find(|(name, _)| !self.kernels.contains_key(*name)) {
+            return Err(Error::value(format!(
+                "pre-compiled OpenCL programs: kernel '{name}' is not a function of this module (programs of another \
+                 model?)"
+            )));
+        }
+        let i = device_index(dev)?;
+        let mut made = Vec::with_capacity(entries.len());
+        for (name, binary) in entries {
+            match self.build(name, dev, From::Binary(binary)) {
+                Ok(b) => made.push((name, b)),
+                Err(e) => {
+                    made.into_iter().for_each(|(_, b)| b.release());
+                    return Err(e.context("pre-compiled OpenCL programs"));
+                }
+            }
+        }
+        for (name, b) in made {
+            let mut built = self.slot(name)?.lock().unwrap_or_else(|e| e.into_inner());
+            if built.len() <= i {
+                built.resize_with(i + 1, || None);
+            }
+            match built[i] {
+                // Built already (a launch, or the same kernel twice in the blob): kept, as upstream.
+                Some(_) => b.release(),
+                None => built[i] = Some(b),
+            }
+        }
+        Ok(())
+    }
+
+    fn build(&self, name: &str, dev: i32, from: From<'_>) -> Result<Built> {
         let s = state()?;
         let (context, device) = s.context_and_device(dev)?;
-        let source = self.sources.get(name).ok_or_else(|| {
-            Error::value(format!("Unknown OpenCL format '{}' (kernel {name}): only 'cl' source is served", self.fmt))
-        })?;
-        let mut rc = 0;
-        let ptr = source.as_ptr();
-        let len = source.as_bytes().len();
-        // SAFETY: one NUL-terminated source string of `len` bytes.
-        let program = unsafe { (s.api.clCreateProgramWithSource)(context, 1, &ptr, &len, &mut rc) };
-        check(rc, "clCreateProgramWithSource")?;
+        let program = match from {
+            From::Source => {
+                let source = self.sources.get(name).ok_or_else(|| {
+                    Error::value(format!(
+                        "Unknown OpenCL format '{}' (kernel {name}): only 'cl' source is served",
+                        self.fmt
+                    ))
+                })?;
+                let mut rc = 0;
+                let ptr = source.as_ptr();
+                let len = source.as_bytes().len();
+                // SAFETY: one NUL-terminated source string of `len` bytes.
+                let program = unsafe { (s.api.clCreateProgramWithSource)(context, 1, &ptr, &len, &mut rc) };
+                check(rc, "clCreateProgramWithSource")?;
+                program
+            }
+            From::Binary(binary) => {
+                programs::from_binary(s, context, device, binary).map_err(|e| e.context(format!("kernel {name}")))?
+            }
+        };
         let release = |e: Error| {
             // SAFETY: the program made above, not handed out.
             unsafe { (s.api.clReleaseProgram)(program) };
@@ -265,6 +358,18 @@ impl Inner {
         check(rc, "clCreateKernel").map_err(|e| release(e.context(format!("kernel {name}"))))?;
         Ok(Built { program, kernel })
     }
+}
+
+/// Where a kernel's program comes from.
+enum From<'a> {
+    /// The module's OpenCL C.
+    Source,
+    /// A binary the driver gave out earlier (`opencl.SetPreCompiledPrograms`).
+    Binary(&'a [u8]),
+}
+
+fn device_index(dev: i32) -> Result<usize> {
+    usize::try_from(dev).map_err(|_| Error::value(format!("Invalid device id {dev}")))
 }
 
 /// A kernel's launch: arguments and work sizes from one packed call.
@@ -302,7 +407,8 @@ impl Launch {
         let dev = current_device();
         let s = state()?;
         let queue = s.queue(dev)?;
-        inner.with_kernel(name, dev, |kernel| {
+        inner.with_kernel(name, dev, |built| {
+            let kernel = built.kernel;
             for (i, kind) in self.kinds.iter().enumerate() {
                 let set = |size: usize, p: *const c_void| {
                     // SAFETY: `p` addresses `size` bytes of the argument; the kernel is locked.
@@ -374,6 +480,18 @@ impl ModuleNode for OpenClModule {
     fn get_function(&self, _this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
         if name == "__tvm_main__" {
             return Err(Error::value("opencl module: __tvm_main__ is not a kernel"));
+        }
+        if name == "opencl.GetPreCompiledPrograms" {
+            let inner = self.inner.clone();
+            return Ok(Some(PackedFunc::native(move |_| Ok(RetValue::Bytes(inner.precompiled(current_device())?)))));
+        }
+        if name == "opencl.SetPreCompiledPrograms" {
+            let inner = self.inner.clone();
+            return Ok(Some(PackedFunc::native(move |args| {
+                args.expect_count("opencl.SetPreCompiledPrograms", 1, 1)?;
+                inner.install_precompiled(current_device(), args.bytes(0)?)?;
+                Ok(RetValue::None)
+            })));
         }
         if name == "get_source" || name == "opencl.get_source" {
             let text = self.inner.source_text.clone();

@@ -1,7 +1,7 @@
 //! The OpenCL 1.2 calls this runtime makes, resolved from the ICD loader (`libOpenCL.so.1`) at first
 //! use, so the library loads and runs CPU models where OpenCL is absent.
 //!
-//! Hand-written rather than a bindings crate: 25 entry points, each checked where it is called
+//! Hand-written rather than a bindings crate: 27 entry points, each checked where it is called
 //! (the error names the call), and no build-time dependency on OpenCL headers or an SDK.
 
 use crate::error::{Error, Result};
@@ -101,6 +101,7 @@ opencl_api! {
     clCreateProgramWithBinary: fn(Context, ClUint, *const DeviceId, *const usize, *const *const u8, *mut ClInt, *mut ClInt) -> Program;
     clBuildProgram: fn(Program, ClUint, *const DeviceId, *const c_char, *const c_void, *mut c_void) -> ClInt;
     clGetProgramBuildInfo: fn(Program, DeviceId, ClUint, usize, *mut c_void, *mut usize) -> ClInt;
+    clGetProgramInfo: fn(Program, ClUint, usize, *mut c_void, *mut usize) -> ClInt;
     clReleaseProgram: fn(Program) -> ClInt;
     clCreateKernel: fn(Program, *const c_char, *mut ClInt) -> Kernel;
     clReleaseKernel: fn(Kernel) -> ClInt;
