@@ -78,6 +78,10 @@ struct KernelInfo {
 struct Built {
     program: sys::Program,
     kernel: sys::Kernel,
+    /// The program cache's entry to write after the first launch: drivers compile part of a
+    /// kernel at its launch (pocl its work-group functions), and a binary taken after a launch
+    /// holds that too, so the next process compiles nothing.
+    unstored: Option<program_cache::Entry>,
 }
 
 impl Built {
@@ -217,7 +221,7 @@ impl OpenClModule {
 
 impl Inner {
     /// Kernel `name` built for device `dev` (on first use), under its lock.
-    fn with_kernel<T>(&self, name: &str, dev: i32, f: impl FnOnce(&Built) -> Result<T>) -> Result<T> {
+    fn with_kernel<T>(&self, name: &str, dev: i32, f: impl FnOnce(&mut Built) -> Result<T>) -> Result<T> {
         let mut built = self.slot(name)?.lock().unwrap_or_else(|e| e.into_inner());
         let i = device_index(dev)?;
         if built.len() <= i {
@@ -226,7 +230,7 @@ impl Inner {
         if built[i].is_none() {
             built[i] = Some(self.build_cached(name, dev)?);
         }
-        f(built[i].as_ref().expect("built above"))
+        f(built[i].as_mut().expect("built above"))
     }
 
     /// Kernel `name` on device `dev` from the program cache when it is on and holds this source's
@@ -243,11 +247,8 @@ impl Inner {
         if let Some(built) = entry.load().and_then(|binary| self.build(name, dev, From::Binary(&binary)).ok()) {
             return Ok(built);
         }
-        let built = self.build(name, dev, From::Source)?;
-        let (_, device) = s.context_and_device(dev)?;
-        if let Ok(binary) = programs::binary_of(s, built.program, device) {
-            entry.store(&binary);
-        }
+        let mut built = self.build(name, dev, From::Source)?;
+        built.unstored = Some(entry);
         Ok(built)
     }
 
@@ -356,7 +357,7 @@ impl Inner {
         // SAFETY: a built program and a NUL-terminated name.
         let kernel = unsafe { (s.api.clCreateKernel)(program, cname.as_ptr(), &mut rc) };
         check(rc, "clCreateKernel").map_err(|e| release(e.context(format!("kernel {name}"))))?;
-        Ok(Built { program, kernel })
+        Ok(Built { program, kernel, unstored: None })
     }
 }
 
@@ -466,7 +467,19 @@ impl Launch {
                     std::ptr::null_mut(),
                 )
             };
-            check(rc, "clEnqueueNDRangeKernel").map_err(|e| e.context(format!("kernel {name}")))
+            check(rc, "clEnqueueNDRangeKernel").map_err(|e| e.context(format!("kernel {name}")))?;
+            if let Some(entry) = built.unstored.take() {
+                // Once per kernel and process, and only when the cache missed: the launch waited
+                // for, then the program as the driver now holds it.
+                let (_, device) = s.context_and_device(dev)?;
+                // SAFETY: this device's queue.
+                if check(unsafe { (s.api.clFinish)(queue) }, "clFinish").is_ok() {
+                    if let Ok(binary) = programs::binary_of(s, built.program, device) {
+                        entry.store(&binary);
+                    }
+                }
+            }
+            Ok(())
         })?;
         Ok(RetValue::None)
     }

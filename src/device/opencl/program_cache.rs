@@ -6,6 +6,11 @@
 //! did not ask for breaks sandboxed and read-only deployments, and most drivers keep a cache of
 //! their own; the cache is for those whose driver does not (or whose driver's is off).
 //!
+//! A kernel built from source is stored after its first launch has finished: drivers compile part
+//! of a kernel at launch (pocl its work-group functions), and a binary taken then holds it. The
+//! first process pays for the driver's export of each binary (on pocl about as much as the build
+//! again; on GPU drivers a copy); every later one builds nothing.
+//!
 //! An entry is one kernel's program on one device, named by a digest of its key: the device, its
 //! version and driver version, the platform, the build options and the kernel's source. The file
 //! holds the key in full and a checksum of everything, so an entry that is truncated, corrupt,
