@@ -48,7 +48,7 @@
 //!   `src/rpc/fd.rs` (a socket a host hands over);
 //! - devices: `src/device/` (each device's API over its own library, whose handles only that
 //!   device's module interprets);
-//! - threads and the allocator: `src/backend/thread_pool.rs`, `src/backend/affinity.rs`,
+//! - threads and the allocator: `src/backend/thread_pool/`, `src/backend/affinity.rs`,
 //!   `src/backend/mod.rs`.
 //!
 //! The formats, planning, the executor's layout and factories, parameters and the registry are

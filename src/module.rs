@@ -17,6 +17,10 @@ pub mod property {
     pub const DSO_EXPORTABLE: i32 = 0b100;
 }
 
+/// Reads one module of a type key from a module blob's stream (`__tvm_dev_mblob`): what the
+/// library layer calls for modules it does not interpret itself.
+pub type Loader = fn(&mut crate::stream::Reader<'_>) -> crate::error::Result<ObjRef<Module>>;
+
 pub trait ModuleNode: Send + Sync + 'static {
     fn type_key(&self) -> &str;
 

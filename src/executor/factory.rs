@@ -40,6 +40,13 @@ pub struct Factory {
     plan: OnceCell<Arc<Plan>>,
 }
 
+/// The blob's loaders of the factory (the library layer finds them by type key; upstream's older
+/// key too).
+pub const LOADERS: &[(&str, crate::module::Loader)] = &[
+    ("GraphExecutorFactory", |r| Ok(Module::new(Factory::load_binary(r)?))),
+    ("GraphRuntimeFactory", |r| Ok(Module::new(Factory::load_binary(r)?))),
+];
+
 impl Factory {
     pub fn new(graph_json: String, params: Vec<Param>, module_name: String) -> Factory {
         Factory { graph_json, params, module_name, plan: OnceCell::new() }

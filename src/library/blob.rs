@@ -4,30 +4,52 @@
 #![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};
-use crate::executor::factory::Factory;
-use crate::module::{Module, ModuleNode};
+use crate::module::{Loader, Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::{PackedFunc, RetValue};
 use crate::params;
 use crate::stream::Reader;
 use std::any::Any;
+use std::sync::RwLock;
 
-/// Module type keys this runtime can deserialise.
-pub const LOADERS: &[&str] =
-    &["GraphExecutorFactory", "GraphRuntimeFactory", "const_loader", "metadata", "metadata_module", "opencl"];
+/// The loaders of the layers above this one (the executor's factory, a device's modules), by type
+/// key: installed at the runtime's init point, as upstream's `runtime.module.loadbinary_<key>`
+/// registry, so the library layer names none of them.
+static INSTALLED: RwLock<Vec<(&'static str, Loader)>> = RwLock::new(Vec::new());
+
+/// Installs `loader` for modules of type `key` (a key installed again keeps its first loader).
+pub fn install_loader(key: &'static str, loader: Loader) {
+    let mut table = INSTALLED.write().unwrap_or_else(|e| e.into_inner());
+    if !table.iter().any(|(k, _)| *k == key) {
+        table.push((key, loader));
+    }
+}
+
+/// The modules this layer reads itself: they carry nothing a layer above interprets.
+const BUILT_IN: &[(&str, Loader)] = &[
+    ("const_loader", |r| Ok(Module::new(ConstLoader::load_binary(r)?))),
+    ("metadata", |r| Ok(Module::new(ConstLoader::load_binary(r)?))),
+    ("metadata_module", |_| Ok(Module::new(MetadataModule))),
+];
 
 /// Deserialises one module of type `key` from the stream.
 pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
-    match key {
-        "GraphExecutorFactory" | "GraphRuntimeFactory" => Ok(Module::new(Factory::load_binary(r)?)),
-        "const_loader" | "metadata" => Ok(Module::new(ConstLoader::load_binary(r)?)),
-        "metadata_module" => Ok(Module::new(MetadataModule)),
-        "opencl" => Ok(Module::new(crate::device::opencl::module::OpenClModule::load_binary(r)?)),
-        other => Err(r.error(format!(
-            "Binary was created using {other} but a loader of that name is not registered. Available loaders are {}. \
-             Perhaps you need to recompile with this runtime enabled.",
-            LOADERS.join(", ")
-        ))),
+    let installed = INSTALLED.read().unwrap_or_else(|e| e.into_inner());
+    let loader = BUILT_IN.iter().chain(installed.iter()).find(|(k, _)| *k == key).map(|&(_, l)| l);
+    match loader {
+        Some(load) => {
+            drop(installed);
+            load(r)
+        }
+        None => {
+            let mut keys: Vec<&str> = BUILT_IN.iter().chain(installed.iter()).map(|(k, _)| *k).collect();
+            keys.sort_unstable();
+            Err(r.error(format!(
+                "Binary was created using {key} but a loader of that name is not registered. Available loaders are \
+                 {}. Perhaps you need to recompile with this runtime enabled.",
+                keys.join(", ")
+            )))
+        }
     }
 }
 

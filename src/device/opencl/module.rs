@@ -142,6 +142,9 @@ fn split_source(source: &str) -> Option<HashMap<String, String>> {
     Some(out)
 }
 
+/// The blob's loader of `opencl` modules (the library layer finds it by type key).
+pub const LOADERS: &[(&str, crate::module::Loader)] = &[("opencl", |r| Ok(Module::new(OpenClModule::load_binary(r)?)))];
+
 impl OpenClModule {
     /// Reads the serialised module: str fmt, map of function infos, str source.
     pub fn load_binary(r: &mut Reader<'_>) -> Result<OpenClModule> {
