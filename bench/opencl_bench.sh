@@ -24,21 +24,15 @@ cc -O2 -o target/bench/opencl_bench bench/opencl_bench.c -I"$TVM_UPSTREAM_INCLUD
   -L target/release -ltvm_runtime
 ours=$repo/target/release
 
+. bench/lib.sh
+
 # measure LABEL FIELD ARGS...: alternate the runtimes, print one table row of output field FIELD
 # (FOLD=1 in the environment: ours folds even a lone executor).
 measure() {
-  local label=$1 field=$2 o=() u=()
+  local label=$1 field=$2
   shift 2
-  for _ in $(seq "$rounds"); do
-    o+=("$(env ${FOLD:+TVM_RT_FOLD_WEIGHTS=$FOLD} LD_LIBRARY_PATH=$ours target/bench/opencl_bench "$@" 2>/dev/null | cut -d' ' -f"$field")")
-    u+=("$(LD_LIBRARY_PATH=$upstream target/bench/opencl_bench "$@" 2>/dev/null | cut -d' ' -f"$field")")
-  done
-  python3 - "$label" "${o[*]}" "${u[*]}" <<'PY'
-import statistics, sys
-label, o, u = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
-mo, mu = statistics.median(o), statistics.median(u)
-print(f"| {label} | {mo:.1f} ({min(o):.1f}-{max(o):.1f}) | {mu:.1f} ({min(u):.1f}-{max(u):.1f}) | {mo / mu:.3f} |")
-PY
+  OURS_ENV="${FOLD:+TVM_RT_FOLD_WEIGHTS=$FOLD}" alternate "$field" target/bench/opencl_bench "$@"
+  row "$label" 1
 }
 
 echo "| figure (OpenCL device 0: $(clinfo -l 2>/dev/null | sed -n 's/.*Device #0: //p' | head -1)) | ours: median (min-max) | upstream: median (min-max) | ours / upstream |"

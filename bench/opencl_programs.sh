@@ -32,41 +32,29 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export POCL_KERNEL_CACHE=0
 
-ours() { LD_LIBRARY_PATH=$repo/target/release "$@" 2>/dev/null | tail -1; }
-theirs() { LD_LIBRARY_PATH=$upstream "$@" 2>/dev/null | tail -1; }
-
-row() {  # row LABEL "ours figures" "upstream figures"
-  python3 - "$@" <<'PY'
-import statistics, sys
-label, o, u = sys.argv[1], [float(x) for x in sys.argv[2].split()], sys.argv[3].split()
-mo = statistics.median(o)
-if u:
-    u = [float(x) for x in u]
-    mu = statistics.median(u)
-    print(f"| {label} | {mo:.0f} ({min(o):.0f}-{max(o):.0f}) | {mu:.0f} ({min(u):.0f}-{max(u):.0f}) | {mo / mu:.2f} |")
-else:
-    print(f"| {label} | {mo:.0f} ({min(o):.0f}-{max(o):.0f}) | - | - |")
-PY
-}
-
+ours=$repo/target/release
+. bench/lib.sh
 echo "| $(nproc) cores, pocl with its cache off: ms of load + programs + create + load_params + first run | ours: median (min-max) | upstream | ours / upstream |"
 echo "|---|---|---|---|"
 for m in mobilenet_cl resnet18_unbound_cl_b1; do
   dir=$models/$m
   # The blobs, written once by each library (untimed).
-  ours "$host" --time "$dir" "$work/$m.ours.bin" >/dev/null
-  theirs "$host" --time "$dir" "$work/$m.upstream.bin" >/dev/null
-  cold_o=() cold_u=() blob_o=() blob_u=() fill_o=() warm_o=()
-  for r in $(seq "$rounds"); do
-    cold_o+=("$(ours "$host" --time "$dir" -)")
-    cold_u+=("$(theirs "$host" --time "$dir" -)")
-    blob_o+=("$(ours "$host" --time "$dir" "$work/$m.ours.bin")")
-    blob_u+=("$(theirs "$host" --time "$dir" "$work/$m.upstream.bin")")
-    fill_o+=("$(TVM_RT_OPENCL_PROGRAM_CACHE=$work/cache-$m-$r ours "$host" --time "$dir" -)")
-    warm_o+=("$(TVM_RT_OPENCL_PROGRAM_CACHE=$work/cache-$m-$r ours "$host" --time "$dir" -)")
+  LD_LIBRARY_PATH=$ours "$host" --time "$dir" "$work/$m.ours.bin" >/dev/null 2>&1
+  LD_LIBRARY_PATH=$upstream "$host" --time "$dir" "$work/$m.upstream.bin" >/dev/null 2>&1
+  alternate 1 "$host" --time "$dir" -
+  row "$m: cold (every program built)" 0
+  # Each library reads its own blob: the file name differs by side.
+  blob_o="" blob_u=""
+  for _ in $(seq "$rounds"); do
+    blob_o+="$(LD_LIBRARY_PATH=$ours "$host" --time "$dir" "$work/$m.ours.bin" 2>/dev/null | tail -1) "
+    blob_u+="$(LD_LIBRARY_PATH=$upstream "$host" --time "$dir" "$work/$m.upstream.bin" 2>/dev/null | tail -1) "
   done
-  row "$m: cold (every program built)" "${cold_o[*]}" "${cold_u[*]}"
-  row "$m: the library's own blob set first (written after a first run)" "${blob_o[*]}" "${blob_u[*]}"
-  row "$m: ours, program cache on and empty (builds, exports, stores)" "${fill_o[*]}" ""
-  row "$m: ours, program cache warm (no host code)" "${warm_o[*]}" ""
+  O=$blob_o U=$blob_u row "$m: the library's own blob set first (written after a first run)" 0
+  fill="" warm=""
+  for r in $(seq "$rounds"); do
+    fill+="$(TVM_RT_OPENCL_PROGRAM_CACHE=$work/cache-$m-$r LD_LIBRARY_PATH=$ours "$host" --time "$dir" - 2>/dev/null | tail -1) "
+    warm+="$(TVM_RT_OPENCL_PROGRAM_CACHE=$work/cache-$m-$r LD_LIBRARY_PATH=$ours "$host" --time "$dir" - 2>/dev/null | tail -1) "
+  done
+  O=$fill U="" row "$m: ours, program cache on and empty (builds, exports, stores)" 0
+  O=$warm U="" row "$m: ours, program cache warm (no host code)" 0
 done

@@ -19,19 +19,14 @@ cc -O2 -o target/bench/runtime_bench bench/runtime_bench.c -I"$TVM_UPSTREAM_INCL
 ours=$repo/target/release
 upstream=$(dirname "$TVM_UPSTREAM_RUNTIME")
 
+. bench/lib.sh
+
 # measure LABEL THREADS MODE MODEL [ITERATIONS]: alternate the runtimes, print one table row.
 measure() {
-  local label=$1 threads=$2 mode=$3 model=$4 iters=${5:-21} o=() u=()
-  for _ in $(seq "$rounds"); do
-    o+=("$(TVM_NUM_THREADS=$threads LD_LIBRARY_PATH=$ours target/bench/runtime_bench "$mode" "$model" "$iters" | cut -d' ' -f1)")
-    u+=("$(TVM_NUM_THREADS=$threads LD_LIBRARY_PATH=$upstream target/bench/runtime_bench "$mode" "$model" "$iters" | cut -d' ' -f1)")
-  done
-  python3 - "$label" "${o[*]}" "${u[*]}" <<'PY'
-import statistics, sys
-label, o, u = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
-mo, mu = statistics.median(o), statistics.median(u)
-print(f"| {label} | {mo:.3f} ({min(o):.3f}-{max(o):.3f}) | {mu:.3f} ({min(u):.3f}-{max(u):.3f}) | {mo / mu:.3f} | {min(o) / min(u):.3f} |")
-PY
+  local label=$1 threads=$2 mode=$3 model=$4 iters=${5:-21}
+  OURS_ENV="TVM_NUM_THREADS=$threads" UPSTREAM_ENV="TVM_NUM_THREADS=$threads" \
+    alternate 1 target/bench/runtime_bench "$mode" "$model" "$iters"
+  row "$label" 3 minima
 }
 
 echo "| figure | ours: median (min-max) | upstream: median (min-max) | ratio of medians | ratio of minima |"

@@ -17,6 +17,8 @@ extern "C" {
 
 // src/cxx/objects.rs: whether `obj` is an object of the Rust core (else a host's).
 int tvmrt_object_is_native(const void* obj);
+// 0, or -1 with the last error set: a memory scope the device layer does not serve.
+int tvmrt_check_memory_scope(const char* scope);
 // src/cxx/objects.rs: the index of a host's type, allocated with upstream's rules.
 int tvmrt_type_index_alloc(const char* key, uint32_t static_tindex, uint32_t parent_tindex,
                            uint32_t num_child_slots, int child_slots_can_overflow, uint32_t* out);

@@ -9,11 +9,9 @@ using namespace tvmrt;
 // Arrays.
 
 namespace {
-// Only the global (default) memory scope is served.
+// The scopes the device layer serves; its message otherwise.
 void CheckScope(const Optional<String>& mem_scope) {
-  std::string scope = StringOf(mem_scope.get());
-  if (!scope.empty() && scope != "global")
-    throw InternalError("libtvm_runtime.so", 0, "ValueError: memory scope '" + scope + "' is not supported: this runtime allocates 'global' memory only");
+  if (mem_scope.get()) Check(tvmrt_check_memory_scope(StringOf(mem_scope.get()).c_str()));
 }
 }  // namespace
 

@@ -8,13 +8,14 @@ the script refuses to start where one of them exists already (it is not ours to 
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = re.compile(r"<!-- snippet: ([^,>]+?)(?:, expect: (.*?))? -->\n```[a-z]*\n(.*?)```", re.S)
 # What the run snippets leave besides the files written (the programs they build).
-BUILT = ["app"]
+BUILT = ["app", "my_model"]
 
 
 def main():
@@ -42,7 +43,9 @@ def main():
     finally:
         for f in files + BUILT:
             path = os.path.join(REPO, f)
-            if os.path.exists(path):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
                 os.remove(path)
     print(f"readme snippets: {len(snippets)} ({len(files)} files), {failed} failed")
     sys.exit(1 if failed else 0)

@@ -5,9 +5,19 @@
 # build with its C++ host, TVM's own Python package driving this runtime under pytest, and the
 # aarch64 suite under qemu (scripts/aarch64.sh). Installs what is missing (cmake, valgrind, pocl,
 # cross compilers and qemu via apt; TVM's wheel and a Python venv via pip; the Rust target via rustup).
+#
+#   scripts/test.sh           everything (what CI runs)
+#   scripts/test.sh --quick   formatting, lints, the Rust tests and the C and C++ suite on the host:
+#                             no valgrind, old ABI, differential test, snippets, Python or qemu
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 
 need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
@@ -50,6 +60,16 @@ elif [ "${TVM_RT_REQUIRE_UPSTREAM_LIB:-0}" = 1 ]; then
 else
   echo "== NOTE: no upstream libtvm_runtime.so in $upstream_dir: the tests on upstream's own library and the"
   echo "   differential test are skipped (put upstream v0.16's library there or set TVM_UPSTREAM_SHARED)"
+fi
+if [ $quick = 1 ]; then
+  echo "== C tests (CTest, host only, no valgrind)"
+  cmake -S . -B build-quick -DTVM_RT_VALGRIND=OFF -DTVM_RT_REQUIRE_UPSTREAM=ON \
+    -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib -DTVM_UPSTREAM_SHARED="$upstream_dir" \
+    -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
+  cmake --build build-quick -j2
+  ctest --test-dir build-quick --output-on-failure
+  echo "== quick run passed (scripts/test.sh without --quick runs everything, as CI does)"
+  exit 0
 fi
 echo "== C tests (CTest, plain and under valgrind)"
 cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib \

@@ -39,12 +39,7 @@ impl StoragePlan {
                 crate::dtype::tensor_bytes(&e.shape, e.dtype).map_err(|err| err.context(format!("entry {eid}")))?;
             let slot = &mut slots[e.storage_id];
             slot.bytes = slot.bytes.max(bytes.next_multiple_of(4));
-            if !e.scope.is_empty() && e.scope != "global" {
-                return Err(Error::value(format!(
-                    "entry {eid}: storage scope '{}' is not supported: this runtime allocates 'global' memory only",
-                    e.scope
-                )));
-            }
+            crate::device::check_memory_scope(&e.scope).map_err(|err| err.context(format!("entry {eid}")))?;
             // Which device types the executor serves is its plan's business (`Plan::new`).
             if let Some(d) = e.device_type {
                 match device[e.storage_id] {
@@ -136,7 +131,7 @@ mod tests {
         let e = graph([0, 0, 1, 0], r#","storage_scope":["list_str",["global","global","global.texture"]]"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("entry 2: storage scope 'global.texture' is not supported"), "{e}");
+        assert!(e.contains("entry 2: memory scope 'global.texture' is not supported"), "{e}");
         let e = graph([0, 0, 0, 0], r#","device_index":["list_int",[1,1,4]]"#).unwrap_err().to_string();
         assert!(e.contains("storage id 0 is used by two device types"), "{e}");
         assert!(graph(

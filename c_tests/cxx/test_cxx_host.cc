@@ -282,6 +282,16 @@ static void Arrays() {
   fresh.CopyToBytes(back2, sizeof back2);
   EXPECT(fresh->data != ext && std::memcmp(back2, ext, sizeof ext) == 0, "NewFromDLTensor copies");
   EXPECT(NDArray::AbilityOfZeroCopyForDLTensor(&t, cpu), "an aligned compact tensor can be used in place");
+  // Memory scopes: "global" is the default memory; a texture scope on the CPU is refused by both.
+  NDArray g = NDArray::Empty({2, 3}, DLDataType{kDLFloat, 32, 1}, cpu, tvm::runtime::String("global"));
+  EXPECT(g.Shape()[1] == 3, "the global scope");
+  bool refused = false;
+  try {
+    NDArray::Empty({2, 3, 4}, DLDataType{kDLFloat, 32, 1}, cpu, tvm::runtime::String("global.texture"));
+  } catch (const std::exception& e) {
+    refused = std::strstr(e.what(), "global.texture") != nullptr;
+  }
+  EXPECT(refused, "a texture scope on the CPU is refused, naming the scope");
 }
 
 static void ObjectProtocol() {

@@ -34,3 +34,14 @@ pub unsafe extern "C" fn tvmrt_type_index_alloc(
         }
     })
 }
+
+/// Refuses a memory scope the device layer does not serve (the C++ layer's `NDArray::Empty` and
+/// `CopyTo` with a scope), with the device layer's own message.
+#[no_mangle]
+pub unsafe extern "C" fn tvmrt_check_memory_scope(scope: *const c_char) -> c_int {
+    guard(|| {
+        // SAFETY: the C++ layer's NUL-terminated string.
+        let scope = unsafe { c_str(scope, "memory scope") }?;
+        crate::device::check_memory_scope(scope)
+    })
+}

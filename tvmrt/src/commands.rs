@@ -82,10 +82,12 @@ fn memory_line(label: &str, mem: &Value) -> String {
 }
 
 fn folded_line(label: &str, mem: &Value) -> String {
-    format!(
-        "{label} {} of {} operators (they read only weights: run once at load)",
-        mem["ops_folded"], mem["ops_total"]
-    )
+    let how = if mem["ops_folded"] == 0 {
+        "a lone executor runs every operator, as upstream; --fold runs those reading only weights once, at load"
+    } else {
+        "they read only weights: run once at load"
+    };
+    format!("{label} {} of {} operators ({how})", mem["ops_folded"], mem["ops_total"])
 }
 
 /// Recorded inputs (name, file) and reference outputs (files).
