@@ -21,7 +21,14 @@ fi
 cargo build --release --quiet
 mkdir -p target/bench
 cc -O2 -o target/bench/opencl_bench bench/opencl_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" \
-  -L target/release -ltvm_runtime
+  -L target/release -ltvm_runtime -ldl
+# Device bytes as a GPU would hold them: the counting OpenCL shim, given to ours by name and to
+# upstream's (which opens `libOpenCL.so`) as that name first on its library path; the shim forwards
+# to the real loader (libOpenCL.so.1).
+cc -O1 -shared -fPIC -o target/bench/libopencl_shim.so c_tests/opencl_shim.c -ldl -lpthread
+mkdir -p target/bench/shim-as-loader
+ln -sf ../libopencl_shim.so target/bench/shim-as-loader/libOpenCL.so
+shim=$repo/target/bench/libopencl_shim.so
 ours=$repo/target/release
 
 . bench/lib.sh
@@ -50,3 +57,18 @@ measure "VmData of the second, sharing its weights (ours: folding's results, onc
 measure "VmData per additional ResNet-18 executor after the second (K = 4), kB" 3 share $models/resnet18_unbound_cl_b1 4
 measure "VmData of a batch-4 build sharing the batch-1 weights, kB" 2 share $models/resnet18_unbound_cl_b1 2 \
   $models/resnet18_unbound_cl_b4
+
+# measure_device LABEL FIELD ARGS...: the same, counting live device bytes.
+measure_device() {
+  local label=$1 field=$2 up=$upstream
+  shift 2
+  upstream="$repo/target/bench/shim-as-loader:$up" OURS_ENV="TVM_RT_OPENCL_LIBRARY=$shim DEVICE_BYTES=$shim" \
+    UPSTREAM_ENV="DEVICE_BYTES=$shim" alternate "$field" target/bench/opencl_bench "$@"
+  row "$label" 0
+}
+measure_device "device bytes of the first ResNet-18 executor (alone), kB" 1 share $models/resnet18_unbound_cl_b1 4
+measure_device "device bytes of the second, sharing its weights, kB" 2 share $models/resnet18_unbound_cl_b1 4
+measure_device "device bytes per additional ResNet-18 executor after the second (K = 4), kB" 3 share \
+  $models/resnet18_unbound_cl_b1 4
+measure_device "device bytes of a batch-4 build sharing the batch-1 weights, kB" 2 share \
+  $models/resnet18_unbound_cl_b1 2 $models/resnet18_unbound_cl_b4

@@ -177,6 +177,19 @@ STATUS(clEnqueueNDRangeKernel,
 STATUS(clWaitForEvents, (cl_uint n, const H* ev), (n, ev))
 STATUS(clReleaseEvent, (H ev), (ev))
 STATUS(clGetEventProfilingInfo, (H ev, cl_uint k, size_t n, void* v, size_t* r), (ev, k, n, v, r))
+/* Calls upstream's runtime makes and this one does not (so the shim serves both). */
+STATUS(clGetCommandQueueInfo, (H q, cl_uint k, size_t n, void* v, size_t* r), (q, k, n, v, r))
+OBJECT(clCreateUserEvent, (H c, cl_int* e), (c, e), e)
+STATUS(clEnqueueUnmapMemObject, (H q, H m, void* p, cl_uint ne, const H* w, H* ev), (q, m, p, ne, w, ev))
+void* clEnqueueMapBuffer(H q, H b, cl_uint bl, cl_bitfield f, size_t o, size_t n, cl_uint ne, const H* w, H* ev,
+                         cl_int* e) {
+  if (enter("clEnqueueMapBuffer")) {
+    if (e) *e = CL_OUT_OF_RESOURCES;
+    return NULL;
+  }
+  return ((void* (*)(H, H, cl_uint, cl_bitfield, size_t, size_t, cl_uint, const H*, H*, cl_int*))real(
+      "clEnqueueMapBuffer"))(q, b, bl, f, o, n, ne, w, ev, e);
+}
 STATUS(clGetImageInfo, (H m, cl_uint k, size_t n, void* v, size_t* r), (m, k, n, v, r))
 STATUS(clGetSupportedImageFormats, (H c, cl_bitfield f, cl_uint t, cl_uint n, void* fmts, cl_uint* nf),
        (c, f, t, n, fmts, nf))

@@ -244,13 +244,13 @@ impl Inner {
             .sources
             .get(name)
             .and_then(|src| program_cache::Entry::new(&s.program_key(dev).ok()?, name, src.as_bytes()));
-        let Some(entry) = entry else { return self.build(name, dev, From::Source) };
+        let Some(entry) = entry else { return self.build(name, dev, Origin::Source) };
         // An entry the driver refuses (another driver's, or damaged in a way the checksum missed)
         // is rebuilt from source and replaced.
-        if let Some(built) = entry.load().and_then(|binary| self.build(name, dev, From::Binary(&binary)).ok()) {
+        if let Some(built) = entry.load().and_then(|binary| self.build(name, dev, Origin::Binary(&binary)).ok()) {
             return Ok(built);
         }
-        let mut built = self.build(name, dev, From::Source)?;
+        let mut built = self.build(name, dev, Origin::Source)?;
         built.unstored = Some(entry);
         Ok(built)
     }
@@ -288,7 +288,7 @@ impl Inner {
         let i = device_index(dev)?;
         let mut made = Vec::with_capacity(entries.len());
         for (name, binary) in entries {
-            match self.build(name, dev, From::Binary(binary)) {
+            match self.build(name, dev, Origin::Binary(binary)) {
                 Ok(b) => made.push((name, b)),
                 Err(e) => {
                     made.into_iter().for_each(|(_, b)| b.release());
@@ -310,11 +310,11 @@ impl Inner {
         Ok(())
     }
 
-    fn build(&self, name: &str, dev: i32, from: From<'_>) -> Result<Built> {
+    fn build(&self, name: &str, dev: i32, from: Origin<'_>) -> Result<Built> {
         let s = state()?;
         let (context, device) = s.context_and_device(dev)?;
         let program = match from {
-            From::Source => {
+            Origin::Source => {
                 let source = self.sources.get(name).ok_or_else(|| {
                     Error::value(format!(
                         "Unknown OpenCL format '{}' (kernel {name}): only 'cl' source is served",
@@ -329,7 +329,7 @@ impl Inner {
                 check(rc, "clCreateProgramWithSource")?;
                 program
             }
-            From::Binary(binary) => {
+            Origin::Binary(binary) => {
                 programs::from_binary(s, context, device, binary).map_err(|e| e.context(format!("kernel {name}")))?
             }
         };
@@ -365,7 +365,7 @@ impl Inner {
 }
 
 /// Where a kernel's program comes from.
-enum From<'a> {
+enum Origin<'a> {
     /// The module's OpenCL C.
     Source,
     /// A binary the driver gave out earlier (`opencl.SetPreCompiledPrograms`).

@@ -12,7 +12,7 @@
 //! again; on GPU drivers a copy); every later one builds nothing.
 //!
 //! An entry is one kernel's program on one device, named by a digest of its key: the device, its
-//! version and driver version, the platform, the build options and the kernel's source. The file
+//! version and driver version, the build options, and the kernel's name and source. The file
 //! holds the key in full and a checksum of everything, so an entry that is truncated, corrupt,
 //! for another device or driver, or a digest collision is never used: it is rebuilt from source
 //! and written again. Entries are written whole (a temporary file renamed), so concurrent
