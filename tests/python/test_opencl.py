@@ -105,3 +105,30 @@ def test_heterogeneous_graph(tvm, cl):
             m.set_input(k, v)
         m.run()
         np.testing.assert_array_equal(m.get_output(0).numpy(), f.outputs[0])
+
+
+def test_precompiled_programs(tvm, cl, tmp_path):
+    """Programs compiled once, from TVM's Python: the blob comes back as bytes (upstream's str is
+    cut at its first NUL byte there) and, set into another load of the library, runs the model."""
+    import shutil
+
+    from tvm.contrib import graph_executor
+
+    f = Fixture("opencl/mlp_cl")
+    first = tvm.runtime.load_module(f.lib_path)
+    blob = first.get_function("opencl.GetPreCompiledPrograms", True)()
+    assert isinstance(blob, (bytes, bytearray)), type(blob)
+    count = int.from_bytes(bytes(blob[:8]), "little")
+    assert count >= 2 and len(blob) > 1000
+    # A copy of the file: the same path loaded twice is one loaded object.
+    copy = tmp_path / "lib.so"
+    shutil.copy(f.lib_path, copy)
+    lib = tvm.runtime.load_module(str(copy))
+    lib.get_function("opencl.SetPreCompiledPrograms", True)(bytearray(blob))
+    with pytest.raises(tvm.TVMError, match="pre-compiled OpenCL programs"):
+        lib.get_function("opencl.SetPreCompiledPrograms", True)(bytearray(blob[:-1]))
+    m = graph_executor.GraphModule(lib["default"](cl))
+    for k, v in f.inputs.items():
+        m.set_input(k, v)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), f.outputs[0])
