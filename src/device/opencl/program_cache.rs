@@ -129,4 +129,22 @@ mod tests {
         }
         assert_eq!(parse(&encode("k", b""), "k"), None, "an empty binary");
     }
+
+    /// The environment names the directory ("" none) until the packed function chooses; the
+    /// only test in this process that touches either.
+    #[test]
+    fn the_environment_decides_until_the_function_does() {
+        std::env::set_var("TVM_RT_OPENCL_PROGRAM_CACHE", "/tmp/tvmrt-programs");
+        assert_eq!(dir(), Some(PathBuf::from("/tmp/tvmrt-programs")));
+        std::env::set_var("TVM_RT_OPENCL_PROGRAM_CACHE", "");
+        assert_eq!(dir(), None, "empty means off");
+        set_dir(Some(PathBuf::from("/tmp/chosen")));
+        assert_eq!(dir(), Some(PathBuf::from("/tmp/chosen")));
+        std::env::set_var("TVM_RT_OPENCL_PROGRAM_CACHE", "/tmp/tvmrt-programs");
+        set_dir(None);
+        assert_eq!(dir(), None, "the function's 'off' is over the environment");
+        *CHOSEN.lock().unwrap() = None;
+        std::env::remove_var("TVM_RT_OPENCL_PROGRAM_CACHE");
+        assert_eq!(dir(), None);
+    }
 }

@@ -70,6 +70,11 @@ pub fn binary_of(s: &State, program: sys::Program, device: sys::DeviceId) -> Res
     let mut sizes = vec![0usize; count];
     let size = count * std::mem::size_of::<usize>();
     check(info(CL_PROGRAM_BINARY_SIZES, size, sizes.as_mut_ptr().cast(), std::ptr::null_mut()), "clGetProgramInfo")?;
+    // pocl 3.1 reports the binary of a program built for one device of a two-device context at
+    // the first place of the device list, whichever device it was built for: a program built for
+    // one device has one binary, and that is it.
+    let built: Vec<usize> = (0..count).filter(|&i| sizes[i] > 0).collect();
+    let at = if sizes[at] == 0 && built.len() == 1 { built[0] } else { at };
     if sizes[at] == 0 {
         return Err(Error::tvm("the OpenCL driver gives no binary for a built program"));
     }
