@@ -70,14 +70,8 @@ pub fn binary_of(s: &State, program: sys::Program, device: sys::DeviceId) -> Res
     let mut sizes = vec![0usize; count];
     let size = count * std::mem::size_of::<usize>();
     check(info(CL_PROGRAM_BINARY_SIZES, size, sizes.as_mut_ptr().cast(), std::ptr::null_mut()), "clGetProgramInfo")?;
-    // pocl 3.1 reports the binary of a program built for one device of a two-device context at
-    // the first place of the device list, whichever device it was built for: a program built for
-    // one device has one binary, and that is it.
-    let built: Vec<usize> = (0..count).filter(|&i| sizes[i] > 0).collect();
-    let at = if sizes[at] == 0 && built.len() == 1 { built[0] } else { at };
-    if sizes[at] == 0 {
-        return Err(Error::tvm("the OpenCL driver gives no binary for a built program"));
-    }
+    let at =
+        binary_place(&sizes, at).ok_or_else(|| Error::tvm("the OpenCL driver gives no binary for a built program"))?;
     let mut binary = vec![0u8; sizes[at]];
     // The driver copies each device's binary where its pointer says; null pointers are skipped.
     let mut targets: Vec<*mut u8> = vec![std::ptr::null_mut(); count];
@@ -85,6 +79,21 @@ pub fn binary_of(s: &State, program: sys::Program, device: sys::DeviceId) -> Res
     let size = count * std::mem::size_of::<*mut u8>();
     check(info(CL_PROGRAM_BINARIES, size, targets.as_mut_ptr().cast(), std::ptr::null_mut()), "clGetProgramInfo")?;
     Ok(binary)
+}
+
+/// Where the binary of the device at place `at` of a program's device list is, given the sizes the
+/// driver reports per place. pocl 3.1 reports the binary of a program built for one device of a
+/// two-device context at the first place, whichever device it was built for: a program built for
+/// one device has one binary, and that is it.
+fn binary_place(sizes: &[usize], at: usize) -> Option<usize> {
+    if sizes.get(at).is_some_and(|&n| n > 0) {
+        return Some(at);
+    }
+    let mut built = (0..sizes.len()).filter(|&i| sizes[i] > 0);
+    match (built.next(), built.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    }
 }
 
 /// A program for `device` made from a binary the driver gave out earlier (not yet built).
@@ -121,5 +130,15 @@ mod tests {
         let empty = encode([("k", &b""[..])]);
         assert!(decode(&empty).unwrap_err().to_string().contains("k's program binary is empty"));
         assert!(decode(&u64::MAX.to_le_bytes()).unwrap_err().to_string().contains("exceeds"));
+    }
+
+    #[test]
+    fn the_binary_of_a_device_is_found_at_its_place_or_as_the_only_one() {
+        assert_eq!(binary_place(&[7], 0), Some(0));
+        assert_eq!(binary_place(&[3, 4], 1), Some(1), "each device its own");
+        assert_eq!(binary_place(&[5, 0], 1), Some(0), "pocl: the only binary, at the first place");
+        assert_eq!(binary_place(&[0, 0], 1), None, "none built");
+        assert_eq!(binary_place(&[3, 4, 0], 2), None, "two others built: neither is this device's");
+        assert_eq!(binary_place(&[], 0), None);
     }
 }
