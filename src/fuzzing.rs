@@ -3,8 +3,9 @@
 //! graph is planned, instantiated on its model's operator library and run; an accepted params blob
 //! is loaded into an executor that then runs; an accepted module blob makes an executor through its
 //! factory, which runs; a mutated packet is served in the middle of a real session, which goes on
-//! or ends, never reaching memory or handles it did not hand out. No nightly toolchain is needed: seeds come from the fixtures, mutations are the classic
-//! byte-level ones plus length and count fields set to extreme values.
+//! or ends, never reaching memory or handles it did not hand out. No nightly toolchain is needed:
+//! seeds come from the fixtures (and a recorded session), mutations are the classic byte-level
+//! ones plus length and count fields set to extreme values.
 //!
 //! The oracle is more than "no panic": every accepted input must satisfy the invariants the rest
 //! of the runtime relies on (each entry fits its slot, arena offsets stay inside the arena,
@@ -295,6 +296,24 @@ fn factory_graph(root: &ObjRef<Module>) -> Option<&str> {
 
 /// A module blob: its tree loads over the model's library; a factory in it makes an executor that
 /// runs or fails with an error (when its kernels keep their argument types, as in `run_graph`).
+fn run_blob(data: &[u8], seed: &Seed) -> bool {
+    let Ok(root) = blob::load_tree(data, seed.library()) else { return false };
+    let same_kernels =
+        factory_graph(&root).and_then(|json| Graph::parse(json).ok()).is_some_and(|g| keeps_kernel_types(&g, seed));
+    if !same_kernels {
+        return true;
+    }
+    if let Ok(Some(default)) = Module::get_function(&root, "default", false) {
+        let mut args = ArgsBuilder::new();
+        args.device(DLDevice::CPU);
+        if let Ok(m) = default.call(&args.args()).and_then(|r| r.into_object::<Module>()) {
+            let ex = m.node::<GraphExecutor>().expect("the factory makes executors");
+            let _ = ex.run();
+        }
+    }
+    true
+}
+
 /// The handles a reply gives out, in order.
 fn handles_in(reply: &[u8]) -> Vec<u64> {
     use crate::rpc::packet::Packet;
@@ -402,24 +421,6 @@ fn replace_all(bytes: &mut [u8], old: &[u8; 8], new: &[u8; 8]) {
             i += 1;
         }
     }
-}
-
-fn run_blob(data: &[u8], seed: &Seed) -> bool {
-    let Ok(root) = blob::load_tree(data, seed.library()) else { return false };
-    let same_kernels =
-        factory_graph(&root).and_then(|json| Graph::parse(json).ok()).is_some_and(|g| keeps_kernel_types(&g, seed));
-    if !same_kernels {
-        return true;
-    }
-    if let Ok(Some(default)) = Module::get_function(&root, "default", false) {
-        let mut args = ArgsBuilder::new();
-        args.device(DLDevice::CPU);
-        if let Ok(m) = default.call(&args.args()).and_then(|r| r.into_object::<Module>()) {
-            let ex = m.node::<GraphExecutor>().expect("the factory makes executors");
-            let _ = ex.run();
-        }
-    }
-    true
 }
 
 /// xorshift64*: reproducible, no dependency.
