@@ -1,6 +1,25 @@
-# What the benchmark scripts share: alternating the two runtimes in processes of their own and
-# printing a table row. Source it after setting `rounds`, `ours` (the folder of this library) and
+# What the benchmark scripts share: upstream's OpenCL build and the OpenCL benchmark models, then
+# alternating the two runtimes in processes of their own and printing a table row. Source it from
+# the repository's root; `alternate` reads `rounds`, `ours` (the folder of this library) and
 # `upstream` (the folder of upstream's).
+
+# upstream_opencl: the folder of upstream's library built with OpenCL ($TVM_UPSTREAM_SHARED, else
+# ../shared/upstream); exits saying so when it is not there.
+upstream_opencl() {
+  local dir=${TVM_UPSTREAM_SHARED:-$PWD/../shared/upstream}
+  [ -f "$dir/libtvm_runtime.so" ] || { echo "no upstream OpenCL runtime in $dir" >&2; exit 1; }
+  echo "$dir"
+}
+
+# opencl_models MODEL...: builds the OpenCL benchmark models missing from target/bench-models-cl
+# with TVM's wheel (scripts/tvm_env.sh's environment).
+opencl_models() {
+  local need=() m
+  for m in "$@"; do [ -f "target/bench-models-cl/$m/lib.so" ] || need+=("$m"); done
+  [ ${#need[@]} -eq 0 ] && return
+  TVM_FFI=ctypes PYTHONPATH="$TVM_WHEEL_DIR" "$TVM_PYTHON" scripts/make_opencl_fixtures.py build --bench \
+    --out target/bench-models-cl --only "$(IFS=,; echo "${need[*]}")"
+}
 
 # alternate FIELD CMD...: runs CMD `rounds` times on each runtime, alternating, and sets O and U to
 # the figures (space separated): field FIELD (space separated) of the last line CMD prints. Extra

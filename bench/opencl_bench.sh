@@ -9,15 +9,10 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 rounds=${1:-5}
 eval "$(scripts/tvm_env.sh)"
-upstream=${TVM_UPSTREAM_SHARED:-$repo/../shared/upstream}
-[ -f "$upstream/libtvm_runtime.so" ] || { echo "no upstream OpenCL runtime in $upstream" >&2; exit 1; }
+. bench/lib.sh
+upstream=$(upstream_opencl)
 models=target/bench-models-cl
-need=()
-for m in mlp_cl mobilenet_cl resnet18_unbound_cl_b1 resnet18_unbound_cl_b4; do [ -f $models/$m/lib.so ] || need+=($m); done
-if [ ${#need[@]} -gt 0 ]; then
-  TVM_FFI=ctypes PYTHONPATH="$TVM_WHEEL_DIR" "$TVM_PYTHON" scripts/make_opencl_fixtures.py build --bench \
-    --out $models --only "$(IFS=,; echo "${need[*]}")"
-fi
+opencl_models mlp_cl mobilenet_cl resnet18_unbound_cl_b1 resnet18_unbound_cl_b4
 cargo build --release --quiet
 mkdir -p target/bench
 cc -O2 -o target/bench/opencl_bench bench/opencl_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" \
@@ -30,8 +25,6 @@ mkdir -p target/bench/shim-as-loader
 ln -sf ../libopencl_shim.so target/bench/shim-as-loader/libOpenCL.so
 shim=$repo/target/bench/libopencl_shim.so
 ours=$repo/target/release
-
-. bench/lib.sh
 
 # measure LABEL FIELD ARGS...: alternate the runtimes, print one table row of output field FIELD
 # (FOLD=1 in the environment: ours folds even a lone executor).

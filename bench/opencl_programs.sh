@@ -12,15 +12,10 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 rounds=${1:-5}
 eval "$(scripts/tvm_env.sh)"
-upstream=${TVM_UPSTREAM_SHARED:-$repo/../shared/upstream}
-[ -f "$upstream/libtvm_runtime.so" ] || { echo "no upstream OpenCL runtime in $upstream" >&2; exit 1; }
+. bench/lib.sh
+upstream=$(upstream_opencl)
 models=target/bench-models-cl
-need=()
-for m in mobilenet_cl resnet18_unbound_cl_b1; do [ -f $models/$m/lib.so ] || need+=($m); done
-if [ ${#need[@]} -gt 0 ]; then
-  TVM_FFI=ctypes PYTHONPATH="$TVM_WHEEL_DIR" "$TVM_PYTHON" scripts/make_opencl_fixtures.py build --bench \
-    --out $models --only "$(IFS=,; echo "${need[*]}")"
-fi
+opencl_models mobilenet_cl resnet18_unbound_cl_b1
 cargo build --release --quiet --lib
 mkdir -p target/bench
 dmlc=$(dirname "$TVM_UPSTREAM_INCLUDE")/dmlc-core/include
@@ -33,7 +28,6 @@ trap 'rm -rf "$work"' EXIT
 export POCL_KERNEL_CACHE=0
 
 ours=$repo/target/release
-. bench/lib.sh
 echo "| $(nproc) cores, pocl with its cache off: ms of load + programs + create + load_params + first run | ours: median (min-max) | upstream | ours / upstream |"
 echo "|---|---|---|---|"
 for m in mobilenet_cl resnet18_unbound_cl_b1; do
