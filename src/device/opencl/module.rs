@@ -225,15 +225,12 @@ impl OpenClModule {
 impl Inner {
     /// Kernel `name` built for device `dev` (on first use), under its lock.
     fn with_kernel<T>(&self, name: &str, dev: i32, f: impl FnOnce(&mut Built) -> Result<T>) -> Result<T> {
-        let mut built = self.slot(name)?.lock().unwrap_or_else(|e| e.into_inner());
-        let i = device_index(dev)?;
-        if built.len() <= i {
-            built.resize_with(i + 1, || None);
+        let mut slots = self.slot(name)?.lock().unwrap_or_else(|e| e.into_inner());
+        let built = on_device(&mut slots, device_index(dev)?);
+        if built.is_none() {
+            *built = Some(self.build_cached(name, dev)?);
         }
-        if built[i].is_none() {
-            built[i] = Some(self.build_cached(name, dev)?);
-        }
-        f(built[i].as_mut().expect("built above"))
+        f(built.as_mut().expect("built above"))
     }
 
     /// Kernel `name` on device `dev` from the program cache when it is on and holds this source's
@@ -297,14 +294,11 @@ impl Inner {
             }
         }
         for (name, b) in made {
-            let mut built = self.slot(name)?.lock().unwrap_or_else(|e| e.into_inner());
-            if built.len() <= i {
-                built.resize_with(i + 1, || None);
-            }
-            match built[i] {
+            let mut slots = self.slot(name)?.lock().unwrap_or_else(|e| e.into_inner());
+            match on_device(&mut slots, i) {
                 // Built already (a launch, or the same kernel twice in the blob): kept, as upstream.
                 Some(_) => b.release(),
-                None => built[i] = Some(b),
+                built @ None => *built = Some(b),
             }
         }
         Ok(())
@@ -370,6 +364,14 @@ enum Origin<'a> {
     Source,
     /// A binary the driver gave out earlier (`opencl.SetPreCompiledPrograms`).
     Binary(&'a [u8]),
+}
+
+/// A kernel's place for device `i` among its per-device builds, made when first asked for.
+fn on_device(slots: &mut Vec<Option<Built>>, i: usize) -> &mut Option<Built> {
+    if slots.len() <= i {
+        slots.resize_with(i + 1, || None);
+    }
+    &mut slots[i]
 }
 
 fn device_index(dev: i32) -> Result<usize> {
