@@ -5,6 +5,8 @@
 # the same memory) must be equal. Differences listed in docs/DIFFERENCES.md are not generated.
 # usage: scripts/difftest.sh [FIRST_SEED [SEEDS [STEPS [KINDS]]]]   (defaults 1 20 400 0123)
 # Without ../shared/upstream it says so and exits 0 (set TVM_UPSTREAM_SHARED to another folder).
+# OURS_ENV="NAME=value ..." is extra environment for our side only (TVM_RT_ARENA_POOL=2: every
+# executor draws its activations from a pool, which no host call may be able to tell).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -26,7 +28,10 @@ for seed in $(seq "$first" $((first + seeds - 1))); do
     lib=$repo/target/release
     [ "$side" = upstream ] && lib=$upstream
     # Upstream may crash while tearing down after the last step; the transcript ends with "end".
-    TVM_NUM_THREADS=1 LD_LIBRARY_PATH=$lib "$out/difftest" tests/fixtures "$seed" "$steps" "$kinds" \
+    extra=""
+    [ "$side" = ours ] && extra=${OURS_ENV:-}
+    # shellcheck disable=SC2086
+    env $extra TVM_NUM_THREADS=1 LD_LIBRARY_PATH=$lib "$out/difftest" tests/fixtures "$seed" "$steps" "$kinds" \
       >"$out/$side.$seed.txt" 2>"$out/$side.$seed.err" || true
   done
   if ! diff -q "$out/upstream.$seed.txt" "$out/ours.$seed.txt" >/dev/null; then

@@ -325,12 +325,21 @@ def make_bench(outdir, only=None):
         write_model(outdir, name, build(mod), random_inputs(mod, rng, skip=params),
                     load_params=params, factory_weights=False)
 
+    def lstm_len(seq_len):
+        def make(name):
+            mod, params = lstm(seq_len, hidden=256, inp=128)
+            write_model(outdir, name, build(mod), random_inputs(mod, rng, skip=params),
+                        load_params=params, factory_weights=False)
+        return make
+
     t = relay.testing
     models = {
         "resnet18": lambda n: bound(t.resnet.get_workload, num_layers=18, batch_size=1)(n),
         "mobilenet": lambda n: bound(t.mobilenet.get_workload, batch_size=1)(n),
         "squeezenet": lambda n: bound(t.squeezenet.get_workload, batch_size=1)(n),
         "resnet18_unbound": unbound_batch("resnet18", t.resnet.get_workload, 1, num_layers=18),
+        "resnet18_unbound_b2": unbound_batch("resnet18", t.resnet.get_workload, 2, num_layers=18),
+        "resnet18_unbound_b4": unbound_batch("resnet18", t.resnet.get_workload, 4, num_layers=18),
         "resnet18_unbound_b8": unbound_batch("resnet18", t.resnet.get_workload, 8, num_layers=18),
         "mobilenet_unbound": unbound_batch("mobilenet", t.mobilenet.get_workload, 1),
         "mobilenet_unbound_b8": unbound_batch("mobilenet", t.mobilenet.get_workload, 8),
@@ -338,6 +347,8 @@ def make_bench(outdir, only=None):
         "squeezenet_unbound_b8": unbound_batch("squeezenet", t.squeezenet.get_workload, 8),
         "chain200": chain,
         "lstm_big": lstm_big,
+        # One LSTM at several sequence lengths, sharing its weights (the arena pool's sequence case).
+        **{"lstm_s%d" % n: lstm_len(n) for n in (8, 16, 32, 64)},
     }
     for name, make in models.items():
         if only is None or name in only:

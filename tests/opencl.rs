@@ -321,6 +321,45 @@ fn concurrent_executors_share_kernels() {
 /// A graph on two devices (`device_index`: a dense and a softmax on OpenCL, a CPU fallback
 /// operator between them, `__copy` nodes across): upstream's bytes through the factory and
 /// `create` given both devices, and given OpenCL alone (CPU entries go to the CPU).
+/// Executors of two batch sizes drawing from one pool of device arenas, run from two threads:
+/// every run gives upstream's bytes, and the pool holds its one arena on the device.
+#[test]
+fn pooled_executors_on_the_device() {
+    if !have_opencl() {
+        return;
+    }
+    let (f1, f4) = (Fixture::load("opencl/mlp_unbound_cl_b1"), Fixture::load("opencl/mlp_unbound_cl_b4"));
+    let (lib1, lib4) = (f1.load_lib(), f4.load_lib());
+    let owner = f1.executor_without_params_on(&lib1, CL);
+    exec(&owner).load_params(&f1.params()).unwrap();
+    let pool = tvm_runtime::executor::pool::ArenaPool::new(CL, 1).unwrap();
+    let mut all = vec![(&f1, owner.clone())];
+    for (f, lib) in [(&f4, &lib4), (&f1, &lib1), (&f4, &lib4)] {
+        let m = f.executor_without_params_on(lib, CL);
+        exec(&m).share_params(exec(&owner), &f.params()).unwrap();
+        all.push((f, m));
+    }
+    for (_, m) in &all {
+        exec(m).join_pool(&pool).unwrap();
+    }
+    std::thread::scope(|s| {
+        for half in all.chunks(2) {
+            s.spawn(move || {
+                for i in 0..6 {
+                    for (f, m) in half {
+                        f.set_inputs(m);
+                        exec(m).run().unwrap();
+                        f.check_outputs(m, &format!("pooled on the device, round {i}"));
+                    }
+                }
+            });
+        }
+    });
+    let u = pool.usage();
+    assert_eq!((u.arenas, u.stats.leases), (1, 24), "{u:?}");
+    assert_eq!(u.arena_bytes, all.iter().map(|(_, m)| exec(m).layout().arena_bytes).max().unwrap());
+}
+
 #[test]
 fn heterogeneous_graphs_run_on_both_devices() {
     use tvm_runtime::module::Module;
@@ -357,7 +396,7 @@ fn heterogeneous_graphs_run_on_both_devices() {
     // Executors sharing weights and activations: the arena spans two devices, so it stays each
     // executor's own.
     let e = exec(&from_create).share_activations(exec(&cl_only)).unwrap_err();
-    assert!(e.to_string().contains("one and the same device"), "{e}");
+    assert!(e.to_string().contains("on several devices"), "{e}");
     // A graph on OpenCL and the CPU, given a CUDA device: refused.
     let mut a = ArgsBuilder::new();
     a.str(&f.graph_json()).object(lib.into_any()).int(2).int(0);

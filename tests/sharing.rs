@@ -128,7 +128,8 @@ fn share_params_refuses_mismatches_by_name() {
     assert!(e.contains("not a GraphExecutor"), "{e}");
 }
 
-/// Batch 1 and batch 8 used in turn: one copy of the weights and one activation arena.
+/// Batch 1 and batch 8 used in turn: one copy of the weights and one activation arena (a pool of
+/// one).
 #[test]
 fn batch_variants_share_weights_and_one_activation_arena() {
     let f1 = Fixture::load("mlp_unbound_b1");
@@ -146,8 +147,8 @@ fn batch_variants_share_weights_and_one_activation_arena() {
     // Each keeps only its outputs to itself (a host may hold views of them).
     let outputs = |m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>| exec(m).plan().output_region_bytes;
     assert_eq!((u1.activations, u8_.activations), (outputs(&m1), outputs(&m8)), "{u1:?} {u8_:?}");
-    assert_eq!(u1.activations_shared, u8_.activations_shared);
-    assert!(u8_.activations_shared >= own8 && u8_.activations_shared < own8 + 64 * 16, "{u8_:?} vs {own8}");
+    // Arenas are made for runs: none yet.
+    assert_eq!((u1.activations_shared, u8_.activations_shared), (0, 0), "{u1:?}");
     for round in 0..2 {
         for (f, m) in [(&f1, &m1), (&f8, &m8)] {
             f.set_inputs(m);
@@ -155,15 +156,30 @@ fn batch_variants_share_weights_and_one_activation_arena() {
             f.check_outputs(m, &format!("shared arena, round {round}"));
         }
     }
+    let (u1, u8_) = (exec(&m1).memory_usage(), exec(&m8).memory_usage());
+    assert_eq!(u1.activations_shared, u8_.activations_shared);
+    assert!(u8_.activations_shared >= own8 && u8_.activations_shared < own8 + 64 * 16, "{u8_:?} vs {own8}");
 
-    // While one holder runs, the other's run fails instead of corrupting its data.
-    let arena = exec(&m1).shared_arena().unwrap();
-    let running = arena.try_acquire().unwrap();
+    // While one holder runs, the other's run waits for it (and fails after the pool's timeout,
+    // leaving the executor usable).
+    let pool = exec(&m1).pool().unwrap();
+    assert_eq!(pool.usage().capacity, 1);
+    let holder = pool.join(0);
+    let running = holder.lease().unwrap();
+    pool.set_timeout(std::time::Duration::from_millis(30));
+    f8.set_inputs(&m8);
     let e = exec(&m8).run().unwrap_err().to_c_message();
-    assert!(e.contains("activation arena is running"), "{e}");
-    drop(running);
-    exec(&m8).run().unwrap();
-    f8.check_outputs(&m8, "after the guard was released");
+    assert!(e.contains("no activation arena came free"), "{e}");
+    pool.set_timeout(std::time::Duration::from_secs(30));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| exec(&m8).run());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "the run waits while the arena is lent");
+        drop(running);
+        waiter.join().unwrap().unwrap();
+    });
+    f8.check_outputs(&m8, "after the arena came back");
+    assert_eq!(pool.usage().stats.timeouts, 1);
 
     // A third executor joining with a bigger graph grows the arena; the others follow.
     let m8b = f8.executor_without_params(&lib8);

@@ -5,6 +5,7 @@
 use super::{api_of, DeviceApi, Place};
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -13,8 +14,9 @@ pub struct DeviceMemory {
     api: &'static dyn DeviceApi,
     data: *mut c_void,
     len: usize,
-    /// Regions made so far: (offset, len, handle).
-    regions: Mutex<Vec<(usize, usize, usize)>>,
+    /// Regions made so far: (offset, len) -> handle. Arenas of a pool serve every member's
+    /// layout, so a lookup per entry per run must not scan all of them.
+    regions: Mutex<HashMap<(usize, usize), usize>>,
 }
 
 // SAFETY: device handles are plain values that any thread may pass to the device API, which is
@@ -28,7 +30,7 @@ impl DeviceMemory {
     pub fn zeroed(device: DLDevice, len: usize) -> Result<DeviceMemory> {
         let api = api_of(device)?;
         let data = api.alloc(device.device_id, len, crate::tensor::ALIGNMENT)?;
-        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(Vec::new()) })
+        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(HashMap::new()) })
     }
 
     /// Memory a device API handed out elsewhere (an RPC server's array), freed through it when
@@ -38,7 +40,7 @@ impl DeviceMemory {
     /// `data` must be a live handle of `device`'s API, `len` bytes, owned by nobody else.
     pub unsafe fn adopt(device: DLDevice, data: *mut c_void, len: usize) -> Result<DeviceMemory> {
         let api = api_of(device)?;
-        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(Vec::new()) })
+        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(HashMap::new()) })
     }
 
     pub fn device(&self) -> DLDevice {
@@ -61,7 +63,7 @@ impl DeviceMemory {
     /// Whether `handle` is this memory or one of its regions.
     pub fn owns(&self, handle: *mut c_void) -> bool {
         handle == self.data
-            || self.regions.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|&(_, _, h)| h == handle as usize)
+            || self.regions.lock().unwrap_or_else(|e| e.into_inner()).values().any(|&h| h == handle as usize)
     }
 
     /// A handle kernels take for bytes `offset..offset + len` (the whole handle for offset 0),
@@ -72,12 +74,12 @@ impl DeviceMemory {
             return Ok(self.data);
         }
         let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&(_, _, h)) = regions.iter().find(|&&(o, l, _)| o == offset && l == len) {
+        if let Some(&h) = regions.get(&(offset, len)) {
             return Ok(h as *mut c_void);
         }
         // SAFETY: our live allocation, which covers the range (checked above).
         let h = unsafe { self.api.region(self.device.device_id, self.data, offset, len) }?;
-        regions.push((offset, len, h as usize));
+        regions.insert((offset, len), h as usize);
         Ok(h)
     }
 
@@ -121,7 +123,7 @@ impl DeviceMemory {
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
         let id = self.device.device_id;
-        for (_, _, h) in self.regions.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for (_, h) in self.regions.get_mut().unwrap_or_else(|e| e.into_inner()).drain() {
             // SAFETY: a region of ours, freed once, before the memory it is part of.
             let _ = unsafe { self.api.free(id, h as *mut c_void) };
         }

@@ -25,6 +25,7 @@ pub const NAMES: &[&str] = &[
     "share_params",
     "get_memory_usage",
     "share_activations",
+    "join_arena_pool",
     "load_params_from_file",
     "set_fold_weights",
     "set_strict_inputs",
@@ -198,8 +199,9 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                     .prepared_params_use()
                     .map(|s| format!(", \"prepared_params\": {}", serde_json::Value::String(s)))
                     .unwrap_or_default();
+                let pool = m.pool.map(|p| format!(", \"pool\": {}", p.to_json())).unwrap_or_default();
                 Ok(RetValue::Str(format!(
-                    "{{\"device\": \"{}({})\", \"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"weights_mirrored\": {}, \"weights_derived\": {}, \"activations\": {}, \"activations_shared\": {}, \"activation_arena\": {}, \"activation_bound\": {}, \"ops_folded\": {}, \"ops_total\": {}, \"workspace\": {}{prepared}}}",
+                    "{{\"device\": \"{}({})\", \"weights_owned\": {}, \"weights_shared\": {}, \"weights_mapped\": {}, \"weights_mirrored\": {}, \"weights_derived\": {}, \"activations\": {}, \"activations_shared\": {}, \"activation_arena\": {}, \"activation_bound\": {}, \"ops_folded\": {}, \"ops_total\": {}, \"workspace\": {}{prepared}{pool}}}",
                     crate::device::type_name(m.device.device_type), m.device.device_id,
                     m.weights_owned, m.weights_shared, m.weights_mapped, m.weights_mirrored, m.weights_derived, m.activations,
                     m.activations_shared, m.activation_arena, m.activation_bound, m.ops_folded, m.ops_total, ws
@@ -232,6 +234,14 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 ex.share_activations(executor_of(&other)?).map(Into::into)
             },
             "share_activations",
+        ),
+        "join_arena_pool" => wrap(
+            this,
+            |ex, a| {
+                a.expect_count("join_arena_pool", 1, 1)?;
+                ex.join_pool(&super::pool::PoolModule::of(&a.module(0)?)?).map(Into::into)
+            },
+            "join_arena_pool",
         ),
         _ => return None,
     })

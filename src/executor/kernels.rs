@@ -61,6 +61,9 @@ pub enum Mem {
     Weight(Arc<Weight>),
     /// Caller memory bound with zero-copy.
     External(External),
+    /// This offset of the arena leased for the run under way (see [`Ops::lend`]); nothing
+    /// between runs. The table holds the arena while it is lent, so entries need no hold each.
+    Lent(usize),
 }
 
 /// The entry tensors kernels receive, in one allocation whose address never changes. Operator
@@ -149,6 +152,12 @@ pub struct Ops {
     calls: Vec<OpCall>,
     /// Per entry: the device its tensor is on.
     devices: Vec<DLDevice>,
+    /// The arena `Mem::Lent` entries point into while a run holds it.
+    lent: Option<Arc<Buffer>>,
+    /// The `Mem::Lent` entries, found again after the bindings change (`None` until then), and
+    /// room for their addresses: lending is on every pooled run's path.
+    lent_entries: Option<Vec<usize>>,
+    lent_data: Vec<*mut c_void>,
 }
 
 // SAFETY: the table's pointers address memory `memory` keeps alive, the plan's shapes (the plan
@@ -199,6 +208,9 @@ impl Ops {
             bytes: plan.entry_bytes.clone(),
             calls,
             devices: plan.entry_device.clone(),
+            lent: None,
+            lent_entries: None,
+            lent_data: Vec::new(),
         }
     }
 
@@ -218,7 +230,33 @@ impl Ops {
                 w.data_on(self.devices[eid])
             }
             Mem::External(External(p)) => Ok(*p),
+            // The pool sizes every arena for its largest member; `data_at` checks it anyway.
+            Mem::Lent(at) => self.lent.as_ref().map_or(Ok(std::ptr::null_mut()), |b| b.data_at(*at, bytes)),
         }
+    }
+
+    /// Lends `arena` to the `Mem::Lent` entries for one run, all or nothing, or (`None`) takes it
+    /// back: they point at nothing again, so no kernel can reach an arena given back.
+    pub fn lend(&mut self, arena: Option<Arc<Buffer>>) -> Result<()> {
+        let memory = &self.memory;
+        let lent = self
+            .lent_entries
+            .get_or_insert_with(|| (0..memory.len()).filter(|&e| matches!(memory[e], Mem::Lent(_))).collect());
+        self.lent_data.clear();
+        if let Some(b) = &arena {
+            for &eid in lent.iter() {
+                let Mem::Lent(at) = memory[eid] else { unreachable!("a lent entry") };
+                let p = b.data_at(at, self.bytes[eid]).map_err(|e| e.context(format!("binding entry {eid}")))?;
+                self.lent_data.push(p);
+            }
+        } else {
+            self.lent_data.resize(lent.len(), std::ptr::null_mut());
+        }
+        for (&eid, &p) in lent.iter().zip(&self.lent_data) {
+            self.tensors.set_data(eid, p);
+        }
+        self.lent = arena;
+        Ok(())
     }
 
     /// Points entry `eid` at `mem`; on failure the entry keeps what it had.
@@ -226,6 +264,7 @@ impl Ops {
         let data = self.resolve(eid, &mem)?;
         self.tensors.set_data(eid, data);
         self.memory[eid] = mem;
+        self.lent_entries = None;
         Ok(())
     }
 
@@ -242,6 +281,7 @@ impl Ops {
             self.tensors.set_data(eid, p);
         }
         self.memory = mems;
+        self.lent_entries = None;
         Ok(())
     }
 
@@ -256,6 +296,7 @@ impl Ops {
             self.tensors.set_data(eid, p);
         }
         self.memory = bindings.memory;
+        self.lent_entries = None;
     }
 
     /// What entry `eid` points at.
@@ -267,6 +308,7 @@ impl Ops {
     pub fn unbind(&mut self, eid: usize) {
         self.tensors.set_data(eid, std::ptr::null_mut());
         self.memory[eid] = Mem::None;
+        self.lent_entries = None;
     }
 
     /// The distinct files the weights entries are bound to are mapped from.
@@ -329,6 +371,10 @@ impl Ops {
         match &self.memory[eid] {
             Mem::Buffer(b, at) => Ok(b.place(*at)),
             Mem::External(External(p)) => Ok(Place { data: *p, offset: 0, device: self.devices[eid] }),
+            Mem::Lent(at) => match &self.lent {
+                Some(b) => Ok(b.place(*at)),
+                None => Err(Error::internal(format!("entry {eid} has memory only while its executor runs"))),
+            },
             Mem::Weight(_) => Err(Error::internal(format!("entry {eid} is a weight: it is never written in place"))),
             Mem::None => Err(Error::internal(format!("entry {eid} has no memory to write"))),
         }
@@ -338,6 +384,7 @@ impl Ops {
     fn readable(&self, eid: usize) -> Place {
         match &self.memory[eid] {
             Mem::Buffer(b, at) => b.place(*at),
+            Mem::Lent(at) if self.lent.is_some() => self.lent.as_ref().expect("checked").place(*at),
             _ => Place { data: self.tensors.data(eid), offset: 0, device: self.devices[eid] },
         }
     }
@@ -393,7 +440,8 @@ impl Ops {
             // SAFETY: caller memory bound with zero-copy, which the caller keeps alive for as long
             // as it is bound (`ZeroCopy::new`).
             Mem::External(External(p)) => Some(unsafe { NDArray::external(*p, shape, dtype, self.devices[eid]) }),
-            Mem::Weight(_) | Mem::None => None,
+            // A view would outlive the run's lease of the arena.
+            Mem::Weight(_) | Mem::None | Mem::Lent(_) => None,
         })
     }
 
@@ -408,7 +456,7 @@ impl Ops {
         let trusted = match &self.memory[eid] {
             Mem::External(_) => true,
             Mem::Buffer(..) => view.buffer().is_some_and(|b| b.holds(data.cast(), self.bytes[eid])),
-            Mem::Weight(_) | Mem::None => false,
+            Mem::Weight(_) | Mem::None | Mem::Lent(_) => false,
         };
         if trusted {
             // SAFETY: `data` is caller memory bound with zero-copy, alive while bound, or inside

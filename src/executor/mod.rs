@@ -2,7 +2,6 @@
 //! per-executor state behind a mutex (calls from several threads serialise; use one executor per
 //! thread to run in parallel — they can share weights).
 
-mod arena;
 pub mod debug;
 pub mod factory;
 mod fold;
@@ -11,6 +10,7 @@ pub(crate) mod instance;
 mod kernels;
 pub mod layout;
 pub mod plan;
+pub mod pool;
 mod report;
 mod weights;
 
@@ -77,7 +77,15 @@ impl GraphExecutor {
     }
 
     fn with_debug(plan: Arc<Plan>, debug: bool) -> Result<GraphExecutor> {
-        let state = Mutex::new(Instance::new(plan.clone(), debug)?);
+        let mut instance = Instance::new(plan.clone(), debug)?;
+        // With a default pool set, executors that can draw from one do (a debug executor, one on
+        // several devices or laid out by storage ids keep their own arenas).
+        if !debug && plan.devices.len() == 1 && plan.liveness_layout {
+            if let Some(pool) = pool::default::pool(plan.device)? {
+                instance.join_pool(&pool)?;
+            }
+        }
+        let state = Mutex::new(instance);
         LIVE_EXECUTORS.fetch_add(1, Ordering::AcqRel);
         Ok(GraphExecutor { plan, state, debug, strict_inputs: AtomicBool::new(strict_inputs_default()) })
     }
@@ -220,29 +228,27 @@ impl GraphExecutor {
         })
     }
 
-    /// Makes this executor and `other` use one activation arena, sized for the larger. They must
-    /// then never run at the same time: a run while another holder runs fails with an error.
-    /// Outputs stay each executor's own (`Plan::output_offsets`), unless the plan is laid out by
-    /// storage ids: then they are in the arena and any holder's next run overwrites them.
+    /// Makes this executor and `other` draw their activations from one pool: `other`'s, or a new
+    /// one of one arena (sized for the larger), which they then take in turn: a run waits while
+    /// another holder runs. Outputs and inputs stay each executor's own.
     pub fn share_activations(&self, other: &GraphExecutor) -> Result<()> {
         if std::ptr::eq(self, other) {
             return Ok(());
         }
         let (mut mine, mut theirs) = self.lock_pair(other);
         Instance::transaction_pair(&mut mine, &mut theirs, |mine, theirs| {
-            mine.prepare()?;
-            theirs.prepare()?;
-            // Size the arena for both first, so nobody binds a buffer that is replaced at once.
-            let arena = match theirs.arena() {
-                Some(a) => a.clone(),
-                None => arena::Arena::new(self.plan.device)?,
+            let pool = match theirs.pool() {
+                Some(p) => p.clone(),
+                None => pool::ArenaPool::new(self.plan.device, 1)?,
             };
-            arena.reserve(mine.layout().arena_bytes.max(theirs.layout().arena_bytes))?;
-            if theirs.arena().is_none_or(|a| !Arc::ptr_eq(a, &arena)) {
-                theirs.join_arena(arena.clone())?;
-            }
-            mine.join_arena(arena)
+            theirs.join_pool(&pool)?;
+            mine.join_pool(&pool)
         })
+    }
+
+    /// Draws this executor's activations from `pool` from its next run on.
+    pub fn join_pool(&self, pool: &Arc<pool::ArenaPool>) -> Result<()> {
+        self.lock().transaction(|st| st.join_pool(pool))
     }
 
     /// Locks two executors in address order, so two threads pairing them oppositely cannot deadlock.
@@ -266,9 +272,9 @@ impl GraphExecutor {
         self.lock().entry_data(eid)
     }
 
-    /// The activation arena this executor shares with others (`share_activations`), if any.
-    pub fn shared_arena(&self) -> Option<Arc<arena::Arena>> {
-        self.lock().arena().cloned()
+    /// The pool of activation arenas this executor draws from, if any.
+    pub fn pool(&self) -> Option<Arc<pool::ArenaPool>> {
+        self.lock().pool().cloned()
     }
 
     /// Whether input `name` holds a parameter (loaded, shared, bound by a factory or linked).

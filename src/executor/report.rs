@@ -5,6 +5,7 @@
 
 use super::instance::SlotMemory;
 use super::layout::Home;
+use super::pool::PoolUsage;
 use super::GraphExecutor;
 use crate::dlpack::DLDevice;
 use crate::memory_plan;
@@ -35,13 +36,14 @@ pub struct MemoryUsage {
     pub weights_mapped: usize,
     /// Slots written by operators, of this executor's own.
     pub activations: usize,
-    /// The activation arena shared with other executors (`share_activations`).
+    /// The arenas of the pool this executor draws its activations from (`share_activations`,
+    /// `join_arena_pool`, the default pool): the same pool for all its members, counted once.
     pub activations_shared: usize,
     /// Weights derived from weights by the operators folded at load (held once per process for
     /// each distinct content, counted in every executor that uses them).
     pub weights_derived: usize,
-    /// The activation arena this executor's layout needs (in `activations`, or in the shared
-    /// arena of `activations_shared`).
+    /// The activation arena this executor's layout needs (in `activations`, or in each arena of
+    /// the pool of `activations_shared`).
     pub activation_arena: usize,
     /// The liveness bound of what the activation memory holds: inputs that are not weights plus
     /// the largest sum of operator outputs live at one time. No layout can be smaller.
@@ -54,6 +56,8 @@ pub struct MemoryUsage {
     pub weights_mirrored: usize,
     /// Where the memory above is (except host weights that are mirrored).
     pub device: DLDevice,
+    /// The pool this executor draws its activations from.
+    pub pool: Option<PoolUsage>,
 }
 
 impl GraphExecutor {
@@ -105,6 +109,7 @@ impl GraphExecutor {
             ops_total: 0,
             weights_mirrored: 0,
             device: plan.device,
+            pool: st.pool().map(|p| p.usage()),
         };
         for (sid, is_weight) in st.param_slots().into_iter().enumerate() {
             match st.slot(sid) {
@@ -124,7 +129,7 @@ impl GraphExecutor {
             }
         }
         m.activations += st.own_activation_bytes();
-        m.activations_shared = st.arena().map_or(0, |a| a.len());
+        m.activations_shared = m.pool.map_or(0, |p| p.bytes());
         m.weights_derived = st.derived_bytes();
         let layout = st.layout();
         m.activation_arena = layout.arena_bytes;

@@ -5,6 +5,7 @@
 use super::{def, Register};
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
+use crate::executor::pool::{self, ArenaPool, PoolModule};
 use crate::executor::GraphExecutor;
 use crate::library;
 use crate::module::Module;
@@ -29,6 +30,25 @@ pub(super) fn register(reg: &mut Register<'_>) {
     });
     def(reg, "tvm.graph_executor.create", |a| create_executor(a, false));
     def(reg, "tvm.graph_executor_debug.create", |a| create_executor(a, true));
+    // Pools of activation arenas (executor/pool.rs): an explicit one executors join
+    // (`join_arena_pool`, or the pool's `join`), and the default capacity executors made from now
+    // on draw from their device's pool with (0: none; over TVM_RT_ARENA_POOL).
+    def(reg, "tvmrt.executor.ArenaPool", |a| {
+        a.expect_count("tvmrt.executor.ArenaPool", 3, 3)?;
+        let device = DLDevice { device_type: a.int32(0)?, device_id: a.int32(1)? };
+        let capacity = usize::try_from(a.int(2)?).map_err(|_| Error::value("a negative capacity"))?;
+        Ok(PoolModule::wrap(ArenaPool::new(device, capacity)?).into())
+    });
+    def(reg, "tvmrt.executor.SetArenaPool", |a| {
+        a.expect_count("tvmrt.executor.SetArenaPool", 1, 1)?;
+        let capacity = usize::try_from(a.int(0)?).map_err(|_| Error::value("a negative capacity"))?;
+        pool::default::set_capacity(capacity).map(Into::into)
+    });
+    def(reg, "tvmrt.executor.GetArenaPool", |a| {
+        a.expect_count("tvmrt.executor.GetArenaPool", 2, 2)?;
+        let device = DLDevice { device_type: a.int32(0)?, device_id: a.int32(1)? };
+        Ok(pool::default::pool(device)?.map_or(RetValue::None, |p| PoolModule::wrap(p).into()))
+    });
     // Modules.
     def(reg, "runtime.ModuleGetTypeKey", |a| Ok(a.module(0)?.type_key().into()));
     def(reg, "runtime.ModuleImportsSize", |a| Ok(RetValue::Int(a.module(0)?.imports().len() as i64)));

@@ -59,7 +59,8 @@ fn memory_json(ex: &GraphExecutor) -> Value {
            "activation_bound": m.activation_bound,
            "ops_folded": m.ops_folded, "ops_total": m.ops_total,
            "workspace": tvm_runtime::backend::workspace::pooled_bytes(),
-           "prepared_params": ex.prepared_params_use()})
+           "prepared_params": ex.prepared_params_use(),
+           "pool": m.pool.map(|p| p.to_json())})
 }
 
 /// The memory report in one line, the same words for every command.
@@ -559,6 +560,8 @@ pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
     let margs = ModelArgs { map_params: a.map_params, device: a.device, ..Default::default() };
     let models = a.models.iter().map(|s| Model::load(Some(s), &margs)).collect::<Result<Vec<_>>>()?;
     let executors = a.executors as usize;
+    let device = models[0].device;
+    let pool = a.pool.map(|c| tvm_runtime::executor::pool::ArenaPool::new(device, c as usize)).transpose()?;
     let mut execs = Vec::new();
     for k in 0..executors {
         let model = &models[k % models.len()];
@@ -583,6 +586,9 @@ pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
                     .map_err(|e| e.context(format!("executor {k} ({})", model.name)))?;
             }
         }
+        if let Some(pool) = &pool {
+            exec(&m).join_pool(pool).map_err(|e| e.context(format!("executor {k} ({})", model.name)))?;
+        }
         let data = InputArgs { fill: Some(FillKind::Random), ..Default::default() };
         set_inputs(&data, &margs, model, exec(&m))?;
         exec(&m).run()?;
@@ -597,14 +603,21 @@ pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
     let get = |r: &Value, key: &str| r["memory"][key].as_u64().unwrap_or(0);
     // Shared weights, and weights derived from them (equal bytes are held once), count once.
     let once = |key: &str| rows.iter().map(|r| get(r, key)).max().unwrap_or(0);
+    // A pool's arenas count once too: as many as runs were in flight (one here), at most its
+    // capacity, each of the largest member's arena.
+    let usage = pool.as_ref().map(|p| p.usage());
     let shared_total: u64 = rows.iter().map(|r| get(r, "weights_owned") + get(r, "activations")).sum::<u64>()
         + once("weights_shared")
-        + once("weights_derived");
+        + once("weights_derived")
+        + usage.map_or(0, |u| u.bytes() as u64);
+    let own_arenas: u64 = rows.iter().map(|r| get(r, "activation_arena")).sum();
     let unshared_total: u64 = rows
         .iter()
         .map(|r| get(r, "weights_owned") + get(r, "weights_shared") + get(r, "weights_derived") + get(r, "activations"))
-        .sum();
-    let report = json!({"executors": rows, "total_bytes": shared_total, "unshared_total_bytes": unshared_total});
+        .sum::<u64>()
+        + if usage.is_some() { own_arenas } else { 0 };
+    let report = json!({"executors": rows, "total_bytes": shared_total, "unshared_total_bytes": unshared_total,
+                        "pool": usage.map(|u| u.to_json())});
     if json_out {
         print_json(&report);
         return Ok(());
@@ -620,7 +633,20 @@ pub fn share(a: &ShareArgs, json_out: bool) -> Result<()> {
             get(r, "activations")
         );
     }
-    println!("total    {shared_total} B with sharing; {unshared_total} B if every executor kept its own weights");
+    if let Some(u) = usage {
+        println!(
+            "pool     {} of at most {} arenas of {} B for {} executors: {} B now, at most {} B with {} runs in flight (an arena each: {own_arenas} B)",
+            u.arenas,
+            u.capacity,
+            u.arena_bytes,
+            u.members,
+            u.bytes(),
+            u.capacity * u.arena_bytes,
+            u.capacity
+        );
+    }
+    let what = if usage.is_some() { "weights and arena" } else { "weights" };
+    println!("total    {shared_total} B with sharing; {unshared_total} B if every executor kept its own {what}");
     Ok(())
 }
 

@@ -280,6 +280,10 @@ pub struct ShareArgs {
     /// The device the executors run on: cpu, or opencl[:ID]
     #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
     pub device: DeviceArg,
+    /// Draw the executors' activations from one pool of at most C arenas (as many as runs in
+    /// flight), instead of an arena each
+    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pool: Option<u32>,
 }
 
 fn parse_named_file(s: &str) -> Result<(String, PathBuf), String> {

@@ -1,15 +1,15 @@
-//! Where the values of a run live: the activation arena (this executor's own, or one shared
-//! with executors that run in turn) and the output region, each a buffer per device of the
-//! layout's parts.
+//! Where the values of a run live: the activation arena (this executor's own, or one leased
+//! from a pool for each run) and the output region, each a buffer per device of the layout's
+//! parts.
 
 #![forbid(unsafe_code)]
 
 use super::Instance;
 use crate::error::{Error, Result};
-use crate::executor::arena::Arena;
 use crate::executor::kernels::Mem;
 use crate::executor::layout::Layout;
 use crate::executor::plan::Part;
+use crate::executor::pool::{ArenaPool, Lease, Member};
 use crate::tensor::Buffer;
 use std::sync::Arc;
 
@@ -21,8 +21,8 @@ pub(super) enum Activations {
     None,
     /// This executor's own arena: a buffer per part (per device).
     Own(Parts),
-    /// An arena shared with executors that run in turn (one device), and the generation of it bound.
-    Shared { arena: Arc<Arena>, buffer: Arc<Buffer>, generation: u64 },
+    /// Arenas of a pool (one device), one leased for each run (see `Ops::lend`).
+    Pooled(Arc<Member>),
 }
 
 impl Activations {
@@ -30,7 +30,7 @@ impl Activations {
         match self {
             Activations::None => Mem::None,
             Activations::Own(parts) => parts.at(offset),
-            Activations::Shared { buffer, .. } => Mem::Buffer(buffer.clone(), offset),
+            Activations::Pooled(_) => Mem::Lent(offset),
         }
     }
 
@@ -39,7 +39,7 @@ impl Activations {
         match self {
             Activations::None => Vec::new(),
             Activations::Own(parts) => parts.buffers(),
-            Activations::Shared { buffer, .. } => vec![buffer],
+            Activations::Pooled(_) => Vec::new(),
         }
     }
 }
@@ -88,20 +88,24 @@ impl Instance {
     }
 
     /// Activation memory for `layout`: this executor's own arena (new whenever its parts change,
-    /// so a smaller layout returns memory), or the shared one, grown if needed.
+    /// so a smaller layout returns memory), or its place in a pool (which learns the layout's size
+    /// once it is committed: see [`Instance::pool_need`]).
     fn activations_for(&self, layout: &Layout) -> Result<Activations> {
         Ok(match &self.activations {
             Activations::Own(parts) if parts.fits(&layout.arena_parts) => Activations::Own(parts.clone()),
             Activations::None | Activations::Own(_) => Activations::Own(Parts::new(&layout.arena_parts)?),
-            Activations::Shared { arena, .. } => {
-                arena.reserve(layout.arena_bytes)?;
-                let (buffer, generation) = arena.current();
-                Activations::Shared { arena: arena.clone(), buffer, generation }
-            }
+            pooled @ Activations::Pooled(_) => pooled.clone(),
         })
     }
 
-    /// Bytes of this executor's own activation memory: its arena (unless shared) and its outputs.
+    /// Tells the pool this executor is in what its committed layout needs.
+    pub(super) fn pool_need(&self) {
+        if let Activations::Pooled(member) = &self.activations {
+            member.need(self.layout.arena_bytes);
+        }
+    }
+
+    /// Bytes of this executor's own activation memory: its arena (unless pooled) and its outputs.
     pub fn own_activation_bytes(&self) -> usize {
         let arena = match &self.activations {
             Activations::Own(parts) => parts.bytes(),
@@ -110,37 +114,63 @@ impl Instance {
         arena + self.outputs.as_ref().map_or(0, Parts::bytes)
     }
 
-    /// Moves this executor's activations into `arena` (its own are released).
-    pub fn join_arena(&mut self, arena: Arc<Arena>) -> Result<()> {
-        if arena.device() != self.plan.device || self.plan.devices.len() > 1 {
-            return Err(Error::value("only executors on one and the same device can share an activation arena"));
+    /// Draws this executor's activations from `pool` from its next run on (its own arena is
+    /// released).
+    pub fn join_pool(&mut self, pool: &Arc<ArenaPool>) -> Result<()> {
+        if self.plan.devices.len() > 1 {
+            return Err(Error::value(format!(
+                "an executor on several devices ({:?}) keeps its own activation arenas: a pool's arenas are on one device",
+                self.plan.devices
+            )));
+        }
+        if pool.device() != self.plan.device {
+            return Err(Error::value(format!(
+                "the pool's arenas are on {:?} and this executor runs on {:?}: only executors on the pool's device can draw from it",
+                pool.device(),
+                self.plan.device
+            )));
+        }
+        if !self.plan.liveness_layout {
+            return Err(Error::value(
+                "this graph's storage plan puts inputs or outputs where operator results go (laid out by storage id): its arena holds state between runs, so it keeps its own",
+            ));
+        }
+        if self.keep_derived {
+            return Err(Error::value(
+                "a debug executor keeps its own activation arena: it reads any node's output between calls",
+            ));
+        }
+        if self.pool().is_some_and(|p| Arc::ptr_eq(p, pool)) {
+            return Ok(());
         }
         self.prepare()?;
-        arena.reserve(self.layout.arena_bytes)?;
-        let (buffer, generation) = arena.current();
-        let old = std::mem::replace(&mut self.activations, Activations::Shared { arena, buffer, generation });
+        let member = Arc::new(pool.join(self.layout.arena_bytes));
+        let old = std::mem::replace(&mut self.activations, Activations::Pooled(member));
         self.refresh().inspect_err(|_| self.activations = old)
     }
 
-    pub fn arena(&self) -> Option<&Arc<Arena>> {
+    /// The pool this executor draws its activations from, if any.
+    pub fn pool(&self) -> Option<&Arc<ArenaPool>> {
         match &self.activations {
-            Activations::Shared { arena, .. } => Some(arena),
+            Activations::Pooled(member) => Some(member.pool()),
             _ => None,
         }
     }
 
-    /// Binds the shared arena's current buffer if another holder grew it since this executor
-    /// last ran.
-    pub(super) fn follow_shared_arena(&mut self) -> Result<()> {
-        let Activations::Shared { arena, generation, .. } = &self.activations else {
-            return Ok(());
+    /// Leases an arena for one run and binds the activations into it, all or nothing; `None` for
+    /// an executor with its own arena.
+    pub(super) fn lease_arena(&mut self) -> Result<Option<Lease>> {
+        let Activations::Pooled(member) = &self.activations else {
+            return Ok(None);
         };
-        let (buffer, g) = arena.current();
-        if g == *generation {
-            return Ok(());
-        }
-        let shared = Activations::Shared { arena: arena.clone(), buffer, generation: g };
-        let old = std::mem::replace(&mut self.activations, shared);
-        self.refresh().inspect_err(|_| self.activations = old)
+        let lease = member.lease()?;
+        self.ops.lend(Some(lease.buffer().clone()))?;
+        Ok(Some(lease))
+    }
+
+    /// Takes the run's arena back from the activations, so that nothing of this executor's
+    /// points into it once it is given back.
+    pub(super) fn end_lease(&mut self) {
+        self.ops.lend(None).expect("taking an arena back needs no device");
     }
 }

@@ -98,7 +98,7 @@ impl Journal {
             match m {
                 Mem::Weight(w) => weights.push(w),
                 Mem::Buffer(b, _) => buffers.push(b),
-                Mem::None | Mem::External(_) => {}
+                Mem::None | Mem::External(_) | Mem::Lent(_) => {}
             }
         }
         weights.extend(j.derived.iter().flatten());
@@ -149,6 +149,8 @@ impl Journal {
         for (eid, bytes) in self.writes.into_iter().rev() {
             let _ = st.ops.write_bytes(eid, &bytes);
         }
+        // A pool this executor stays in learns the need of the layout put back.
+        st.pool_need();
     }
 }
 
@@ -207,7 +209,8 @@ impl Instance {
         match self.ops.memory_of(eid) {
             Mem::External(_) => true,
             Mem::Buffer(b, _) => j.buffer_holds.contains_key(&key(b)),
-            Mem::Weight(_) | Mem::None => false,
+            // Values of a run: nobody expects them back.
+            Mem::Weight(_) | Mem::None | Mem::Lent(_) => false,
         }
     }
 

@@ -288,6 +288,7 @@ impl Instance {
             return Err(e);
         }
         self.stale = false;
+        self.pool_need();
         self.holders = self.holder_counts();
         (self.seen_shared, self.unfold_at) = (seen_shared, unfold_at);
         Ok(())
@@ -439,7 +440,7 @@ impl Instance {
     }
 
     /// Brings everything up to date for a run (the files weights are mapped from unchanged, the
-    /// layout, every input slot bound, a shared arena held for the run), then calls `f`.
+    /// layout, every input slot bound, a pooled arena leased for the run), then calls `f`.
     fn run_with<T>(&mut self, f: impl FnOnce(&mut Ops, &Plan) -> Result<T>) -> Result<T> {
         self.mapped_files.iter().try_for_each(|m| m.check_unchanged())?;
         if self.unfold_at.is_some_and(|t| Instant::now() >= t) {
@@ -449,16 +450,15 @@ impl Instance {
         if !self.all_bound {
             self.bind_all()?;
         }
-        let arena = self.arena().cloned();
-        let _guard = match &arena {
-            Some(a) => {
-                let guard = a.try_acquire()?;
-                self.follow_shared_arena()?;
-                Some(guard)
-            }
-            None => None,
-        };
-        f(&mut self.ops, &self.plan)
+        // A pooled executor's activations have memory only while it runs: an arena leased now,
+        // given back (after the device finished with it) once nothing here points into it.
+        let lease = self.lease_arena()?;
+        let result = f(&mut self.ops, &self.plan);
+        if lease.is_some() {
+            self.end_lease();
+        }
+        drop(lease);
+        result
     }
 
     pub fn run(&mut self) -> Result<()> {
