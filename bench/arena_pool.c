@@ -7,8 +7,14 @@
  *   each DIR) shares them from executor 0 (share_params). Each executor's "data" input is zeros.
  *   An executor is run by one thread at a time. WEIGHT is what one run counts for (its batch or
  *   sequence length). Prints, where the runtime has get_memory_usage (ours), "report JSON" for
- *   executor 0, then
- *   "result RUNS SAMPLES_PER_S VMDATA_SETUP_KB VMDATA_END_KB VMRSS_END_KB" */
+ *   each executor, then
+ *   "result RUNS SAMPLES_PER_S MEMORY_SETUP_KB MEMORY_END_KB VMRSS_END_KB MEMORY_BASELINE_KB"
+ *   (baseline: after the libraries and the params blob are loaded, before any executor)
+ * ARENA_DEVICE=4: the executors run on OpenCL device 0 (default 1, the CPU); each run is followed
+ *   by TVMSynchronize on it.
+ * DEVICE_BYTES=SHIM: memory is the live bytes of every buffer and image on the device, counted by
+ *   the OpenCL shim the runtime loaded (c_tests/opencl_shim.c), instead of VmData. */
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include "bench_util.h"
@@ -24,6 +30,40 @@ static int n_all;
 static double deadline;
 static long runs[64];
 static double samples[64];
+
+static int device_type = 1;
+
+/* The memory figure, in kB: VmData, or the device bytes the shim counts. */
+static long memory_kb(void) {
+  const char* shim = getenv("DEVICE_BYTES");
+  if (shim && *shim) {
+    void* h = dlopen(shim, RTLD_NOW | RTLD_LOCAL);
+    size_t (*live)(void) = h ? (size_t(*)(void))dlsym(h, "tvm_rt_cl_shim_live_bytes") : NULL;
+    if (!live) {
+      fprintf(stderr, "DEVICE_BYTES: %s\n", dlerror());
+      exit(1);
+    }
+    return (long)(live() / 1024);
+  }
+  long rss, data;
+  vm_kb(&rss, &data);
+  return data;
+}
+
+/* tvm.graph_executor.create(json, lib, device_type 0). */
+static TVMModuleHandle create(const char* json, TVMModuleHandle lib) {
+  TVMFunctionHandle f;
+  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &f));
+  TVMValue v[4], r;
+  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
+  v[0].v_str = json;
+  v[1].v_handle = lib;
+  v[2].v_int64 = device_type;
+  v[3].v_int64 = 0;
+  CHECK(TVMFuncCall(f, v, c, 4, &r, &rc));
+  TVMFuncFree(f);
+  return r.v_handle;
+}
 
 static TVMModuleHandle load_lib(const char* dir) {
   char path[1024];
@@ -66,6 +106,9 @@ static void* worker(void* arg) {
     TVMValue r;
     int rc;
     CHECK(TVMFuncCall(run[k], NULL, NULL, 0, &r, &rc));
+    /* On a device, a run counts once it is done, as a host that reads the outputs waits for it
+     * (without this, runs only queue kernels and the queue grows without bound). */
+    if (device_type != kDLCPU) CHECK(TVMSynchronize(device_type, 0, NULL));
     pthread_mutex_unlock(&all[k].busy);
     runs[me]++;
     samples[me] += all[k].weight;
@@ -80,6 +123,7 @@ int main(int argc, char** argv) {
   double seconds = atof(argv[1]);
   int threads = atoi(argv[2]), per = atoi(argv[3]), variants = argc - 4;
   if (threads < 1 || threads > 64) return 2;
+  if (getenv("ARENA_DEVICE")) device_type = atoi(getenv("ARENA_DEVICE"));
   n_all = per * variants;
   all = calloc(n_all, sizeof *all);
   size_t n;
@@ -88,27 +132,31 @@ int main(int argc, char** argv) {
   *strchr(first, ':') = 0;
   char* params = slurp(first, "params.bin", &n);
   TVMByteArray blob = {params, n};
+  TVMModuleHandle* libs = calloc(variants, sizeof *libs);
+  char** jsons = calloc(variants, sizeof *jsons);
   for (int v = 0; v < variants; v++) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", argv[4 + v]);
-    char* colon = strchr(dir, ':');
-    int weight = atoi(colon + 1);
-    *colon = 0;
-    char* json = slurp(dir, "graph.json", &n);
-    TVMModuleHandle lib = load_lib(dir);
+    *strchr(dir, ':') = 0;
+    jsons[v] = slurp(dir, "graph.json", &n);
+    libs[v] = load_lib(dir);
+  }
+  long baseline = memory_kb();
+  for (int v = 0; v < variants; v++) {
+    int weight = atoi(strchr(argv[4 + v], ':') + 1);
+    const char* json = jsons[v];
+    TVMModuleHandle lib = libs[v];
     for (int i = 0; i < per; i++) {
       Executor* e = &all[v * per + i];
-      e->ex = create_graph_executor(json, lib);
+      e->ex = create(json, lib);
       bind_weights(e->ex, v * per + i ? all[0].ex : NULL, &blob);
       zero_data(e->ex);
       call_packed(e->ex, "run", NULL, NULL, 0);
       pthread_mutex_init(&e->busy, NULL);
       e->weight = weight;
     }
-    free(json);
   }
-  long rss, data_setup, data_end;
-  vm_kb(&rss, &data_setup);
+  long rss, data, data_setup = memory_kb(), data_end;
   double start = now_ns();
   deadline = start + seconds * 1e9;
   pthread_t tid[64];
@@ -121,15 +169,17 @@ int main(int argc, char** argv) {
     weighted += samples[t];
   }
   double elapsed = (now_ns() - start) / 1e9;
-  vm_kb(&rss, &data_end);
-  TVMFunctionHandle f = NULL;
-  if (TVMModGetFunction(all[0].ex, "get_memory_usage", 0, &f) == 0 && f) {
+  data_end = memory_kb();
+  vm_kb(&rss, &data);
+  for (int i = 0; i < n_all; i++) {
+    TVMFunctionHandle f = NULL;
+    if (TVMModGetFunction(all[i].ex, "get_memory_usage", 0, &f) != 0 || !f) break;
     TVMValue r;
     int rc;
     CHECK(TVMFuncCall(f, NULL, NULL, 0, &r, &rc));
     printf("report %s\n", r.v_str);
     TVMFuncFree(f);
   }
-  printf("result %ld %.2f %ld %ld %ld\n", total, weighted / elapsed, data_setup, data_end, rss);
+  printf("result %ld %.2f %ld %ld %ld %ld\n", total, weighted / elapsed, data_setup, data_end, rss, baseline);
   return 0;
 }

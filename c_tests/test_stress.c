@@ -1,7 +1,9 @@
 /* K executors (batch 1 and batch 8 builds) sharing one copy of the weights run at once from K
  * threads, each checking its outputs byte for byte against upstream's every iteration, while
  * another thread keeps creating, sharing into, running and freeing executors, and the executor the
- * weights came from is freed halfway. Run under valgrind by CTest.
+ * weights came from is freed halfway. Run under valgrind by CTest, and again with
+ * TVM_RT_ARENA_POOL=2: every executor then draws its activations from one pool of two arenas, so
+ * the four threads' runs wait for each other while executors join and leave the pool.
  * usage: test_stress FIXTURES_DIR [ITERATIONS] */
 #include <pthread.h>
 
@@ -66,6 +68,17 @@ int main(int argc, char** argv) {
   /* The churn thread shares from an executor of its own, which it keeps. */
   TVMModuleHandle churn_source = create_from_json(lib1, dir1);
   share(churn_source, source);
+
+  /* Pooled when asked: the executors' memory report names the pool (the same one for all). */
+  const char* pool = getenv("TVM_RT_ARENA_POOL");
+  if (pool && atoi(pool) > 0) {
+    TVMFunctionHandle f = get_fn(jobs[0].executor, "get_memory_usage");
+    TVMValue r;
+    int rc;
+    OK(TVMFuncCall(f, NULL, NULL, 0, &r, &rc));
+    CHECK(strstr(r.v_str, "\"pool\": {") != NULL, "a pooled executor's report names its pool");
+    OK(TVMFuncFree(f));
+  }
 
   pthread_t threads[K + 1];
   for (int k = 0; k < K; k++) CHECK(pthread_create(&threads[k], NULL, run_many, &jobs[k]) == 0, "thread");

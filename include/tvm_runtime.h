@@ -18,19 +18,32 @@
  * Graph executor functions (TVMModGetFunction on an executor module): set_input, set_input_zero_copy,
  * set_output_zero_copy, get_input, get_output, get_num_inputs, get_num_outputs, get_input_index,
  * get_output_index, get_input_info, get_output_info, run, run_from_inputs, load_params,
- * share_params, share_activations, load_params_from_file, prepare_params, get_memory_usage,
- * set_fold_weights, set_strict_inputs.
+ * share_params, share_activations, join_arena_pool, load_params_from_file, prepare_params,
+ * get_memory_usage, set_fold_weights, set_strict_inputs.
  * - share_params(other, params_bytes): binds this executor's inputs named in params_bytes to the
  *   other executor's memory for them (matched by name; shape and dtype must agree, or -1 naming the
  *   parameter). This executor then holds no memory of its own for them; the shared memory lives as
  *   long as any holder. Executors created by one factory's "default" share the factory's weights.
  * - Copy on write: writing a shared weight (set_input, load_params, or get_input, which hands out
  *   a writable view) first gives this executor a private copy; the other holders are unaffected.
- * - share_activations(other): this executor and other (and whoever shares with other) use one
- *   activation arena sized for the largest. For executors used in turn (batch-1 and batch-8 builds):
- *   a run while another holder runs returns -1 instead of corrupting data. Outputs stay each
- *   executor's own (graphs laid out by liveness, as every Relay build; a graph whose __nop nodes or
- *   storage ids rule that out keeps its outputs in the arena, overwritten by any holder's run).
+ * - Pools of activation arenas: an executor in a pool holds no activation arena between runs; each
+ *   run leases one of the pool's arenas (sized for the largest member, made as runs overlap, at
+ *   most the pool's capacity C) and gives it back when it ends (on a device, once the device has
+ *   finished the run). C runs proceed at once; a further run waits for an arena, and after the
+ *   pool's timeout (TVM_RT_ARENA_POOL_TIMEOUT_MS, 60000) returns -1, the executor unchanged. Inputs,
+ *   outputs and views of them stay each executor's own. Executors on several devices, debug
+ *   executors and graphs laid out by storage id (inputs or outputs among operator results) keep
+ *   their own arenas (joining returns -1 saying why).
+ *   TVM_RT_ARENA_POOL=C, or the global tvmrt.executor.SetArenaPool(C): executors made from then on
+ *   (by any route) join their device's default pool of C (0: none, the default);
+ *   tvmrt.executor.GetArenaPool(dev_type, dev_id) returns that pool (None when unset).
+ *   tvmrt.executor.ArenaPool(dev_type, dev_id, C) makes a pool of its own: a module whose functions
+ *   are join(executor), get_usage() (JSON: capacity, members, arenas, arena_bytes, bytes, lent,
+ *   leases, waits, waited_ms, timeouts, peak_lent), set_capacity(C), set_timeout_ms(ms); an
+ *   executor's join_arena_pool(pool) joins it too.
+ * - share_activations(other): this executor and other join other's pool, or a new pool of one
+ *   arena: executors used in turn (batch-1 and batch-8 builds) hold one arena; a run while another
+ *   holder runs waits for it.
  * - load_params_from_file(path) maps a params file read-only; weights whose data is 64-byte aligned
  *   in the file are used in place (no copy; one copy in the page cache for all processes), the rest
  *   are copied; returns how many were mapped. Writes to a mapped weight copy it first and never reach
@@ -61,10 +74,11 @@
  *   "weights_derived", "activations", "activations_shared", "activation_arena", "activation_bound",
  *   "ops_folded", "ops_total", "workspace"}, sizes in bytes (weights_derived: results of the
  *   operators run once; activations: this executor's inputs and its own activation arena;
- *   activation_arena: the arena its layout needs, laid out by liveness, own or shared;
+ *   activation_arena: the arena its layout needs, laid out by liveness, own or in a pool;
  *   activation_bound: its inputs plus the least any layout of the arena could take;
- *   activations_shared: the arena of share_activations; workspace: all threads' kernel scratch
- *   pools), and "prepared_params" after a prepared params file was mapped.
+ *   activations_shared: the arenas the executor's pool holds now, the same figure for every member,
+ *   to count once; workspace: all threads' kernel scratch pools), "prepared_params" after a
+ *   prepared params file was mapped, and "pool" (as the pool's get_usage) for a pooled executor.
  * - Memory returns: large buffers are unmapped when freed; when the last executor goes, the calling
  *   thread's idle workspaces and worker threads are released too.
  * - set_input with an unknown name fails (upstream ignored it); get_input with an unknown name

@@ -324,8 +324,17 @@ class GraphExecutor {
     TVMByteArray b{params_blob.data(), params_blob.size()};
     mod_.function("share_params")(other.mod_, &b);
   }
-  /// Runs in one activation arena with `other`; the two must then run one at a time.
+  /// Takes turns with `other` in one activation arena: a run while the other runs waits for it.
   void share_activations(const GraphExecutor& other) const { mod_.function("share_activations")(other.mod_); }
+  /// A pool of at most `capacity` activation arenas on `dev` that executors join (`join_pool`):
+  /// each run leases one, so memory follows the runs in flight, not the executors.
+  static Module arena_pool(size_t capacity, DLDevice dev = {kDLCPU, 0}) {
+    return Function::global("tvmrt.executor.ArenaPool")(int64_t(dev.device_type), int64_t(dev.device_id),
+                                                         int64_t(capacity))
+        .to_module();
+  }
+  /// Draws this executor's activations from `pool` (from `arena_pool`) from its next run on.
+  void join_pool(const Module& pool) const { mod_.function("join_arena_pool")(pool); }
 
   void set_input(const std::string& name, const NDArray& value) const { set_input_(name, value); }
   /// Copies host data into input `name`; the element type must match the input's dtype.

@@ -12,11 +12,12 @@ command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
 files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(src/executor/layout.rs src/memory_plan.rs src/tensor/weight.rs src/params.rs src/graph.rs
   src/executor/fold.rs src/executor/instance/*.rs src/device/memory.rs src/prepared_params.rs src/digest.rs
-  src/device/opencl/programs.rs src/device/opencl/program_cache.rs)
+  src/device/opencl/programs.rs src/device/opencl/program_cache.rs src/executor/pool.rs)
 args=()
 for f in "${files[@]}"; do args+=(--file "$f"); done
 # The tests that cover these files (the Rust suites; the C and Python suites add little here and
 # would multiply the time per mutant). The OpenCL ones need a device (pocl).
 cargo mutants --no-shuffle -j 1 --features fuzzing "${args[@]}" -- \
   --lib --test layout_oracle --test folding --test sharing --test errors --test header --test fuzz --test models \
-  --test fold_cache --test mapped --test opencl --test opencl_memory --test opencl_devices --test opencl_programs
+  --test fold_cache --test mapped --test opencl --test opencl_memory --test opencl_devices --test opencl_programs \
+  --test arena_pool

@@ -87,6 +87,8 @@ LD_LIBRARY_PATH=target/old-abi/release target/old-abi/test_cxx_host tests/fixtur
 LD_LIBRARY_PATH="$(dirname "$TVM_UPSTREAM_RUNTIME")" target/old-abi/test_cxx_host tests/fixtures
 echo "== differential test against upstream's library (docs/DIFFERENCES.md)"
 TVM_UPSTREAM_SHARED=$upstream_dir scripts/difftest.sh 1 100 400 0123
+echo "== the same, every executor of ours in a pool of activation arenas (TVM_RT_ARENA_POOL=2)"
+OURS_ENV="TVM_RT_ARENA_POOL=2" TVM_UPSTREAM_SHARED=$upstream_dir scripts/difftest.sh 101 30 400 0123
 echo "== the README's C, C++ and Python snippets, as written"
 scripts/readme_snippets.py
 echo "== TVM's Python package on this runtime (pytest)"

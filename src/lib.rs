@@ -11,7 +11,8 @@
 //! - [`executor`]: the graph executor, split into an immutable, shared [`executor::plan::Plan`]
 //!   and per-executor [`executor::instance::Instance`] state (safe code choosing each entry's
 //!   memory; [`executor::kernels`] holds it and calls the kernels); weights bind per storage slot,
-//!   so executors (and factories) share one copy.
+//!   so executors (and factories) share one copy, and activations may come from a pool of arenas
+//!   ([`executor::pool`]) that runs lease.
 //! - [`graph`], [`memory_plan`], [`params`]: the formats, parsed and validated up front.
 //! - [`backend`]: what kernels call back into (thread pool, workspaces).
 //! - [`globals`]: the built-in global functions, by what they serve; [`init`] (the one init point,

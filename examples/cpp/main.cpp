@@ -1,5 +1,6 @@
 // The C example in C++ with the header-only wrapper: batch 1 and batch 8 of one MLP share one copy
-// of the weights. usage: share_example_cpp MODEL_B1_DIR MODEL_B8_DIR
+// of the weights, and take turns in one activation arena (a pool of one).
+// usage: share_example_cpp MODEL_B1_DIR MODEL_B8_DIR
 #include <cstdio>
 #include <tvm_runtime.hpp>
 
@@ -30,6 +31,9 @@ int main(int argc, char** argv) {
     std::string params = tvmrt::GraphExecutor::read_file(d1 + "/params.bin");
     b1.load_params(params);
     b8.share_params(b1, params);
+    tvmrt::Module pool = tvmrt::GraphExecutor::arena_pool(1);
+    b1.join_pool(pool);
+    b8.join_pool(pool);
     run_and_print(b1, "batch 1", 1);
     run_and_print(b8, "batch 8", 8);
     try {

@@ -96,6 +96,48 @@ def test_share_params_across_batch_sizes(tvm):
     assert (alone["weights_owned"], alone["weights_shared"]) == (shared["weights_shared"], 0), alone
 
 
+def test_executors_in_a_pool_of_activation_arenas(tvm):
+    """Python's own calls, with a default pool set: executors at two batch sizes draw their
+    activations from one pool of one arena, from two threads, and give upstream's outputs."""
+    import threading
+
+    from tvm.contrib import graph_executor
+
+    f1, f8 = Fixture("mlp_unbound_b1"), Fixture("mlp_unbound_b8")
+    dev = tvm.cpu()
+    set_pool = tvm.get_global_func("tvmrt.executor.SetArenaPool")
+    set_pool(1)
+    try:
+        m1 = graph_executor.create(f1.graph_json(), tvm.runtime.load_module(f1.lib_path), dev)
+        m1.load_params(f1.params())
+        m8 = graph_executor.create(f8.graph_json(), tvm.runtime.load_module(f8.lib_path), dev)
+        m8.share_params(m1, f8.params())
+    finally:
+        set_pool(0)
+    errors = []
+
+    def work(m, fx):
+        try:
+            for i in range(20):
+                m.set_input(**fx.inputs)
+                m.run()
+                check_outputs(m, fx, f"pooled, run {i}")
+        except Exception as e:  # the main thread reports it
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=a) for a in ((m1, f1), (m8, f8))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    usage = [json.loads(m.module["get_memory_usage"]()) for m in (m1, m8)]
+    for u in usage:
+        assert u["pool"]["capacity"] == 1 and u["pool"]["members"] == 2, u
+        assert u["pool"]["leases"] == 40, u
+    assert usage[0]["activations_shared"] == usage[1]["activations_shared"] == usage[1]["pool"]["bytes"]
+
+
 def test_weight_only_operators_fold_and_python_set_input_params_still_reaches_them(tvm):
     from tvm.contrib import graph_executor
 

@@ -143,10 +143,19 @@ impl Instance {
         if self.pool().is_some_and(|p| Arc::ptr_eq(p, pool)) {
             return Ok(());
         }
-        self.prepare()?;
+        // In the pool before laying out, so a layout made now allocates no arena of its own.
         let member = Arc::new(pool.join(self.layout.arena_bytes));
         let old = std::mem::replace(&mut self.activations, Activations::Pooled(member));
-        self.refresh().inspect_err(|_| self.activations = old)
+        let joined = self.prepare().and_then(|_| {
+            self.pool_need();
+            self.refresh()
+        });
+        joined.inspect_err(|_| {
+            self.activations = old;
+            // Laid out again at the next call, with the memory put back (a transaction around
+            // this puts the layout back too).
+            self.stale = true;
+        })
     }
 
     /// The pool this executor draws its activations from, if any.
