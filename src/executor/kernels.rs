@@ -382,9 +382,8 @@ impl Ops {
 
     /// Where entry `eid`'s bytes are, for reading.
     fn readable(&self, eid: usize) -> Place {
-        match &self.memory[eid] {
-            Mem::Buffer(b, at) => b.place(*at),
-            Mem::Lent(at) if self.lent.is_some() => self.lent.as_ref().expect("checked").place(*at),
+        match (&self.memory[eid], &self.lent) {
+            (Mem::Buffer(b, at), _) | (Mem::Lent(at), Some(b)) => b.place(*at),
             _ => Place { data: self.tensors.data(eid), offset: 0, device: self.devices[eid] },
         }
     }

@@ -70,7 +70,7 @@ fn memory_line(label: &str, mem: &Value) -> String {
         _ => String::new(),
     };
     format!(
-        "{label} weights owned {} B, shared {} B, mapped {} B, derived {} B; activations {} B (bound {} B), shared arena {} B, workspace {} B{device}",
+        "{label} weights owned {} B, shared {} B, mapped {} B, derived {} B; activations {} B (bound {} B), pooled arenas {} B, workspace {} B{device}",
         mem["weights_owned"],
         mem["weights_shared"],
         mem["weights_mapped"],

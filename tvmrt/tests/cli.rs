@@ -160,6 +160,20 @@ fn share_reports_one_copy_of_the_weights() {
     let once = m["weights_shared"].as_u64().unwrap() + m["weights_derived"].as_u64().unwrap();
     assert!(m["weights_derived"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(unshared - total, 3 * once);
+
+    // With a pool: the four arenas become the pool's (one arena here: the executors ran one at a
+    // time), sized for the batch-8 layout.
+    let p = json(&["share", &fixture("mlp_unbound_b1"), &fixture("mlp_unbound_b8"), "-n", "4", "--pool", "2"]);
+    let pool = &p["pool"];
+    assert_eq!(
+        (pool["capacity"].as_u64(), pool["members"].as_u64(), pool["arenas"].as_u64()),
+        (Some(2), Some(4), Some(1))
+    );
+    let arenas: Vec<u64> = execs.iter().map(|e| e["memory"]["activation_arena"].as_u64().unwrap()).collect();
+    assert_eq!(pool["arena_bytes"].as_u64(), arenas.iter().max().copied(), "{p}");
+    let pooled_total = p["total_bytes"].as_u64().unwrap();
+    assert_eq!(total - pooled_total, arenas.iter().sum::<u64>() - pool["bytes"].as_u64().unwrap(), "{p}");
+    assert_eq!(p["unshared_total_bytes"], r["unshared_total_bytes"]);
 }
 
 #[test]
