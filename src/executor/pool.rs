@@ -76,6 +76,8 @@ pub struct PoolUsage {
     pub arena_bytes: usize,
     /// Arenas lent to runs now.
     pub lent: usize,
+    /// Runs waiting for an arena now.
+    pub waiting: usize,
     pub stats: Stats,
 }
 
@@ -89,7 +91,7 @@ impl PoolUsage {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "capacity": self.capacity, "members": self.members, "arenas": self.arenas,
-            "arena_bytes": self.arena_bytes, "bytes": self.bytes(), "lent": self.lent,
+            "arena_bytes": self.arena_bytes, "bytes": self.bytes(), "lent": self.lent, "waiting": self.waiting,
             "leases": self.stats.leases, "waits": self.stats.waits,
             "waited_ms": self.stats.waited.as_secs_f64() * 1e3, "timeouts": self.stats.timeouts,
             "peak_lent": self.stats.peak_lent,
@@ -174,6 +176,7 @@ impl ArenaPool {
             arenas: st.count,
             arena_bytes: st.size,
             lent: st.count - st.idle.len(),
+            waiting: st.waiting,
             stats: st.stats,
         }
     }
@@ -475,14 +478,32 @@ mod tests {
         p.set_timeout(Duration::from_secs(10));
         std::thread::scope(|s| {
             let waiter = s.spawn(|| b.lease().map(|l| Arc::as_ptr(l.buffer()) as usize));
-            std::thread::sleep(Duration::from_millis(20));
+            while p.usage().waiting == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            std::thread::sleep(Duration::from_millis(10));
             let ptr = Arc::as_ptr(held.buffer()) as usize;
             drop(held);
             assert_eq!(waiter.join().unwrap().unwrap(), ptr, "the waiter gets the arena given back");
         });
+        assert_eq!(p.usage().waiting, 0);
         let s = p.usage().stats;
         assert_eq!((s.leases, s.waits), (2, 1));
         assert!(s.waited >= Duration::from_millis(10), "{s:?}");
+    }
+
+    #[test]
+    fn an_arena_that_cannot_be_made_is_an_error_and_counts_for_nothing() {
+        let p = pool(1);
+        let huge = p.join(1 << 41);
+        let e = huge.lease().err().unwrap().to_string();
+        assert!(e.contains("making an activation arena"), "{e}");
+        assert_eq!(p.usage().arenas, 0);
+        // The one place it took is free again: a smaller pool serves the next run at once.
+        drop(huge);
+        let small = p.join(64);
+        p.set_timeout(Duration::from_millis(1));
+        assert_eq!(small.lease().unwrap().buffer().len(), 64);
     }
 
     #[test]
