@@ -38,7 +38,7 @@
  *   (by any route) join their device's default pool of C (0: none, the default);
  *   tvmrt.executor.GetArenaPool(dev_type, dev_id) returns that pool (None when unset).
  *   tvmrt.executor.ArenaPool(dev_type, dev_id, C) makes a pool of its own: a module whose functions
- *   are join(executor), get_usage() (JSON: capacity, members, arenas, arena_bytes, bytes, lent,
+ *   are join(executor), get_usage() (JSON: capacity, members, arenas, arena_bytes, bytes, lent, waiting,
  *   leases, waits, waited_ms, timeouts, peak_lent), set_capacity(C), set_timeout_ms(ms); an
  *   executor's join_arena_pool(pool) joins it too.
  * - share_activations(other): this executor and other join other's pool, or a new pool of one
