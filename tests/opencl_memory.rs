@@ -94,3 +94,72 @@ fn an_executor_returns_its_device_memory() {
     }
     assert_eq!(live_bytes(lib), before, "all returned (the last executor gone, parked scratch too)");
 }
+
+/// Calls of `function` the shim counted since the last reset.
+fn calls(lib: &libloading::Library, function: &str) -> i64 {
+    type Count = unsafe extern "C" fn(i32, *mut std::ffi::c_long) -> *const std::ffi::c_char;
+    // SAFETY: the shim's exported counters, of these signatures; names are NUL-terminated and live
+    // as long as the shim.
+    unsafe {
+        let count = lib.get::<Count>(b"tvm_rt_cl_shim_count\0").unwrap();
+        let mut n: std::ffi::c_long = 0;
+        for i in 0.. {
+            let name = count(i, &mut n);
+            if name.is_null() {
+                return 0;
+            }
+            if std::ffi::CStr::from_ptr(name).to_str() == Ok(function) {
+                return n as i64;
+            }
+        }
+        unreachable!()
+    }
+}
+
+fn reset_counts(lib: &libloading::Library) {
+    // SAFETY: the shim's exported control function, of this signature.
+    unsafe { (lib.get::<unsafe extern "C" fn()>(b"tvm_rt_cl_shim_reset_counts\0").unwrap())() }
+}
+
+/// A pool's arenas on the device: one buffer per arena, of the largest member's layout, in place
+/// of each executor's own; a run gives its arena back only once the device has finished with it
+/// (one `clFinish` more than a run on an arena of its own); and every byte returns when the
+/// executors go.
+#[test]
+fn a_pooled_run_holds_its_device_arena_until_the_device_is_done() {
+    let Some(lib) = shim() else { return };
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (f1, f4) =
+        (common::Fixture::load("opencl/mlp_unbound_cl_b1"), common::Fixture::load("opencl/mlp_unbound_cl_b4"));
+    let before = live_bytes(lib);
+    {
+        let (l1, l4) = (f1.load_lib(), f4.load_lib());
+        let a = f1.executor_without_params_on(&l1, CL);
+        common::exec(&a).load_params(&f1.params()).unwrap();
+        let b = f4.executor_without_params_on(&l4, CL);
+        common::exec(&b).share_params(common::exec(&a), &f4.params()).unwrap();
+        for (f, m) in [(&f1, &a), (&f4, &b)] {
+            f.set_inputs(m);
+            common::exec(m).run().unwrap();
+        }
+        let own = live_bytes(lib);
+        let (arena_a, arena_b) = (common::exec(&a).layout().arena_bytes, common::exec(&b).layout().arena_bytes);
+        assert!(arena_a > 0 && arena_b > arena_a, "{arena_a} {arena_b}");
+        reset_counts(lib);
+        common::exec(&a).run().unwrap();
+        let finishes_own = calls(lib, "clFinish");
+
+        common::exec(&a).share_activations(common::exec(&b)).unwrap();
+        assert_eq!(live_bytes(lib), own - arena_a - arena_b, "their own arenas went");
+        for (f, m) in [(&f1, &a), (&f4, &b)] {
+            f.set_inputs(m);
+            common::exec(m).run().unwrap();
+            f.check_outputs(m, "pooled on the device");
+        }
+        assert_eq!(live_bytes(lib), own - arena_a - arena_b + arena_b, "one arena, of the larger layout");
+        reset_counts(lib);
+        common::exec(&a).run().unwrap();
+        assert_eq!(calls(lib, "clFinish"), finishes_own + 1, "the device finished before the arena went back");
+    }
+    assert_eq!(live_bytes(lib), before, "all returned");
+}

@@ -510,6 +510,11 @@ mod tests {
     fn arenas_of_an_old_size_or_beyond_the_capacity_are_dropped() {
         let p = pool(2);
         let small = p.join(100);
+        drop((small.lease().unwrap(), small.lease().unwrap()));
+        // A smaller member changes nothing: idle arenas of the size and within the capacity stay.
+        let smaller = p.join(10);
+        assert_eq!((p.usage().arenas, p.usage().lent), (2, 0));
+        drop(smaller);
         let (x, y) = (small.lease().unwrap(), small.lease().unwrap());
         drop(x);
         assert_eq!(p.usage().arenas, 2);
