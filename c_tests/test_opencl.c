@@ -60,10 +60,25 @@ static void check_arrays(void) {
   CHECK(p != NULL, "device data space");
   OK(TVMDeviceFreeDataSpace(dev, p));
   CHECK(TVMDeviceAllocDataSpaceWithScope(dev, 2, shape, f32, "global.texture", &p) == -1, "texture scope");
-  TVMStreamHandle s = (TVMStreamHandle)1;
+  /* Streams: a queue of their own, current for the thread that sets one; copies go on it. */
+  TVMStreamHandle s = NULL;
   OK(TVMStreamCreate(kDLOpenCL, 0, &s));
-  CHECK(s == NULL, "streams are NULL");
+  CHECK(s != NULL, "a stream is a queue of its own");
+  OK(TVMSetStream(kDLOpenCL, 0, s));
+  float ones[15], again[15] = {0};
+  for (int i = 0; i < 15; i++) ones[i] = 1.0f + (float)i;
+  OK(TVMArrayCopyFromBytes(a, ones, sizeof ones));
+  OK(TVMArrayCopyFromTo(a, b, s));
+  OK(TVMSynchronize(kDLOpenCL, 0, s));
+  OK(TVMArrayCopyToBytes(b, again, sizeof again));
+  CHECK(memcmp(ones, again, sizeof again) == 0, "bytes through a stream");
+  OK(TVMSetStream(kDLOpenCL, 0, NULL));
+  OK(TVMStreamStreamSynchronize(kDLOpenCL, 0, s, NULL));
   OK(TVMStreamFree(kDLOpenCL, 0, s));
+  CHECK(TVMSynchronize(kDLOpenCL, 0, s) == -1, "a freed stream is refused");
+  CHECK(TVMSetStream(kDLOpenCL, 0, (TVMStreamHandle)64) == -1, "a handle that is no stream is refused");
+  CHECK(strstr(TVMGetLastError(), "is not a stream") != NULL, "%s", TVMGetLastError());
+  OK(TVMStreamFree(kDLOpenCL, 0, NULL));
 
   OK(TVMArrayFree(a));
   OK(TVMArrayFree(b));
@@ -197,6 +212,19 @@ int main(int argc, char** argv) {
     snprintf(dir, sizeof dir, "%s/%s", argv[1], models[i]);
     check_model(dir, 1);
     check_model(dir, 0);
+  }
+  /* An executor on a stream of its own: its kernels and copies go on the thread's current stream,
+   * and the outputs read back in order after them. */
+  if (!arrays_only) {
+    TVMStreamHandle s = NULL;
+    OK(TVMStreamCreate(kDLOpenCL, 0, &s));
+    OK(TVMSetStream(kDLOpenCL, 0, s));
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/convnet_unbound_cl", argv[1]);
+    check_model(dir, 1);
+    OK(TVMSynchronize(kDLOpenCL, 0, s));
+    OK(TVMSetStream(kDLOpenCL, 0, NULL));
+    OK(TVMStreamFree(kDLOpenCL, 0, s));
   }
   if (!arrays_only) check_sharing(argv[1]);
   if (g_failures) {

@@ -360,21 +360,23 @@ int TVMDeviceFreeDataSpace(struct DLDevice dev, void *ptr);
 // Copies tensor to tensor, as TVMArrayCopyFromTo.
 int TVMDeviceCopyDataFromTo(struct DLTensor *from, struct DLTensor *to, TVMStreamHandle _stream);
 
-// Streams are the device's one queue: `*out` is NULL.
+// A new stream on the device: a command queue of its own on OpenCL; NULL on the CPU, which has
+// none (see `DeviceApi`'s streams).
 int TVMStreamCreate(int device_type, int device_id, TVMStreamHandle *out_stream);
 
-// Nothing to free (streams are NULL).
-int TVMStreamFree(int device_type, int device_id, TVMStreamHandle _stream);
+// Waits for the stream's work and releases it (NULL: nothing to free).
+int TVMStreamFree(int device_type, int device_id, TVMStreamHandle stream);
 
-// Work always goes on the device's one queue.
-int TVMSetStream(int device_type, int device_id, TVMStreamHandle _stream);
+// Makes `stream` the calling thread's current stream on the device: the work this library
+// queues from the thread (executor runs, copies) goes on it. NULL: the device's own queue.
+int TVMSetStream(int device_type, int device_id, TVMStreamHandle stream);
 
-// Waits until the device has finished everything queued on it (at once on the CPU). A stream
-// other than NULL is refused, as upstream's OpenCL.
+// Waits until the device has finished the work on `stream` (NULL: the calling thread's current
+// stream; at once on the CPU).
 int TVMSynchronize(int device_type, int device_id, TVMStreamHandle stream);
 
-// One queue per device: the two streams are the same, nothing to order.
-int TVMStreamStreamSynchronize(int device_type, int device_id, TVMStreamHandle _src, TVMStreamHandle _dst);
+// Orders the work queued on `dst` from now on after the work queued on `src` so far.
+int TVMStreamStreamSynchronize(int device_type, int device_id, TVMStreamHandle src, TVMStreamHandle dst);
 
 // The calling thread's last error message (empty if none). Valid until the next error on this
 // thread; successful calls do not clear it.

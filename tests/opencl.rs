@@ -360,6 +360,49 @@ fn pooled_executors_on_the_device() {
     assert_eq!(u.arena_bytes, all.iter().map(|(_, m)| exec(m).layout().arena_bytes).max().unwrap());
 }
 
+/// Streams: each thread runs its executors on a stream of its own (a command queue made for it),
+/// outputs upstream's; handles that are not streams, or freed ones, are refused.
+#[test]
+fn executors_run_on_the_stream_their_thread_set() {
+    if !have_opencl() {
+        return;
+    }
+    let api = tvm_runtime::device::api(4).unwrap();
+    let f = Fixture::load("opencl/convnet_unbound_cl");
+    let lib = f.load_lib();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let stream = api.create_stream(0).unwrap();
+                assert!(!stream.is_null(), "a queue of its own");
+                api.set_stream(0, stream).unwrap();
+                let m = f.executor_from_factory_on(&lib, CL);
+                for i in 0..3 {
+                    f.set_inputs(&m);
+                    exec(&m).run().unwrap();
+                    api.sync_stream(0, stream).unwrap();
+                    f.check_outputs(&m, &format!("on a stream, run {i}"));
+                }
+                api.set_stream(0, std::ptr::null_mut()).unwrap();
+                api.free_stream(0, stream).unwrap();
+                let e = api.sync_stream(0, stream).unwrap_err().to_string();
+                assert!(e.contains("is not a stream"), "{e}");
+            });
+        }
+    });
+    let bogus = 64usize as *mut std::ffi::c_void;
+    for e in [api.set_stream(0, bogus).unwrap_err(), api.free_stream(0, bogus).unwrap_err()] {
+        assert!(e.to_string().contains("is not a stream of OpenCL device 0"), "{e}");
+    }
+    // A stream of device 0 is no stream of another device.
+    let stream = api.create_stream(0).unwrap();
+    if api.count().unwrap() > 1 {
+        assert!(api.set_stream(1, stream).is_err());
+    }
+    api.sync_stream_from_to(0, stream, std::ptr::null_mut()).unwrap();
+    api.free_stream(0, stream).unwrap();
+}
+
 #[test]
 fn heterogeneous_graphs_run_on_both_devices() {
     use tvm_runtime::module::Module;

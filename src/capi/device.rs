@@ -90,7 +90,8 @@ pub unsafe extern "C" fn TVMDeviceCopyDataFromTo(
     })
 }
 
-/// Streams are the device's one queue: `*out` is NULL.
+/// A new stream on the device: a command queue of its own on OpenCL; NULL on the CPU, which has
+/// none (see `DeviceApi`'s streams).
 #[no_mangle]
 pub unsafe extern "C" fn TVMStreamCreate(
     device_type: c_int,
@@ -98,44 +99,39 @@ pub unsafe extern "C" fn TVMStreamCreate(
     out_stream: *mut TVMStreamHandle,
 ) -> c_int {
     guard(|| {
-        device_of(device_type, device_id)?;
+        let stream = device_of(device_type, device_id)?.create_stream(device_id)?;
         // SAFETY: caller's out-pointer.
-        unsafe { out(out_stream, std::ptr::null_mut(), "TVMStreamCreate") }
+        unsafe { out(out_stream, stream, "TVMStreamCreate") }
     })
 }
 
-/// Nothing to free (streams are NULL).
+/// Waits for the stream's work and releases it (NULL: nothing to free).
 #[no_mangle]
-pub extern "C" fn TVMStreamFree(device_type: c_int, device_id: c_int, _stream: TVMStreamHandle) -> c_int {
-    guard(|| device_of(device_type, device_id).map(|_| ()))
+pub extern "C" fn TVMStreamFree(device_type: c_int, device_id: c_int, stream: TVMStreamHandle) -> c_int {
+    guard(|| device_of(device_type, device_id)?.free_stream(device_id, stream))
 }
 
-/// Work always goes on the device's one queue.
+/// Makes `stream` the calling thread's current stream on the device: the work this library
+/// queues from the thread (executor runs, copies) goes on it. NULL: the device's own queue.
 #[no_mangle]
-pub extern "C" fn TVMSetStream(device_type: c_int, device_id: c_int, _stream: TVMStreamHandle) -> c_int {
-    guard(|| device_of(device_type, device_id).map(|_| ()))
+pub extern "C" fn TVMSetStream(device_type: c_int, device_id: c_int, stream: TVMStreamHandle) -> c_int {
+    guard(|| device_of(device_type, device_id)?.set_stream(device_id, stream))
 }
 
-/// Waits until the device has finished everything queued on it (at once on the CPU). A stream
-/// other than NULL is refused, as upstream's OpenCL.
+/// Waits until the device has finished the work on `stream` (NULL: the calling thread's current
+/// stream; at once on the CPU).
 #[no_mangle]
 pub extern "C" fn TVMSynchronize(device_type: c_int, device_id: c_int, stream: TVMStreamHandle) -> c_int {
-    guard(|| {
-        let api = device_of(device_type, device_id)?;
-        if !stream.is_null() && !device::is_host(DLDevice { device_type, device_id }) {
-            return Err(Error::value("TVMSynchronize: streams are not used on this device (pass NULL)"));
-        }
-        api.sync(device_id)
-    })
+    guard(|| device_of(device_type, device_id)?.sync_stream(device_id, stream))
 }
 
-/// One queue per device: the two streams are the same, nothing to order.
+/// Orders the work queued on `dst` from now on after the work queued on `src` so far.
 #[no_mangle]
 pub extern "C" fn TVMStreamStreamSynchronize(
     device_type: c_int,
     device_id: c_int,
-    _src: TVMStreamHandle,
-    _dst: TVMStreamHandle,
+    src: TVMStreamHandle,
+    dst: TVMStreamHandle,
 ) -> c_int {
-    guard(|| device_of(device_type, device_id).map(|_| ()))
+    guard(|| device_of(device_type, device_id)?.sync_stream_from_to(device_id, src, dst))
 }

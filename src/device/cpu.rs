@@ -75,6 +75,11 @@ impl DeviceApi for Cpu {
         Ok(())
     }
 
+    /// Nothing is ever queued on the host: any stream is done (upstream's CPU ignores the handle).
+    fn sync_stream(&self, _id: i32, _stream: *mut c_void) -> Result<()> {
+        Ok(())
+    }
+
     fn alloc_workspace(&self, _id: i32, nbytes: usize) -> Result<*mut c_void> {
         crate::backend::workspace::alloc(nbytes as u64).map(|p| p.cast())
     }

@@ -94,8 +94,48 @@ pub trait DeviceApi: Send + Sync {
     /// Both places address at least `nbytes` bytes from their offsets, valid on their devices.
     unsafe fn copy(&self, from: Place, to: Place, nbytes: usize) -> Result<()>;
 
-    /// Waits for everything queued on device `id`.
+    /// Waits for everything the calling thread's current stream of device `id` holds (see the
+    /// streams below): what this library queued for it from this thread.
     fn sync(&self, id: i32) -> Result<()>;
+
+    // Streams. The ordering this library relies on, and a backend provides: work it queues for a
+    // device (kernel launches, copies, fills) goes on the calling thread's current stream, in
+    // the order queued; a copy to or from the host returns once the host side is done with (so a
+    // later host write cannot reach a copy still queued); `sync` waits for that stream. Nothing is
+    // assumed across streams: memory handed back while work on it may still be queued (an arena
+    // a pooled run gives back, a region freed) is waited for with `sync` first, and kernel scratch
+    // is reused only on the stream it was last used on. A device with one queue keeps the
+    // defaults: streams are NULL, setting one changes nothing.
+
+    /// A new stream on device `id` (NULL where the device has one queue).
+    fn create_stream(&self, _id: i32) -> Result<*mut c_void> {
+        Ok(std::ptr::null_mut())
+    }
+
+    /// Waits for the work on `stream`, then releases it. Handles this API did not make are
+    /// refused.
+    fn free_stream(&self, _id: i32, _stream: *mut c_void) -> Result<()> {
+        Ok(())
+    }
+
+    /// Makes `stream` the calling thread's current stream of device `id` (NULL: the default).
+    fn set_stream(&self, _id: i32, _stream: *mut c_void) -> Result<()> {
+        Ok(())
+    }
+
+    /// Waits for the work on `stream` (NULL: the calling thread's current stream).
+    fn sync_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
+        if stream.is_null() {
+            self.sync(id)
+        } else {
+            Err(Error::value(format!("{stream:?} is not a stream of {}({id})", self.name())))
+        }
+    }
+
+    /// Orders work queued on `to` from now on after the work on `from` so far.
+    fn sync_stream_from_to(&self, _id: i32, _from: *mut c_void, _to: *mut c_void) -> Result<()> {
+        Ok(())
+    }
 
     /// Scratch memory for a kernel (`TVMBackendAllocWorkspace`).
     fn alloc_workspace(&self, id: i32, nbytes: usize) -> Result<*mut c_void>;

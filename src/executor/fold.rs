@@ -101,6 +101,11 @@ pub fn remember(plan: &Arc<Plan>, layout: &Layout, sources: &Sources, derived: &
 pub fn fold(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Arc<Weight>>>> {
     let before = ops.snapshot();
     let scratch = run_folded(plan, ops, layout);
+    // Derived weights are read by executors on other threads' streams: the device finishes
+    // computing them before they are handed out.
+    for &d in plan.devices.iter().filter(|&&d| !crate::device::is_host(d)) {
+        crate::device::api_of(d)?.sync(d.device_id)?;
+    }
     // The results are weights from here on: no tensor points at the scratch any more.
     ops.restore(before);
     let mut derived = vec![None; plan.graph.num_entries()];

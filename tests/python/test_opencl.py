@@ -53,6 +53,31 @@ def test_arrays(tvm, cl):
         tvm.nd.empty((4,), "float32", tvm.cl(9))
 
 
+def test_a_run_on_a_stream_of_its_own(tvm, cl):
+    """`dev.create_raw_stream()` is a command queue of its own: made current, the executor's
+    kernels and copies go on it, and `sync` waits for it."""
+    from tvm.contrib import graph_executor
+
+    f = Fixture("opencl/convnet_unbound_cl")
+    lib = tvm.runtime.load_module(f.lib_path)
+    stream = cl.create_raw_stream()
+    assert stream, "a queue, not NULL"
+    cl.set_raw_stream(stream)
+    try:
+        m = graph_executor.GraphModule(lib["default"](cl))
+        m.load_params(f.params())
+        m.set_input(**{k: tvm.nd.array(v, cl) for k, v in f.inputs.items()})
+        m.run()
+        cl.sync()
+        for i, want in enumerate(f.outputs):
+            np.testing.assert_array_equal(m.get_output(i).numpy(), want)
+    finally:
+        cl.set_raw_stream(None)
+        cl.free_raw_stream(stream)
+    with pytest.raises(tvm.TVMError, match="is not a stream"):
+        cl.set_raw_stream(stream)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_factory_and_create(tvm, cl, name):
     from tvm.contrib import graph_executor

@@ -1,6 +1,7 @@
 //! OpenCL: the library opened at first use, platforms and devices discovered as upstream (GPU
 //! devices of every platform, else CPU devices), one context per platform and one in-order queue
-//! per device, shared by all threads. `DLTensor.data` of an OpenCL tensor is the address of a
+//! per device, shared by all threads, and streams (queues of their own, `streams`) a thread may
+//! make current. `DLTensor.data` of an OpenCL tensor is the address of a
 //! [`Descriptor`] whose first field is the `cl_mem` (upstream's layout: hosts and kernels' argument
 //! code read it there).
 
@@ -9,6 +10,7 @@ pub mod module;
 mod program_cache;
 mod programs;
 pub use program_cache::set_dir as set_program_cache;
+mod streams;
 pub mod sys;
 
 use super::{attr, Attr, DeviceApi, Place};
@@ -114,8 +116,10 @@ impl State {
         Ok(format!("device: {}\ndevice version: {}\ndriver: {}", d.name, d.version, d.driver))
     }
 
+    /// The queue the calling thread's work for device `id` goes on: its current stream, else the
+    /// device's own.
     pub(crate) fn queue(&self, id: i32) -> Result<sys::Queue> {
-        Ok(self.device(id)?.queue)
+        Ok(streams::current(id, self.device(id)?.queue))
     }
 
     pub(crate) fn context_and_device(&self, id: i32) -> Result<(sys::Context, sys::DeviceId)> {
@@ -144,10 +148,11 @@ impl State {
         check(rc, "clCreateBuffer").map_err(|e| e.context(format!("allocating {nbytes} bytes on opencl({id})")))?;
         if nbytes > 0 {
             let zero = 0u8;
+            let queue = self.queue(id)?;
             // SAFETY: fills the buffer just made; the pattern is copied at enqueue.
             let rc = unsafe {
                 (self.api.clEnqueueFillBuffer)(
-                    d.queue,
+                    queue,
                     mem,
                     (&zero as *const u8).cast(),
                     1,
@@ -158,13 +163,22 @@ impl State {
                     std::ptr::null_mut(),
                 )
             };
-            if let Err(e) = check(rc, "clEnqueueFillBuffer") {
+            if let Err(e) = check(rc, "clEnqueueFillBuffer").and_then(|_| self.settle(queue)) {
                 // SAFETY: made above, not handed out.
                 unsafe { (self.api.clReleaseMemObject)(mem) };
                 return Err(e);
             }
         }
         Ok(mem)
+    }
+
+    /// Waits for `queue` while streams exist (see `streams::any`).
+    fn settle(&self, queue: sys::Queue) -> Result<()> {
+        if !streams::any() {
+            return Ok(());
+        }
+        // SAFETY: a live queue.
+        check(unsafe { (self.api.clFinish)(queue) }, "clFinish")
     }
 }
 
@@ -303,42 +317,39 @@ impl DeviceApi for OpenCl {
                 let q = s.queue(to.device.device_id)?;
                 // SAFETY: `to` is a live OpenCL tensor and `from` host memory of `nbytes` (the
                 // caller's promise); blocking, so the host memory may change once it returns.
-                check(
-                    unsafe {
-                        (s.api.clEnqueueWriteBuffer)(
-                            q,
-                            buffer_of(to.data)?,
-                            1,
-                            to.offset,
-                            nbytes,
-                            from.data.cast::<u8>().add(from.offset).cast(),
-                            0,
-                            std::ptr::null(),
-                            std::ptr::null_mut(),
-                        )
-                    },
-                    "clEnqueueWriteBuffer",
-                )
+                let rc = unsafe {
+                    (s.api.clEnqueueWriteBuffer)(
+                        q,
+                        buffer_of(to.data)?,
+                        1,
+                        to.offset,
+                        nbytes,
+                        from.data.cast::<u8>().add(from.offset).cast(),
+                        0,
+                        std::ptr::null(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                check(rc, "clEnqueueWriteBuffer")?;
+                s.settle(q)
             }
             (false, true) => {
                 let q = s.queue(from.device.device_id)?;
                 // SAFETY: as above, reading; blocking, so queued kernels finish first (in order).
-                check(
-                    unsafe {
-                        (s.api.clEnqueueReadBuffer)(
-                            q,
-                            buffer_of(from.data)?,
-                            1,
-                            from.offset,
-                            nbytes,
-                            to.data.cast::<u8>().add(to.offset).cast(),
-                            0,
-                            std::ptr::null(),
-                            std::ptr::null_mut(),
-                        )
-                    },
-                    "clEnqueueReadBuffer",
-                )
+                let rc = unsafe {
+                    (s.api.clEnqueueReadBuffer)(
+                        q,
+                        buffer_of(from.data)?,
+                        1,
+                        from.offset,
+                        nbytes,
+                        to.data.cast::<u8>().add(to.offset).cast(),
+                        0,
+                        std::ptr::null(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                check(rc, "clEnqueueReadBuffer")
             }
             (false, false) => {
                 let (a, b) = (s.device(from.device.device_id)?, s.device(to.device.device_id)?);
@@ -348,24 +359,25 @@ impl DeviceApi for OpenCl {
                         from.device.device_id, to.device.device_id
                     )));
                 }
+                let q = s.queue(to.device.device_id)?;
                 // SAFETY: two live buffers of one context (the caller's promise for the sizes);
-                // queued on the destination's queue, as upstream.
-                check(
-                    unsafe {
-                        (s.api.clEnqueueCopyBuffer)(
-                            b.queue,
-                            buffer_of(from.data)?,
-                            buffer_of(to.data)?,
-                            from.offset,
-                            to.offset,
-                            nbytes,
-                            0,
-                            std::ptr::null(),
-                            std::ptr::null_mut(),
-                        )
-                    },
-                    "clEnqueueCopyBuffer",
-                )
+                // queued on the destination's queue (the calling thread's stream of it), as
+                // upstream.
+                let rc = unsafe {
+                    (s.api.clEnqueueCopyBuffer)(
+                        q,
+                        buffer_of(from.data)?,
+                        buffer_of(to.data)?,
+                        from.offset,
+                        to.offset,
+                        nbytes,
+                        0,
+                        std::ptr::null(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                check(rc, "clEnqueueCopyBuffer")?;
+                s.settle(q)
             }
             (true, true) => Err(Error::internal("Expect copy from/to OpenCL or between OpenCL")),
         }
@@ -399,17 +411,43 @@ impl DeviceApi for OpenCl {
         check(unsafe { (s.api.clFinish)(s.queue(id)?) }, "clFinish")
     }
 
+    fn create_stream(&self, id: i32) -> Result<*mut c_void> {
+        streams::create(id)
+    }
+
+    fn free_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
+        streams::free(id, stream)
+    }
+
+    fn set_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
+        streams::set(id, stream)
+    }
+
+    fn sync_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
+        let s = state()?;
+        let queue = streams::queue_of(id, stream)?;
+        // SAFETY: a live queue (the device's, or a stream checked to be one made here).
+        check(unsafe { (s.api.clFinish)(queue) }, "clFinish")
+    }
+
+    fn sync_stream_from_to(&self, id: i32, from: *mut c_void, to: *mut c_void) -> Result<()> {
+        streams::order(id, from, to)
+    }
+
     fn alloc_workspace(&self, id: i32, nbytes: usize) -> Result<*mut c_void> {
         let d = state()?.device(id)?;
         // Rounded as upstream's pool, so the sizes of one operator's calls match again.
         let size = nbytes.max(1).next_multiple_of(4096);
+        // Reused on the queue it was last used on only: a kernel on another stream could still be
+        // writing it.
+        let queue = state()?.queue(id)? as usize;
         let mut pool = d.workspaces.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(w) = pool.iter_mut().find(|w| !w.in_use && w.size == size) {
+        if let Some(w) = pool.iter_mut().find(|w| !w.in_use && w.size == size && w.queue == queue) {
             w.in_use = true;
             return Ok(w.handle as *mut c_void);
         }
         let handle = self.alloc(id, size, crate::tensor::ALIGNMENT)? as usize;
-        pool.push(Workspace { handle, size, in_use: true });
+        pool.push(Workspace { handle, size, in_use: true, queue });
         Ok(handle as *mut c_void)
     }
 
@@ -439,4 +477,6 @@ struct Workspace {
     handle: usize,
     size: usize,
     in_use: bool,
+    /// The queue (stream) it was handed out on.
+    queue: usize,
 }
