@@ -102,18 +102,20 @@ pub trait DeviceApi: Send + Sync {
     // device (kernel launches, copies, fills) goes on the calling thread's current stream, in
     // the order queued; a copy to or from the host returns once the host side is done with (so a
     // later host write cannot reach a copy still queued); `sync` waits for that stream. Nothing is
-    // assumed across streams: memory handed back while work on it may still be queued (an arena
-    // a pooled run gives back, a region freed) is waited for with `sync` first, and kernel scratch
-    // is reused only on the stream it was last used on. A device with one queue keeps the
-    // defaults: streams are NULL, setting one changes nothing.
+    // assumed across streams: memory handed back for reuse while work on it may still be queued
+    // (an arena a pooled run gives back, folding's results) is waited for with `sync` first, and
+    // kernel scratch is reused only on the stream it was last used on. Freeing memory with work
+    // still queued on it is the backend's to make safe (OpenCL keeps a buffer until the commands
+    // using it finish; a CUDA backend would free in stream order or after a sync). A device with
+    // one queue keeps the defaults: streams are NULL, setting one changes nothing.
 
     /// A new stream on device `id` (NULL where the device has one queue).
     fn create_stream(&self, _id: i32) -> Result<*mut c_void> {
         Ok(std::ptr::null_mut())
     }
 
-    /// Waits for the work on `stream`, then releases it. Handles this API did not make are
-    /// refused.
+    /// Waits for the work on `stream`, then releases it; a backend with streams refuses handles
+    /// it did not make (the default has none to release).
     fn free_stream(&self, _id: i32, _stream: *mut c_void) -> Result<()> {
         Ok(())
     }
