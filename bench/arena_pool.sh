@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A pool of activation arenas against executors with their own (today's default) and upstream's
-# runtime, in a server's shape: ResNet-18 at batch 1, 2, 4 and 8 and an LSTM at sequence lengths
-# 8, 16, 32 and 64 (params unbound, one set of weights shared), four executors of each, two host
-# threads running random executors for SECONDS; and one executor alone (the pool must not cost it).
-#   bench/arena_pool.sh [ROUNDS [SECONDS [cpu|opencl|all]]] > out.md   (3 rounds of 10 s, all;
+# runtime, in a server's shape: ResNet-18 at batch 1, 2, 4 and 8, an LSTM and a small transformer
+# at sequence lengths 8, 16, 32 and 64 (params unbound, one set of weights shared), four executors
+# of each, two host threads running random executors for SECONDS; and one executor alone (the pool
+# must not cost it).
+#   bench/arena_pool.sh [ROUNDS [SECONDS [PART]]] > out.md   (3 rounds of 10 s, all; PART: all,
+#   cpu, opencl, or one CPU case: resnet, lstm, transformer, alone;
 #   builds the models on first use, a few minutes; the OpenCL part needs upstream's OpenCL build
 #   and an OpenCL device)
 # On OpenCL: ResNet-18 at batch 1 and 4 on device 0 for 3 x SECONDS (a run there takes about a
@@ -23,8 +25,9 @@ eval "$(scripts/tvm_env.sh --no-venv)"
 models=target/bench-models
 resnet="resnet18_unbound:1 resnet18_unbound_b2:2 resnet18_unbound_b4:4 resnet18_unbound_b8:8"
 lstm="lstm_s8:8 lstm_s16:16 lstm_s32:32 lstm_s64:64"
+transformer="transformer_s8:8 transformer_s16:16 transformer_s32:32 transformer_s64:64"
 need=()
-for m in $resnet $lstm; do [ -f "$models/${m%%:*}/lib.so" ] || need+=("${m%%:*}"); done
+for m in $resnet $lstm $transformer; do [ -f "$models/${m%%:*}/lib.so" ] || need+=("${m%%:*}"); done
 [ ${#need[@]} -eq 0 ] || scripts/make_fixtures.sh --bench --only "$(IFS=,; echo "${need[*]}")" >&2
 cargo build --release --lib --quiet
 mkdir -p target/bench
@@ -63,17 +66,17 @@ case_() {
 }
 
 cases=""
-if [ "$part" != opencl ]; then
-  case_ resnet 2 4 $resnet
-  case_ lstm 2 4 $lstm
-  case_ alone 1 1 resnet18_unbound:1
-  cases="resnet lstm alone"
-fi
+# A part: all, cpu, opencl, or one CPU case by name (resnet, lstm, transformer, alone).
+runs_case() { [ "$part" = all ] || [ "$part" = cpu ] || [ "$part" = "$1" ]; }
+runs_case resnet && case_ resnet 2 4 $resnet && cases="$cases resnet"
+runs_case lstm && case_ lstm 2 4 $lstm && cases="$cases lstm"
+runs_case transformer && case_ transformer 2 4 $transformer && cases="$cases transformer"
+runs_case alone && case_ alone 1 1 resnet18_unbound:1 && cases="$cases alone"
 if [ "$part" = all ] && ! [ -f "${TVM_UPSTREAM_SHARED:-$PWD/../shared/upstream}/libtvm_runtime.so" ]; then
   echo "arena_pool: no upstream OpenCL runtime: the OpenCL part is skipped" >&2
   part=cpu
 fi
-if [ "$part" != cpu ]; then
+if [ "$part" = all ] || [ "$part" = opencl ]; then
   eval "$(scripts/tvm_env.sh)"
   opencl_models resnet18_unbound_cl_b1 resnet18_unbound_cl_b4
   cc -O1 -shared -fPIC -o target/bench/libopencl_shim.so c_tests/opencl_shim.c -ldl -lpthread
@@ -88,7 +91,7 @@ if [ "$part" != cpu ]; then
   cases="$cases opencl"
 fi
 
-for c in resnet lstm alone opencl; do
+for c in resnet lstm transformer alone opencl; do
   [ -f "$out/$c.upstream.$rounds" ] && ! [[ " $cases " == *" $c "* ]] && cases="$cases $c"
 done
 python3 - "$out" "$rounds" $cases <<'PY'
@@ -107,6 +110,7 @@ def cell(v, d=1):
     return f"{statistics.median(v):.{d}f} ({min(v):.{d}f}-{max(v):.{d}f})"
 titles = {"resnet": "ResNet-18 b1/b2/b4/b8, 4 executors each (16), 2 threads",
           "lstm": "LSTM lengths 8/16/32/64, 4 executors each (16), 2 threads",
+          "transformer": "Transformer (2 layers, d 512, batch 8) lengths 8/16/32/64, 4 executors each (16), 2 threads",
           "alone": "ResNet-18 b1, one executor, 1 thread",
           "opencl": "OpenCL: ResNet-18 b1/b4, 4 executors each (8), 2 threads; memory: device bytes"}
 titles = {k: v for k, v in titles.items() if k in cases}

@@ -218,6 +218,38 @@ def lstm(seq_len, hidden=16, inp=8, batch=1):
     return mod, params
 
 
+def transformer(seq_len, batch=8, d=512, heads=8, ff=2048, layers=2):
+    """A small transformer encoder (attention and feed-forward blocks with residuals), its weights
+    graph inputs (unbound): one set serves every sequence length."""
+    rng = np.random.default_rng(5)
+    params = {}
+
+    def w(name, shape):
+        params[name] = tvm.nd.array(rng.uniform(-0.05, 0.05, shape).astype("float32"))
+        return relay.var(name, shape=shape)
+
+    dh = d // heads
+    x = relay.var("data", shape=(batch, seq_len, d))
+    h = relay.reshape(x, (batch * seq_len, d))
+
+    def heads_of(t):
+        t = relay.transpose(relay.reshape(t, (batch, seq_len, heads, dh)), (0, 2, 1, 3))
+        return relay.reshape(t, (batch * heads, seq_len, dh))
+
+    for i in range(layers):
+        q, k, v = (heads_of(relay.nn.dense(h, w("l%d_w%s" % (i, n), (d, d)))) for n in "qkv")
+        scores = relay.nn.batch_matmul(q, k) * relay.const(1.0 / np.sqrt(dh), "float32")
+        attn = relay.nn.softmax(scores, axis=-1)
+        ctx = relay.nn.batch_matmul(attn, relay.transpose(v, (0, 2, 1)))
+        ctx = relay.transpose(relay.reshape(ctx, (batch, heads, seq_len, dh)), (0, 2, 1, 3))
+        h = h + relay.nn.dense(relay.reshape(ctx, (batch * seq_len, d)), w("l%d_wo" % i, (d, d)))
+        f = relay.nn.relu(relay.nn.bias_add(relay.nn.dense(h, w("l%d_w1" % i, (ff, d))), w("l%d_b1" % i, (ff,))))
+        h = h + relay.nn.dense(f, w("l%d_w2" % i, (d, ff)))
+    out = relay.reshape(h, (batch, seq_len, d))
+    fn = relay.Function(relay.analysis.free_vars(out), out)
+    return relay.transform.InferType()(tvm.IRModule.from_expr(fn)), params
+
+
 def to_nd(params):
     return {k: (v if isinstance(v, tvm.nd.NDArray) else tvm.nd.array(v)) for k, v in params.items()}
 
@@ -332,6 +364,13 @@ def make_bench(outdir, only=None):
                         load_params=params, factory_weights=False)
         return make
 
+    def transformer_len(seq_len):
+        def make(name):
+            mod, params = transformer(seq_len)
+            write_model(outdir, name, build(mod), random_inputs(mod, rng, skip=params),
+                        load_params=params, factory_weights=False)
+        return make
+
     t = relay.testing
     models = {
         "resnet18": lambda n: bound(t.resnet.get_workload, num_layers=18, batch_size=1)(n),
@@ -347,8 +386,10 @@ def make_bench(outdir, only=None):
         "squeezenet_unbound_b8": unbound_batch("squeezenet", t.squeezenet.get_workload, 8),
         "chain200": chain,
         "lstm_big": lstm_big,
-        # One LSTM at several sequence lengths, sharing its weights (the arena pool's sequence case).
+        # One LSTM, and one small transformer, at several sequence lengths, each sharing its weights
+        # (the arena pool's sequence cases).
         **{"lstm_s%d" % n: lstm_len(n) for n in (8, 16, 32, 64)},
+        **{"transformer_s%d" % n: transformer_len(n) for n in (8, 16, 32, 64)},
     }
     for name, make in models.items():
         if only is None or name in only:
