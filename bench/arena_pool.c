@@ -14,7 +14,6 @@
  *   by TVMSynchronize on it.
  * DEVICE_BYTES=SHIM: memory is the live bytes of every buffer and image on the device, counted by
  *   the OpenCL shim the runtime loaded (c_tests/opencl_shim.c), instead of VmData. */
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include "bench_util.h"
@@ -32,46 +31,6 @@ static long runs[64];
 static double samples[64];
 
 static int device_type = 1;
-
-/* The memory figure, in kB: VmData, or the device bytes the shim counts. */
-static long memory_kb(void) {
-  const char* shim = getenv("DEVICE_BYTES");
-  if (shim && *shim) {
-    void* h = dlopen(shim, RTLD_NOW | RTLD_LOCAL);
-    size_t (*live)(void) = h ? (size_t(*)(void))dlsym(h, "tvm_rt_cl_shim_live_bytes") : NULL;
-    if (!live) {
-      fprintf(stderr, "DEVICE_BYTES: %s\n", dlerror());
-      exit(1);
-    }
-    return (long)(live() / 1024);
-  }
-  long rss, data;
-  vm_kb(&rss, &data);
-  return data;
-}
-
-/* tvm.graph_executor.create(json, lib, device_type 0). */
-static TVMModuleHandle create(const char* json, TVMModuleHandle lib) {
-  TVMFunctionHandle f;
-  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &f));
-  TVMValue v[4], r;
-  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
-  v[0].v_str = json;
-  v[1].v_handle = lib;
-  v[2].v_int64 = device_type;
-  v[3].v_int64 = 0;
-  CHECK(TVMFuncCall(f, v, c, 4, &r, &rc));
-  TVMFuncFree(f);
-  return r.v_handle;
-}
-
-static TVMModuleHandle load_lib(const char* dir) {
-  char path[1024];
-  TVMModuleHandle lib;
-  snprintf(path, sizeof path, "%s/lib.so", dir);
-  CHECK(TVMModLoadFromFile(path, "so", &lib));
-  return lib;
-}
 
 /* Sets input "data" of ex to zeros (upstream's storage starts uninitialised). */
 static void zero_data(TVMModuleHandle ex) {
@@ -148,7 +107,7 @@ int main(int argc, char** argv) {
     TVMModuleHandle lib = libs[v];
     for (int i = 0; i < per; i++) {
       Executor* e = &all[v * per + i];
-      e->ex = create(json, lib);
+      e->ex = create_graph_executor_on(json, lib, device_type);
       bind_weights(e->ex, v * per + i ? all[0].ex : NULL, &blob);
       zero_data(e->ex);
       call_packed(e->ex, "run", NULL, NULL, 0);

@@ -2,6 +2,7 @@
 #ifndef TVM_RT_BENCH_UTIL_H_
 #define TVM_RT_BENCH_UTIL_H_
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,19 +39,33 @@ static inline int cmp_double(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-/* tvm.graph_executor.create(json, lib, cpu 0): a new executor, weights not loaded. */
-static inline TVMModuleHandle create_graph_executor(const char* json, TVMModuleHandle lib) {
+/* tvm.graph_executor.create(json, lib, device_type 0): a new executor, weights not loaded. */
+static inline TVMModuleHandle create_graph_executor_on(const char* json, TVMModuleHandle lib, int device_type) {
   TVMFunctionHandle create;
   CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &create));
   TVMValue v[4], r;
   int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
   v[0].v_str = json;
   v[1].v_handle = lib;
-  v[2].v_int64 = 1;
+  v[2].v_int64 = device_type;
   v[3].v_int64 = 0;
   CHECK(TVMFuncCall(create, v, c, 4, &r, &rc));
   TVMFuncFree(create);
   return r.v_handle;
+}
+
+/* The same on cpu 0. */
+static inline TVMModuleHandle create_graph_executor(const char* json, TVMModuleHandle lib) {
+  return create_graph_executor_on(json, lib, kDLCPU);
+}
+
+/* dir/lib.so, loaded; exits if it cannot be. */
+static inline TVMModuleHandle load_lib(const char* dir) {
+  char path[1024];
+  TVMModuleHandle lib;
+  snprintf(path, sizeof path, "%s/lib.so", dir);
+  CHECK(TVMModLoadFromFile(path, "so", &lib));
+  return lib;
 }
 
 /* Calls module function `name` with n arguments; exits on failure. */
@@ -83,6 +98,28 @@ static inline void vm_kb(long* rss, long* data) {
     sscanf(line, "VmData: %ld", data);
   }
   fclose(f);
+}
+
+/* The memory a figure counts, in kB: VmData, or with DEVICE_BYTES=<the OpenCL shim the runtime
+ * loaded> (c_tests/opencl_shim.c) the live bytes of every buffer and image on the device, what a
+ * GPU would hold (pocl allocates lazily, so VmData hides device memory). */
+static inline long memory_kb(void) {
+  const char* shim = getenv("DEVICE_BYTES");
+  if (shim && *shim) {
+    /* The same file the runtime opened: the same instance, its counter. */
+    void* h = dlopen(shim, RTLD_NOW | RTLD_LOCAL);
+    size_t (*live)(void) = h ? (size_t(*)(void))dlsym(h, "tvm_rt_cl_shim_live_bytes") : NULL;
+    if (!live) {
+      fprintf(stderr, "DEVICE_BYTES: %s\n", dlerror());
+      exit(1);
+    }
+    long kb = (long)(live() / 1024);
+    dlclose(h);
+    return kb;
+  }
+  long rss, data;
+  vm_kb(&rss, &data);
+  return data;
 }
 
 #endif

@@ -16,53 +16,18 @@
  * prints each additional executor's steps (create, share_params, first run). */
 #include "bench_util.h"
 
-#include <dlfcn.h>
-
 static TVMModuleHandle create_on_opencl(const char* dir, TVMModuleHandle* lib) {
-  char path[1024];
   size_t n;
-  snprintf(path, sizeof path, "%s/lib.so", dir);
-  if (!*lib) CHECK(TVMModLoadFromFile(path, "so", lib));
+  if (!*lib) *lib = load_lib(dir);
   char* json = slurp(dir, "graph.json", &n);
-  TVMFunctionHandle create;
-  CHECK(TVMFuncGetGlobal("tvm.graph_executor.create", &create));
-  TVMValue v[4], r;
-  int c[4] = {kTVMStr, kTVMModuleHandle, kDLInt, kDLInt}, rc;
-  v[0].v_str = json;
-  v[1].v_handle = *lib;
-  v[2].v_int64 = kDLOpenCL;
-  v[3].v_int64 = 0;
-  CHECK(TVMFuncCall(create, v, c, 4, &r, &rc));
-  TVMFuncFree(create);
+  TVMModuleHandle ex = create_graph_executor_on(json, *lib, kDLOpenCL);
   free(json);
-  return r.v_handle;
+  return ex;
 }
 
 static void run_sync(TVMModuleHandle ex) {
   call_packed(ex, "run", NULL, NULL, 0);
   CHECK(TVMSynchronize(kDLOpenCL, 0, NULL));
-}
-
-/* The memory a `share` figure counts, in kB: VmData, or with DEVICE_BYTES=<the OpenCL shim the
- * runtime loaded> (c_tests/opencl_shim.c) the live bytes of every buffer and image on the device,
- * what a GPU would hold (pocl allocates lazily, so VmData hides device memory). */
-static long vm_data(void) {
-  const char* shim = getenv("DEVICE_BYTES");
-  if (shim && *shim) {
-    /* The same file the runtime opened: the same instance, its counter. */
-    void* h = dlopen(shim, RTLD_NOW | RTLD_LOCAL);
-    size_t (*live)(void) = h ? (size_t(*)(void))dlsym(h, "tvm_rt_cl_shim_live_bytes") : NULL;
-    if (!live) {
-      fprintf(stderr, "DEVICE_BYTES: %s\n", dlerror());
-      exit(1);
-    }
-    long kb = (long)(live() / 1024);
-    dlclose(h);
-    return kb;
-  }
-  long rss, data;
-  vm_kb(&rss, &data);
-  return data;
 }
 
 int main(int argc, char** argv) {
@@ -105,11 +70,11 @@ int main(int argc, char** argv) {
     const char* other = argc > 4 ? argv[4] : NULL;
     TVMModuleHandle* ex = calloc(k, sizeof *ex);
     TVMModuleHandle* libs = calloc(k, sizeof *libs);
-    long base = vm_data();
+    long base = memory_kb();
     ex[0] = create_on_opencl(dir, &libs[0]);
     bind_weights(ex[0], NULL, &blob);
     run_sync(ex[0]);
-    long first = vm_data(), second = first;
+    long first = memory_kb(), second = first;
     for (int i = 1; i < k; i++) {
       const char* d = other && i == k - 1 ? other : dir;
       size_t on;
@@ -117,20 +82,20 @@ int main(int argc, char** argv) {
       TVMByteArray ob = {op, on};
       /* ONE_LIB=1: every executor of MODEL_DIR made from one loaded library. */
       if (getenv("ONE_LIB") && !strcmp(getenv("ONE_LIB"), "1") && d == dir) libs[i] = libs[0];
-      long t0 = vm_data();
+      long t0 = memory_kb();
       ex[i] = create_on_opencl(d, &libs[i]);
-      long t1 = vm_data();
+      long t1 = memory_kb();
       bind_weights(ex[i], ex[0], &ob);
-      long t2 = vm_data();
+      long t2 = memory_kb();
       run_sync(ex[i]);
-      long t3 = vm_data();
+      long t3 = memory_kb();
       if (getenv("VERBOSE")) fprintf(stderr, "create %ld share %ld run %ld\n", t1 - t0, t2 - t1, t3 - t2);
       free(op);
       /* The first executor runs again once others share its weights (it folds then, in ours). */
       run_sync(ex[0]);
-      if (i == 1) second = vm_data();
+      if (i == 1) second = memory_kb();
     }
-    long all = vm_data();
+    long all = memory_kb();
     printf("%ld %ld %ld\n", first - base, second - first, k > 2 ? (all - second) / (k - 2) : 0);
     return 0;
   }

@@ -24,14 +24,6 @@ static void report(TVMModuleHandle m, const char* label) {
   TVMFuncFree(f);
 }
 
-static TVMModuleHandle load_lib(const char* dir) {
-  char path[1024];
-  TVMModuleHandle lib;
-  snprintf(path, sizeof path, "%s/lib.so", dir);
-  CHECK(TVMModLoadFromFile(path, "so", &lib));
-  return lib;
-}
-
 int main(int argc, char** argv) {
   if (argc != 4) return 2;
   int k = atoi(argv[1]);
