@@ -350,8 +350,8 @@ int TVMBackendRegisterEnvCAPI(const char *name, void *ptr);
 // TVMDeviceFreeDataSpace.
 int TVMDeviceAllocDataSpace(struct DLDevice dev, size_t nbytes, size_t alignment, struct DLDataType _type_hint, void **out_data);
 
-// Allocates a compact tensor's bytes on a device (scope NULL, "" or "global"); free with
-// TVMDeviceFreeDataSpace.
+// Allocates a compact tensor's bytes on a device (scope NULL, "" or "global"), or an image for
+// it in a texture scope on a device with images; free with TVMDeviceFreeDataSpace.
 int TVMDeviceAllocDataSpaceWithScope(struct DLDevice dev, int ndim, const int64_t *shape, struct DLDataType dtype, const char *mem_scope, void **out_data);
 
 // Frees memory from TVMDeviceAllocDataSpace(WithScope); NULL is a no-op.

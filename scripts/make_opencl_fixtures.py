@@ -44,6 +44,51 @@ def register_gpu_elementwise():
         getattr(generic, name + "_strategy").register(["cuda", "gpu"])(strategy)
 
 
+def register_adreno_elementwise():
+    """For TVM's Adreno target (`opencl -device=adreno`, texture memory): the same operators plus
+    reshape and layout_transform, with TOPI's Adreno injective schedule, which writes one float4
+    pixel per work item (the generic GPU schedule writes scalars into textures and gives wrong
+    numbers; FIXTURES.md, "Models for TVM's Adreno target")."""
+    from tvm import topi
+    from tvm.relay.op import op as _op
+    from tvm.relay.op.strategy import generic
+
+    computes = {
+        "reshape": lambda attrs, inputs, out_type: [topi.reshape(inputs[0], [int(d) for d in out_type.shape])],
+        "layout_transform": lambda attrs, inputs, out_type: [
+            topi.layout_transform(inputs[0], attrs.src_layout, attrs.dst_layout)],
+    }
+    for name in ("add", "subtract", "multiply", "divide"):
+        computes[name] = lambda attrs, inputs, out_type, f=getattr(topi, name): [f(inputs[0], inputs[1])]
+    for name, compute in computes.items():
+        def strategy(attrs, inputs, out_type, target, compute=compute, name=name):
+            s = _op.OpStrategy()
+            s.add_implementation(compute, generic.wrap_topi_schedule(topi.adreno.schedule_injective),
+                                 name=name + ".adreno")
+            return s
+        getattr(generic, name + "_strategy").register(["adreno"])(strategy)
+
+
+def texture_convnet(rng):
+    """Two convolutions in texture memory (activations `global.texture`, a bias
+    `global.texture-weight`), a pooling back to a buffer."""
+    from tvm import relay
+
+    data = relay.var("data", shape=(1, 8, 16, 16))
+    w1 = relay.var("conv1_weight", shape=(16, 8, 3, 3))
+    b1 = relay.var("conv1_bias", shape=(16,))
+    w2 = relay.var("conv2_weight", shape=(16, 16, 3, 3))
+    x = relay.nn.relu(relay.nn.bias_add(relay.nn.conv2d(data, w1, padding=(1, 1), channels=16,
+                                                        kernel_size=(3, 3)), b1))
+    x = relay.nn.relu(relay.nn.conv2d(x, w2, padding=(1, 1), channels=16, kernel_size=(3, 3)))
+    x = relay.nn.batch_flatten(relay.nn.global_avg_pool2d(x))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(x), x)))
+    params = {p.name_hint: tvm.nd.array(rng.uniform(-0.5, 0.5, [int(d) for d in p.checked_type.shape])
+                                        .astype("float32"))
+              for p in mod["main"].params if p.name_hint != "data"}
+    return mod, params
+
+
 def bench_models():
     """Benchmark models (never committed): the MLP (runtime overhead per run), MobileNet, and
     ResNet-18 with params unbound at batch 1 and 4 (one set of weights)."""
@@ -61,6 +106,11 @@ def bench_models():
     mod4, _ = t.resnet.get_workload(num_layers=18, batch_size=4)
     models["resnet18_unbound_cl_b1"] = (mod1, params, False)
     models["resnet18_unbound_cl_b4"] = (mod4, params, False)
+    # Texture builds (TVM's Adreno target), unbound: executors share the weights.
+    models["resnet18_tex_cl_b1"] = (mod1, params, True)
+    models["resnet18_tex_cl_b4"] = (mod4, params, True)
+    mod, mobilenet_params = t.mobilenet.get_workload(batch_size=1)
+    models["mobilenet_tex_cl"] = (mod, mobilenet_params, False)
     return models, np.random.default_rng(5)
 
 
@@ -110,18 +160,25 @@ def small_models():
     out = relay.nn.softmax(z)
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, w], out)))
     models["hetero_cl"] = (mod, {"w": tvm.nd.array(rng.uniform(-1, 1, (8, 16)).astype("float32"))}, False)
+
+    # Texture memory (TVM's Adreno target): unbound, so executors share the texture weights.
+    models["convnet_tex_cl"] = texture_convnet(rng) + (False,)
+    # Bound: the factory's weights, some of them in texture scopes (a bias as `global.texture-weight`).
+    models["convnet_tex_bound_cl"] = texture_convnet(rng) + (True,)
     return models, rng
 
 
 def build(out, only=None, bench=False):
     from tvm import relay
 
+    register_adreno_elementwise()
     models, rng = bench_models() if bench else small_models()
     inputs_by_shape = {}
     for name, (mod, params, bind) in models.items():
         if only and name not in only:
             continue
-        targets = [("", tvm.target.Target("opencl", host=HOST))]
+        device = "opencl -device=adreno" if "_tex" in name else "opencl"
+        targets = [("", tvm.target.Target(device, host=HOST))]
         if name == "hetero_cl":
             # OpenCL by default, the CPU where annotated.
             targets = [("", [tvm.target.Target("opencl", host=HOST), tvm.target.Target(HOST)])]

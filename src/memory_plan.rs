@@ -4,6 +4,8 @@
 
 #![forbid(unsafe_code)]
 
+use crate::device::texture::{Extent, Texture};
+use crate::dlpack::DLDataType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeKind};
 
@@ -21,6 +23,33 @@ pub enum SlotRole {
 pub struct Slot {
     pub bytes: usize,
     pub role: SlotRole,
+    /// A slot in a texture scope is an image of its own (kernels address it in pixels), never a
+    /// range of an arena: `None` for plain memory.
+    pub texture: Option<SlotTexture>,
+}
+
+/// The image behind a texture slot: large enough for every entry planned into it (each from the
+/// image's corner), as upstream's pool entries are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotTexture {
+    pub texture: Texture,
+    pub extent: Extent,
+    pub dtype: DLDataType,
+}
+
+impl SlotTexture {
+    /// The image's own shape, `[height, width, channels]` (what it is allocated as, in any scope).
+    pub fn shape(&self) -> [i64; 3] {
+        [self.extent.height as i64, self.extent.width as i64, self.extent.channels as i64]
+    }
+}
+
+impl Slot {
+    /// Whether the slot has memory of its own rather than a range of the activation arena: graph
+    /// inputs and textures.
+    pub fn has_own_memory(&self) -> bool {
+        self.role == SlotRole::Input || self.texture.is_some()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -31,7 +60,8 @@ pub struct StoragePlan {
 impl StoragePlan {
     pub fn new(graph: &Graph) -> Result<StoragePlan> {
         let num_slots = graph.entries.iter().map(|e| e.storage_id + 1).max().unwrap_or(0);
-        let mut slots = vec![Slot { bytes: 0, role: SlotRole::Unused }; num_slots];
+        let mut slots = vec![Slot { bytes: 0, role: SlotRole::Unused, texture: None }; num_slots];
+        let mut plain = vec![false; num_slots];
         let mut device = vec![None; num_slots];
         for (eid, e) in graph.entries.iter().enumerate() {
             // Bounded by MAX_TENSOR_BYTES, so the rounding cannot wrap.
@@ -39,7 +69,34 @@ impl StoragePlan {
                 crate::dtype::tensor_bytes(&e.shape, e.dtype).map_err(|err| err.context(format!("entry {eid}")))?;
             let slot = &mut slots[e.storage_id];
             slot.bytes = slot.bytes.max(bytes.next_multiple_of(4));
-            crate::device::check_memory_scope(&e.scope).map_err(|err| err.context(format!("entry {eid}")))?;
+            let at = |err: Error| err.context(format!("entry {eid}"));
+            match Texture::of_scope(&e.scope).map_err(at)? {
+                None => plain[e.storage_id] = true,
+                Some(texture) => {
+                    let extent = texture.extent(&e.shape).map_err(at)?;
+                    let mine = SlotTexture { texture, extent, dtype: e.dtype };
+                    slot.texture = Some(match slot.texture {
+                        None => mine,
+                        Some(t)
+                            if t.texture == texture && t.dtype == e.dtype && t.extent.channels == extent.channels =>
+                        {
+                            SlotTexture { extent: t.extent.union(extent), ..t }
+                        }
+                        Some(t) => {
+                            return Err(at(Error::value(format!(
+                                "storage id {} holds '{}' {} with {} channels and '{}' {} with {}: one image cannot",
+                                e.storage_id,
+                                t.texture.scope(),
+                                t.dtype,
+                                t.extent.channels,
+                                texture.scope(),
+                                e.dtype,
+                                extent.channels
+                            ))))
+                        }
+                    });
+                }
+            }
             // Which device types the executor serves is its plan's business (`Plan::new`).
             if let Some(d) = e.device_type {
                 match device[e.storage_id] {
@@ -49,6 +106,9 @@ impl StoragePlan {
                     _ => device[e.storage_id] = Some(d),
                 }
             }
+        }
+        if let Some(sid) = (0..num_slots).find(|&sid| plain[sid] && slots[sid].texture.is_some()) {
+            return Err(Error::value(format!("storage id {sid} mixes texture and plain memory scopes")));
         }
         // An entry is "input-like" if it is a graph input or a __nop alias of one.
         let mut input_like = vec![false; graph.num_entries()];
@@ -78,7 +138,7 @@ impl StoragePlan {
         let mut end = 0usize;
         let mut offsets = Vec::with_capacity(self.slots.len());
         for s in &self.slots {
-            offsets.push(if s.role == SlotRole::Activation {
+            offsets.push(if s.role == SlotRole::Activation && s.texture.is_none() {
                 let at = end;
                 end = s.bytes.checked_next_multiple_of(align).and_then(|b| end.checked_add(b)).ok_or_else(|| {
                     Error::value("the activations of this graph add up to more memory than can be addressed")
@@ -128,10 +188,15 @@ mod tests {
 
     #[test]
     fn other_scopes_and_devices_are_refused() {
+        let e = graph([0, 0, 1, 0], r#","storage_scope":["list_str",["global","global","shared"]]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("entry 2: memory scope 'shared' is not supported"), "{e}");
+        // A texture needs rank 3 or more; one slot holds one kind of memory.
         let e = graph([0, 0, 1, 0], r#","storage_scope":["list_str",["global","global","global.texture"]]"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("entry 2: memory scope 'global.texture' is not supported"), "{e}");
+        assert!(e.contains("entry 2: a tensor in memory scope 'global.texture' must have rank 3"), "{e}");
         let e = graph([0, 0, 0, 0], r#","device_index":["list_int",[1,1,4]]"#).unwrap_err().to_string();
         assert!(e.contains("storage id 0 is used by two device types"), "{e}");
         assert!(graph(

@@ -3,6 +3,7 @@
 
 use super::{c_str, guard, out, TVMStreamHandle};
 use crate::device;
+use crate::device::texture::Texture;
 use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::tensor::{raw, RawTensor};
@@ -33,8 +34,8 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpace(
     })
 }
 
-/// Allocates a compact tensor's bytes on a device (scope NULL, "" or "global"); free with
-/// TVMDeviceFreeDataSpace.
+/// Allocates a compact tensor's bytes on a device (scope NULL, "" or "global"), or an image for
+/// it in a texture scope on a device with images; free with TVMDeviceFreeDataSpace.
 #[no_mangle]
 pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
     dev: DLDevice,
@@ -46,16 +47,24 @@ pub unsafe extern "C" fn TVMDeviceAllocDataSpaceWithScope(
 ) -> c_int {
     guard(|| {
         let api = device_of(dev.device_type, dev.device_id)?;
-        if !mem_scope.is_null() {
+        let texture = if mem_scope.is_null() {
+            None
+        } else {
             // SAFETY: caller's string.
-            device::check_memory_scope(unsafe { c_str(mem_scope, "memory scope") }?)?;
-        }
+            Texture::of_scope(unsafe { c_str(mem_scope, "memory scope") }?)?
+        };
         if !(0..=64).contains(&ndim) || (ndim > 0 && shape.is_null()) {
             return Err(Error::value(format!("invalid shape (ndim {ndim})")));
         }
         // SAFETY: `shape` holds `ndim` values.
         let dims = if ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(shape, ndim as usize) } };
-        let p = api.alloc(dev.device_id, crate::dtype::tensor_bytes(dims, dtype)?, dtype.alignment())?;
+        let p = match texture {
+            None => api.alloc(dev.device_id, crate::dtype::tensor_bytes(dims, dtype)?, dtype.alignment())?,
+            Some(t) => {
+                crate::dtype::tensor_bytes(dims, dtype)?;
+                api.alloc_texture(dev.device_id, t, dims, dtype)?
+            }
+        };
         // SAFETY: caller's out-pointer.
         unsafe { out(out_data, p, "TVMDeviceAllocDataSpaceWithScope") }.inspect_err(|_| {
             // SAFETY: allocated just above and not handed out.

@@ -2,8 +2,9 @@
 //! regions of it handed to kernels (a kernel takes a tensor's `data` without an offset, so each
 //! entry of an arena on a device is a region of its own, made once and freed with the arena).
 
+use super::texture::Texture;
 use super::{api_of, DeviceApi, Place};
-use crate::dlpack::DLDevice;
+use crate::dlpack::{DLDataType, DLDevice};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -17,6 +18,8 @@ pub struct DeviceMemory {
     /// Regions made so far: (offset, len) -> handle. Arenas of a pool serve every member's
     /// layout, so a lookup per entry per run must not scan all of them.
     regions: Mutex<HashMap<(usize, usize), usize>>,
+    /// An image: its texture scope and the tensor shape and dtype it was made for.
+    texture: Option<(Texture, Box<[i64]>, DLDataType)>,
 }
 
 // SAFETY: device handles are plain values that any thread may pass to the device API, which is
@@ -30,7 +33,33 @@ impl DeviceMemory {
     pub fn zeroed(device: DLDevice, len: usize) -> Result<DeviceMemory> {
         let api = api_of(device)?;
         let data = api.alloc(device.device_id, len, crate::tensor::ALIGNMENT)?;
-        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(HashMap::new()) })
+        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(HashMap::new()), texture: None })
+    }
+
+    /// A zeroed image on `device` for a tensor of `shape` and `dtype` in `texture` (its `len`: the
+    /// image's bytes, RGBA pixels). Copies in and out of it without a shape move the whole image.
+    pub fn texture(device: DLDevice, texture: Texture, shape: &[i64], dtype: DLDataType) -> Result<DeviceMemory> {
+        let api = api_of(device)?;
+        let e = texture.extent(shape)?;
+        let len = e
+            .width
+            .checked_mul(e.height)
+            .and_then(|n| n.checked_mul(4 * dtype.element_bytes()))
+            .ok_or_else(|| Error::value(format!("texture shape {shape:?} overflows")))?;
+        let data = api.alloc_texture(device.device_id, texture, shape, dtype)?;
+        Ok(DeviceMemory {
+            device,
+            api,
+            data,
+            len,
+            regions: Mutex::new(HashMap::new()),
+            texture: Some((texture, shape.into(), dtype)),
+        })
+    }
+
+    /// The texture scope of an image, `None` for plain memory.
+    pub fn texture_scope(&self) -> Option<Texture> {
+        self.texture.as_ref().map(|t| t.0)
     }
 
     /// Memory a device API handed out elsewhere (an RPC server's array), freed through it when
@@ -40,7 +69,7 @@ impl DeviceMemory {
     /// `data` must be a live handle of `device`'s API, `len` bytes, owned by nobody else.
     pub unsafe fn adopt(device: DLDevice, data: *mut c_void, len: usize) -> Result<DeviceMemory> {
         let api = api_of(device)?;
-        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(HashMap::new()) })
+        Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(HashMap::new()), texture: None })
     }
 
     pub fn device(&self) -> DLDevice {
@@ -84,7 +113,7 @@ impl DeviceMemory {
     }
 
     fn place(&self, offset: usize) -> Place {
-        Place { data: self.data, offset, device: self.device }
+        Place { data: self.data, offset, device: self.device, shape: None }
     }
 
     fn check(&self, offset: usize, n: usize) -> Result<()> {
@@ -97,7 +126,7 @@ impl DeviceMemory {
     /// Copies `bytes` in at `offset` (waits until the device has them).
     pub fn write(&self, offset: usize, bytes: &[u8]) -> Result<()> {
         self.check(offset, bytes.len())?;
-        let from = Place { data: bytes.as_ptr().cast_mut().cast(), offset: 0, device: DLDevice::CPU };
+        let from = Place { data: bytes.as_ptr().cast_mut().cast(), offset: 0, device: DLDevice::CPU, shape: None };
         // SAFETY: both ranges checked; the host slice is only read.
         unsafe { self.api.copy(from, self.place(offset), bytes.len()) }
     }
@@ -105,7 +134,7 @@ impl DeviceMemory {
     /// Copies `out.len()` bytes out from `offset` (after everything queued before).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
-        let to = Place { data: out.as_mut_ptr().cast(), offset: 0, device: DLDevice::CPU };
+        let to = Place { data: out.as_mut_ptr().cast(), offset: 0, device: DLDevice::CPU, shape: None };
         // SAFETY: both ranges checked; `out` is ours to write.
         unsafe { self.api.copy(self.place(offset), to, out.len()) }
     }
@@ -113,7 +142,15 @@ impl DeviceMemory {
     /// New memory on the same device holding `len` bytes from `offset`.
     pub fn duplicate_range(&self, offset: usize, len: usize) -> Result<DeviceMemory> {
         self.check(offset, len)?;
-        let copy = DeviceMemory::zeroed(self.device, len)?;
+        let copy = match &self.texture {
+            Some((t, shape, dtype)) if offset == 0 && len == self.len => {
+                DeviceMemory::texture(self.device, *t, shape, *dtype)?
+            }
+            Some((t, ..)) => {
+                return Err(Error::value(format!("a part of an image ('{}') cannot be copied", t.scope())))
+            }
+            None => DeviceMemory::zeroed(self.device, len)?,
+        };
         // SAFETY: both ranges checked, distinct allocations.
         unsafe { self.api.copy(self.place(offset), copy.place(0), len) }?;
         Ok(copy)

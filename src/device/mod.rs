@@ -10,9 +10,10 @@
 pub mod cpu;
 pub(crate) mod memory;
 pub mod opencl;
+pub mod texture;
 
 pub use crate::dlpack::kDLOpenCL;
-use crate::dlpack::{kDLCPU, kDLCUDAHost, DLDevice};
+use crate::dlpack::{kDLCPU, kDLCUDAHost, DLDataType, DLDevice};
 use crate::error::{Error, Result};
 use std::ffi::c_void;
 
@@ -24,6 +25,36 @@ pub struct Place {
     pub data: *mut c_void,
     pub offset: usize,
     pub device: DLDevice,
+    /// The tensor's shape where the memory may be a texture (an image is addressed in pixels of
+    /// the shape's folding, [`texture::Texture::extent`]); `None` copies a whole image.
+    pub shape: Option<Dims>,
+}
+
+/// A tensor shape carried by value with a [`Place`] (ranks up to 8; textures have 3 to 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    len: u8,
+    dims: [i64; 8],
+}
+
+impl Dims {
+    /// `shape` by value, or `None` for a rank above 8 (never a texture's).
+    pub fn of(shape: &[i64]) -> Option<Dims> {
+        let mut dims = [0; 8];
+        dims.get_mut(..shape.len())?.copy_from_slice(shape);
+        Some(Dims { len: shape.len() as u8, dims })
+    }
+
+    pub fn as_slice(&self) -> &[i64] {
+        &self.dims[..usize::from(self.len)]
+    }
+}
+
+impl Place {
+    /// The same place, for a tensor of `shape`.
+    pub fn with_shape(self, shape: &[i64]) -> Place {
+        Place { shape: Dims::of(shape), ..self }
+    }
 }
 
 /// A device attribute's value (`runtime.GetDeviceAttr`).
@@ -71,6 +102,20 @@ pub trait DeviceApi: Send + Sync {
     /// places memory at addresses (the host; OpenCL hands out buffer objects and ignores it, as
     /// upstream's).
     fn alloc(&self, id: i32, nbytes: usize, alignment: usize) -> Result<*mut c_void>;
+
+    /// A zeroed image on device `id` for a tensor of `shape` and `dtype` in memory scope `texture`
+    /// (folded as [`texture::Texture::extent`] says), freed with [`DeviceApi::free`]. Devices
+    /// without images refuse.
+    fn alloc_texture(
+        &self,
+        id: i32,
+        texture: texture::Texture,
+        shape: &[i64],
+        dtype: DLDataType,
+    ) -> Result<*mut c_void> {
+        let _ = (shape, dtype);
+        Err(Error::value(format!("memory scope '{}' needs images: {}({id}) has none", texture.scope(), self.name())))
+    }
 
     /// Frees memory from [`DeviceApi::alloc`] or [`DeviceApi::region`].
     ///
@@ -213,14 +258,14 @@ pub fn api_of(device: DLDevice) -> Result<&'static dyn DeviceApi> {
     Ok(api)
 }
 
-/// Refuses memory scopes other than the default (`""`, `"global"`): textures are not served.
+/// Refuses memory scopes other than plain memory (`""`, `"global"`), for the paths that allocate
+/// plain memory only (an unknown scope and a texture scope each with their own message).
 pub fn check_memory_scope(scope: &str) -> Result<()> {
-    if scope.is_empty() || scope == "global" {
-        Ok(())
-    } else {
-        Err(Error::value(format!(
-            "memory scope '{scope}' is not supported: this runtime allocates 'global' memory only"
-        )))
+    match texture::Texture::of_scope(scope)? {
+        None => Ok(()),
+        Some(_) => Err(Error::value(format!(
+            "memory scope '{scope}' is not served here: textures are allocated by TVMDeviceAllocDataSpaceWithScope,              runtime.TVMArrayAllocWithScope and the graph executor, on devices with images"
+        ))),
     }
 }
 

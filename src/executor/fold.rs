@@ -119,6 +119,16 @@ pub fn fold(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Ar
     Ok(derived)
 }
 
+/// Memory for the result of alias root `r`: an image of the entry's own extent in a texture slot
+/// (kernels write it as one, and read it as one where it is a weight), else plain bytes.
+fn result_memory(plan: &Plan, r: usize) -> Result<Buffer> {
+    let e = &plan.graph.entries[r];
+    match plan.image_form(e.storage_id) {
+        Some(f) => Buffer::texture_on(plan.entry_device[r], f.texture, &e.shape, f.dtype),
+        None => Buffer::zeroed_on(plan.entry_device[r], plan.root_bytes[r]),
+    }
+}
+
 /// Runs the folded operators into scratch memory of their own; returns the scratch per alias
 /// root (results kept only to derive others already dropped).
 fn run_folded(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<Arc<Buffer>>>> {
@@ -132,7 +142,7 @@ fn run_folded(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<
         for &e in op.outputs() {
             let r = root[e];
             if layout.homes[e] != Home::Slot && scratch[r].is_none() {
-                scratch[r] = Some(Arc::new(Buffer::zeroed_on(plan.entry_device[r], plan.root_bytes[r])?));
+                scratch[r] = Some(Arc::new(result_memory(plan, r)?));
             }
         }
         op.inputs().iter().for_each(|&e| last_read[root[e]] = Some(i));

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::last_error;
 use crate::object::ObjRef;
 use crate::packed::{Args, PackedFunc};
-use crate::tensor::{raw, Buffer, NDArray, RawTensor, Weight};
+use crate::tensor::{raw, Buffer, ImageForm, NDArray, RawTensor, Weight};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -152,6 +152,9 @@ pub struct Ops {
     calls: Vec<OpCall>,
     /// Per entry: the device its tensor is on.
     devices: Vec<DLDevice>,
+    /// Per entry in a texture slot: the image kernels take it as (a weight bound there is taken
+    /// as an image of this form).
+    images: Vec<Option<ImageForm>>,
     /// The arena `Mem::Lent` entries point into while a run holds it.
     lent: Option<Arc<Buffer>>,
     /// The `Mem::Lent` entries, found again after the bindings change (`None` until then), and
@@ -208,6 +211,7 @@ impl Ops {
             bytes: plan.entry_bytes.clone(),
             calls,
             devices: plan.entry_device.clone(),
+            images: plan.graph.entries.iter().map(|e| plan.image_form(e.storage_id)).collect(),
             lent: None,
             lent_entries: None,
             lent_data: Vec::new(),
@@ -227,7 +231,7 @@ impl Ops {
             Mem::Weight(w) => {
                 assert!(bytes <= w.len(), "entry {eid} ({bytes} bytes) in a weight of {}", w.len());
                 // Kernels take every argument as `void*`; weights are only ever operator inputs.
-                w.data_on(self.devices[eid])
+                w.data_in(self.devices[eid], self.images[eid])
             }
             Mem::External(External(p)) => Ok(*p),
             // The pool sizes every arena for its largest member; `data_at` checks it anyway.
@@ -366,11 +370,24 @@ impl Ops {
         run_call(plan, &mut self.calls[i])
     }
 
+    /// Entry `eid`'s shape (how a copy addresses it in an image).
+    fn shape(&self, eid: usize) -> &[i64] {
+        // SAFETY: a live tensor of the table, whose shape is the plan's (`Ops::new`).
+        unsafe {
+            let t = &*self.tensors.at(eid);
+            std::slice::from_raw_parts(t.shape, t.ndim as usize)
+        }
+    }
+
     /// Where entry `eid` may be written: memory of this runtime or the caller's, never a weight.
     fn writable(&self, eid: usize) -> Result<Place> {
+        self.writable_bytes(eid).map(|p| p.with_shape(self.shape(eid)))
+    }
+
+    fn writable_bytes(&self, eid: usize) -> Result<Place> {
         match &self.memory[eid] {
             Mem::Buffer(b, at) => Ok(b.place(*at)),
-            Mem::External(External(p)) => Ok(Place { data: *p, offset: 0, device: self.devices[eid] }),
+            Mem::External(External(p)) => Ok(Place { data: *p, offset: 0, device: self.devices[eid], shape: None }),
             Mem::Lent(at) => match &self.lent {
                 Some(b) => Ok(b.place(*at)),
                 None => Err(Error::internal(format!("entry {eid} has memory only while its executor runs"))),
@@ -382,10 +399,11 @@ impl Ops {
 
     /// Where entry `eid`'s bytes are, for reading.
     fn readable(&self, eid: usize) -> Place {
-        match (&self.memory[eid], &self.lent) {
+        let place = match (&self.memory[eid], &self.lent) {
             (Mem::Buffer(b, at), _) | (Mem::Lent(at), Some(b)) => b.place(*at),
-            _ => Place { data: self.tensors.data(eid), offset: 0, device: self.devices[eid] },
-        }
+            _ => Place { data: self.tensors.data(eid), offset: 0, device: self.devices[eid], shape: None },
+        };
+        place.with_shape(self.shape(eid))
     }
 
     /// Copies `src`, already checked to have entry `eid`'s shape and element size, into it.
@@ -406,7 +424,7 @@ impl Ops {
             return Ok(());
         }
         let to = self.writable(eid)?;
-        let from = Place { data: bytes.as_ptr().cast_mut().cast(), offset: 0, device: DLDevice::CPU };
+        let from = Place { data: bytes.as_ptr().cast_mut().cast(), offset: 0, device: DLDevice::CPU, shape: None };
         // SAFETY: as in `write_from`; `bytes` is a distinct slice of `n` bytes, only read.
         unsafe { crate::device::copy(from, to, n) }
     }

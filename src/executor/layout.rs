@@ -114,8 +114,10 @@ pub struct Layout {
 impl Layout {
     pub fn new(plan: &Plan, f: &Facts<'_>) -> Result<Layout> {
         let g = &plan.graph;
-        let slot_role = |e: usize| &plan.storage.slots[g.entries[e].storage_id].role;
-        let in_slot: Vec<bool> = (0..g.num_entries()).map(|e| *slot_role(e) == SlotRole::Input).collect();
+        let slot = |e: usize| &plan.storage.slots[g.entries[e].storage_id];
+        let in_slot: Vec<bool> = (0..g.num_entries()).map(|e| slot(e).role == SlotRole::Input).collect();
+        // Values in slots of their own (textures: an image each), outside the arena.
+        let own_memory: Vec<bool> = (0..g.num_entries()).map(|e| slot(e).has_own_memory()).collect();
         let mut folded = vec![false; plan.ops.len()];
         if f.fold && plan.liveness_layout {
             let mut constant: Vec<bool> =
@@ -144,11 +146,24 @@ impl Layout {
             .filter(|(s, &weight)| s.role == SlotRole::Input && !weight)
             .map(|(s, _)| s.bytes)
             .sum();
+        // Results of folded operators (in texture slots too: a derived weight is an image then).
+        let root = &plan.alias_root;
+        let mut derived = vec![false; g.num_entries()];
+        for (op, _) in plan.ops.iter().zip(&folded).filter(|(_, &f)| f) {
+            op.outputs().iter().for_each(|&e| derived[root[e]] = true);
+        }
+        // Texture slots holding a value computed at every run: an image each, outside the arena.
+        let mut texture_used = vec![false; plan.storage.slots.len()];
+        for e in (0..g.num_entries()).filter(|&e| own_memory[e] && !in_slot[e] && !derived[root[e]]) {
+            texture_used[g.entries[e].storage_id] = true;
+        }
+        let textures: usize =
+            plan.storage.slots.iter().zip(&texture_used).filter(|(_, &used)| used).map(|(s, _)| s.bytes).sum();
 
-        let values = Values::new(plan, &in_slot, &folded);
+        let values = Values::new(plan, &own_memory, &folded);
         let outputs: usize =
             plan.output_offsets.iter().zip(&plan.root_bytes).filter(|(at, _)| at.is_some()).map(|(_, &b)| b).sum();
-        let bound = inputs + outputs + values.peak();
+        let bound = inputs + textures + outputs + values.peak();
         if !plan.liveness_layout {
             let (offsets, arena_bytes) = plan.storage.arena_layout(plan.align)?;
             let homes = (0..g.num_entries())
@@ -162,7 +177,6 @@ impl Layout {
         }
 
         // Folded results read by something that runs (or shown to the caller) are kept.
-        let root = &plan.alias_root;
         let mut keep = vec![f.keep_all; g.num_entries()];
         for (i, op) in plan.ops.iter().enumerate() {
             if !folded[i] {
@@ -176,7 +190,7 @@ impl Layout {
         let homes = (0..g.num_entries())
             .map(|e| {
                 let r = root[e];
-                if in_slot[e] {
+                if in_slot[e] || (own_memory[e] && !derived[r]) {
                     Home::Slot
                 } else if let Some(at) = plan.output_offsets[r] {
                     Home::Output(at)
@@ -201,8 +215,8 @@ impl Layout {
     /// smaller than the bound, and nothing an operator that runs reads left unkept.
     pub fn verify(&self, plan: &Plan) -> std::result::Result<(), String> {
         let g = &plan.graph;
-        let in_slot: Vec<bool> =
-            (0..g.num_entries()).map(|e| plan.storage.slots[g.entries[e].storage_id].role == SlotRole::Input).collect();
+        let own_memory: Vec<bool> =
+            (0..g.num_entries()).map(|e| plan.storage.slots[g.entries[e].storage_id].has_own_memory()).collect();
         for (e, home) in self.homes.iter().enumerate() {
             let (at, region, what) = match *home {
                 Home::Arena(at) => (at, self.arena_bytes, "arena"),
@@ -221,7 +235,7 @@ impl Layout {
         if !plan.liveness_layout {
             return Ok(());
         }
-        let values = Values::new(plan, &in_slot, &self.folded);
+        let values = Values::new(plan, &own_memory, &self.folded);
         if self.arena_bytes < values.peak() {
             return Err(format!("arena of {} below the peak of {}", self.arena_bytes, values.peak()));
         }
@@ -265,7 +279,7 @@ struct Values {
 }
 
 impl Values {
-    fn new(plan: &Plan, in_slot: &[bool], folded: &[bool]) -> Values {
+    fn new(plan: &Plan, own_memory: &[bool], folded: &[bool]) -> Values {
         let g = &plan.graph;
         let root = &plan.alias_root;
         let n = g.num_entries();
@@ -277,7 +291,7 @@ impl Values {
             }
             for &e in op.outputs() {
                 let r = root[e];
-                if !in_slot[r] && plan.output_offsets[r].is_none() && span[r].is_none() {
+                if !own_memory[r] && plan.output_offsets[r].is_none() && span[r].is_none() {
                     span[r] = Some((i, i));
                 }
             }

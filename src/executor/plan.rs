@@ -296,7 +296,7 @@ impl Plan {
             if liveness_layout {
                 for &e in &output_entries {
                     let r = alias_root[e];
-                    if storage.slots[graph.entries[r].storage_id].role == SlotRole::Input
+                    if storage.slots[graph.entries[r].storage_id].has_own_memory()
                         || output_offsets[r].is_some()
                         || entry_device[r] != d
                     {
@@ -396,6 +396,24 @@ impl Plan {
             .get(index)
             .copied()
             .ok_or_else(|| Error::index(format!("output index {index} out of range ({} outputs)", self.num_outputs())))
+    }
+
+    /// Fresh zeroed memory for slot `sid` on its device: an image for a texture slot.
+    pub fn new_slot_buffer(&self, sid: usize) -> Result<crate::tensor::Buffer> {
+        let (device, slot) = (self.slot_device[sid], &self.storage.slots[sid]);
+        match self.image_form(sid) {
+            Some(f) => crate::tensor::Buffer::texture_on(device, f.texture, &f.shape, f.dtype),
+            None => crate::tensor::Buffer::zeroed_on(device, slot.bytes),
+        }
+    }
+
+    /// The image slot `sid` is, for a texture slot.
+    pub fn image_form(&self, sid: usize) -> Option<crate::tensor::ImageForm> {
+        self.storage.slots[sid].texture.map(|t| crate::tensor::ImageForm {
+            texture: t.texture,
+            shape: t.shape(),
+            dtype: t.dtype,
+        })
     }
 
     /// A slot that only this one graph input (and its aliases) uses: safe to bind to shared memory.

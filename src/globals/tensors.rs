@@ -9,6 +9,17 @@ use crate::packed::{Args, MapObj, RetValue, ShapeTupleObj, StringObj};
 use crate::params;
 use crate::tensor::NDArray;
 
+/// Refuses texture scratch anywhere but OpenCL, or in a scope that is not a texture's.
+fn texture_scratch_device(device_type: i32, scope: &str) -> Result<()> {
+    if device_type != crate::dlpack::kDLOpenCL {
+        return Err(Error::value(format!("texture scratch is served on OpenCL (4), not device type {device_type}")));
+    }
+    match device::texture::Texture::of_scope(scope)? {
+        Some(_) => Ok(()),
+        None => Err(Error::value(format!("'{scope}' is not a texture scope"))),
+    }
+}
+
 pub(super) fn register(reg: &mut Register<'_>) {
     // Upstream hands out its C++ DeviceAPI object; only its presence is observable from C.
     let present = |_: &Args<'_>| Ok(RetValue::Handle(std::ptr::NonNull::<u8>::dangling().as_ptr().cast()));
@@ -43,16 +54,33 @@ pub(super) fn register(reg: &mut Register<'_>) {
         Ok(RetValue::None)
     });
     def(reg, "runtime.TVMSetStream", |_| Ok(RetValue::None));
+    // Texture scratch of kernels built for TVM's Adreno target: (device type, id, dtype code, bits,
+    // scope, ndim = 2, shape = {width, height}) -> an image; (type, id, scope, image) gives it back.
+    def(reg, "device_api.opencl.alloc_nd", |a| {
+        a.expect_count("device_api.opencl.alloc_nd", 7, 7)?;
+        texture_scratch_device(a.int32(0)?, a.str(4)?)?;
+        let dtype = crate::dlpack::DLDataType { code: a.int32(2)? as u8, bits: a.int32(3)? as u8, lanes: 1 };
+        if a.int(5)? != 2 {
+            return Err(Error::value(format!("a texture's shape has 2 axes (width, height), not {}", a.int(5)?)));
+        }
+        let wh = a.i64_array(6, 2)?;
+        let size = |v: i64| usize::try_from(v).map_err(|_| Error::value(format!("texture size {v}")));
+        Ok(RetValue::Handle(device::opencl::alloc_scratch(a.int32(1)?, size(wh[0])?, size(wh[1])?, dtype)?))
+    });
+    def(reg, "device_api.opencl.free_nd", |a| {
+        a.expect_count("device_api.opencl.free_nd", 4, 4)?;
+        texture_scratch_device(a.int32(0)?, a.str(2)?)?;
+        device::opencl::free_scratch(a.int32(1)?, a.handle(3)?)?;
+        Ok(RetValue::Int(0))
+    });
 
     // Arrays.
     def(reg, "runtime.TVMArrayAllocWithScope", |a| {
         let shape = a.typed_object::<ShapeTupleObj>(0, "ShapeTuple")?;
         let dtype = crate::dtype::parse(a.str(1)?)?;
         let dev = a.device(2)?;
-        if a.len() > 3 && a.code(3) != crate::dlpack::kTVMNullptr {
-            device::check_memory_scope(a.str(3)?)?;
-        }
-        Ok(NDArray::empty(shape.dims(), dtype, dev)?.into())
+        let scope = if a.len() > 3 && a.code(3) != crate::dlpack::kTVMNullptr { a.str(3)? } else { "" };
+        Ok(NDArray::empty_in(shape.dims(), dtype, dev, scope)?.into())
     });
     def(reg, "runtime.TVMArrayCreateView", |a| {
         let arr = a.ndarray(0)?;

@@ -176,6 +176,18 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// `n` int64 values a handle argument points to: how generated code passes a shape (a stack
+    /// array valid for the call, as `device_api.opencl.alloc_nd` takes it).
+    pub fn i64_array(&self, i: usize, n: usize) -> Result<Vec<i64>> {
+        let p = self.handle(i)?.cast::<i64>();
+        if p.is_null() || n > 64 {
+            return Err(Error::value(format!("argument {i}: expected an array of {n} int64, got {p:?}")));
+        }
+        // SAFETY: the packed-call contract: a handle passed for an array addresses it for the
+        // call (checked non-null and of a sane length above).
+        Ok(unsafe { std::slice::from_raw_parts(p, n) }.to_vec())
+    }
+
     pub fn device(&self, i: usize) -> Result<DLDevice> {
         let (v, c) = self.get(i)?;
         match c {

@@ -2,8 +2,9 @@
 //! its memory to the system at once instead of leaving it in the heap (glibc raises its mmap
 //! threshold after frees and would otherwise keep big blocks in the arena).
 
+use crate::device::texture::Texture;
 use crate::device::{self, DeviceMemory, Place};
-use crate::dlpack::DLDevice;
+use crate::dlpack::{DLDataType, DLDevice};
 use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::ffi::c_void;
@@ -185,6 +186,20 @@ impl Buffer {
         Ok(Buffer { ptr, len, backing: Backing::Device(mem) })
     }
 
+    /// A zeroed image on `device` for a tensor of `shape` and `dtype` in a texture scope.
+    pub fn texture_on(device: DLDevice, texture: Texture, shape: &[i64], dtype: DLDataType) -> Result<Buffer> {
+        let mem = DeviceMemory::texture(device, texture, shape, dtype)?;
+        Buffer::on_device(mem)
+    }
+
+    /// The texture scope of an image, `None` for plain memory.
+    pub fn texture(&self) -> Option<Texture> {
+        match &self.backing {
+            Backing::Device(m) => m.texture_scope(),
+            _ => None,
+        }
+    }
+
     /// A buffer over device memory made elsewhere (an RPC server's array).
     pub fn on_device(mem: DeviceMemory) -> Result<Buffer> {
         let ptr = NonNull::new(mem.handle().cast())
@@ -209,7 +224,7 @@ impl Buffer {
 
     /// Where byte `offset` is, for copies.
     pub fn place(&self, offset: usize) -> Place {
-        Place { data: self.ptr.as_ptr().cast(), offset, device: self.device() }
+        Place { data: self.ptr.as_ptr().cast(), offset, device: self.device(), shape: None }
     }
 
     /// What a tensor of bytes `offset..offset + len` holds as `data` (with no byte offset, as

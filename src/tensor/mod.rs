@@ -8,4 +8,4 @@ pub(crate) mod weight;
 pub use buffer::{Buffer, FileMap, ALIGNMENT};
 pub use ndarray::NDArray;
 pub use raw::RawTensor;
-pub use weight::Weight;
+pub use weight::{ImageForm, Weight};

@@ -97,6 +97,17 @@ impl NDArray {
         Ok(Self::build(buf.as_ptr().cast(), shape, dtype, device, Owner::Buffer(buf)))
     }
 
+    /// A new zeroed array on `device` in memory scope `scope` (an image for a texture scope).
+    pub fn empty_in(shape: &[i64], dtype: DLDataType, device: DLDevice, scope: &str) -> Result<ObjRef<NDArray>> {
+        let Some(texture) = crate::device::texture::Texture::of_scope(scope)? else {
+            return NDArray::empty(shape, dtype, device);
+        };
+        dtype.validate_for_alloc()?;
+        tensor_bytes(shape, dtype)?;
+        let buf = Arc::new(Buffer::texture_on(device, texture, shape, dtype)?);
+        Ok(Self::build(buf.as_ptr().cast(), shape, dtype, device, Owner::Buffer(buf)))
+    }
+
     /// A view of `buf` from `offset` with a shape and dtype; it keeps `buf` alive.
     pub fn view_of(buf: &Arc<Buffer>, offset: usize, shape: &[i64], dtype: DLDataType) -> Result<ObjRef<NDArray>> {
         let need = tensor_bytes(shape, dtype)?;

@@ -76,7 +76,8 @@ impl<'a> RawTensor<'a> {
 
     /// Where the tensor's first byte is, for copies on any device.
     pub fn place(&self) -> Place {
-        Place { data: self.t.data, offset: self.t.byte_offset as usize, device: self.t.device }
+        Place { data: self.t.data, offset: self.t.byte_offset as usize, device: self.t.device, shape: None }
+            .with_shape(self.shape())
     }
 
     /// The byte size of a tensor this runtime can copy: compact, with data unless empty.
@@ -93,7 +94,7 @@ impl<'a> RawTensor<'a> {
 }
 
 fn host_place(p: *const u8) -> Place {
-    Place { data: p.cast_mut().cast(), offset: 0, device: DLDevice::CPU }
+    Place { data: p.cast_mut().cast(), offset: 0, device: DLDevice::CPU, shape: None }
 }
 
 /// Copies `bytes` into `to`; the sizes must match exactly.

@@ -7,7 +7,8 @@
 //! the library whose constant data it is.
 
 use super::buffer::{Buffer, FileMap};
-use crate::dlpack::DLDevice;
+use crate::device::texture::Texture;
+use crate::dlpack::{DLDataType, DLDevice};
 use crate::error::{Error, Result};
 use std::any::Any;
 use std::borrow::Cow;
@@ -25,6 +26,15 @@ enum Backing {
     Linked(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
 }
 
+/// An image a kernel takes a weight as: its texture scope, the image's `[height, width, channels]`
+/// and dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageForm {
+    pub texture: Texture,
+    pub shape: [i64; 3],
+    pub dtype: DLDataType,
+}
+
 pub struct Weight {
     /// The data handle: a host address, or a device's handle for a weight made on a device.
     ptr: *const u8,
@@ -32,7 +42,7 @@ pub struct Weight {
     backing: Backing,
     /// Copies of a host weight on devices, made the first time an executor on that device binds
     /// it, and shared by every executor that does (one copy per device, as for the host bytes).
-    mirrors: Mutex<Vec<Arc<Buffer>>>,
+    mirrors: Mutex<Vec<(Option<ImageForm>, Arc<Buffer>)>>,
 }
 
 // SAFETY: the bytes are never written after construction, and the backing is Send + Sync.
@@ -78,6 +88,14 @@ impl Weight {
         }
     }
 
+    /// The texture scope of a weight that is an image on a device (`None` for plain memory).
+    pub fn texture(&self) -> Option<Texture> {
+        match &self.backing {
+            Backing::Owned(b) => b.texture(),
+            _ => None,
+        }
+    }
+
     /// Whether kernels on `device` can use the weight: a host weight anywhere (copied to a device
     /// once), a device weight on its own device or one sharing its memory (OpenCL devices of one
     /// context).
@@ -96,23 +114,40 @@ impl Weight {
     /// What a kernel on `device` takes as the weight's data: the weight itself where its memory
     /// is usable, a copy of a host weight on another device (made once and kept with the weight).
     pub fn data_on(&self, device: DLDevice) -> Result<*mut c_void> {
-        let own = self.device();
-        if crate::device::is_host(device) && crate::device::is_host(own) || crate::device::same_memory(own, device) {
+        self.data_in(device, None)
+    }
+
+    /// As [`Weight::data_on`], for a kernel taking the weight as an image of `form` (a texture
+    /// slot): the weight itself if it is such an image, else an image holding its bytes, made
+    /// once and kept with the weight (every executor binding it shares that one).
+    pub fn data_in(&self, device: DLDevice, form: Option<ImageForm>) -> Result<*mut c_void> {
+        let (own, own_texture) = (self.device(), self.texture());
+        let usable =
+            (crate::device::is_host(device) && crate::device::is_host(own)) || crate::device::same_memory(own, device);
+        if usable && own_texture == form.map(|f| f.texture) {
             return Ok(self.ptr.cast_mut().cast());
         }
         self.check_usable_on(device)?;
         let mut mirrors = self.mirrors.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = mirrors.iter().find(|m| m.device() == device) {
+        if let Some((_, m)) = mirrors.iter().find(|(f, m)| m.device() == device && *f == form) {
             return Ok(m.as_ptr().cast());
         }
-        let m = Arc::new(Buffer::from_bytes_on(device, &self.bytes()?)?);
-        mirrors.push(m.clone());
+        let bytes = self.bytes()?;
+        let m = Arc::new(match form {
+            None => Buffer::from_bytes_on(device, &bytes)?,
+            Some(f) => {
+                let mut image = Buffer::texture_on(device, f.texture, &f.shape, f.dtype)?;
+                image.write(0, &bytes)?;
+                image
+            }
+        });
+        mirrors.push((form, m.clone()));
         Ok(m.as_ptr().cast())
     }
 
     /// Bytes held on devices for this weight besides the weight itself (its mirrors).
     pub fn mirror_bytes(&self) -> usize {
-        self.mirrors.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|m| m.len()).sum()
+        self.mirrors.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, m)| m.len()).sum()
     }
 
     /// A weight that is the range `bytes` of `map` (no copy).
@@ -244,8 +279,13 @@ fn read_weight(w: &Weight, at: usize, out: &mut [u8]) -> Result<()> {
 }
 
 fn same_content(a: &Weight, b: &Weight) -> bool {
-    if a.device() != b.device() || a.len != b.len {
+    if a.device() != b.device() || a.len != b.len || a.texture() != b.texture() {
         return false;
+    }
+    if a.texture().is_some() {
+        // An image is read whole (its pixels have no byte offsets); the same length and scope
+        // with the same bytes is the same image.
+        return matches!((a.bytes(), b.bytes()), (Ok(x), Ok(y)) if x == y);
     }
     if crate::device::is_host(a.device()) {
         return a.host_bytes() == b.host_bytes();

@@ -6,9 +6,11 @@
 //! code read it there).
 
 mod discovery;
+mod images;
 pub mod module;
 mod program_cache;
 mod programs;
+pub use images::{alloc_scratch, free_scratch};
 pub use program_cache::set_dir as set_program_cache;
 mod streams;
 pub mod sys;
@@ -25,7 +27,7 @@ use sys::{check, Api, ClUint, Mem};
 pub struct Descriptor {
     pub buffer: Mem,
     pub host_ptr: *mut u8,
-    /// 0: a 1-D buffer (the only layout served here; textures need memory scopes).
+    /// 0: a 1-D buffer; 1-3: an image in a texture scope (`texture::Texture::layout`).
     pub layout: i32,
 }
 
@@ -184,7 +186,12 @@ impl State {
 
 /// Boxes a descriptor for `mem`: the handle `DLTensor.data` holds.
 fn descriptor(mem: Mem) -> *mut c_void {
-    Box::into_raw(Box::new(Descriptor { buffer: mem, host_ptr: std::ptr::null_mut(), layout: 0 })).cast()
+    descriptor_with(mem, 0)
+}
+
+/// Boxes a descriptor for `mem` with a layout code (an image's texture scope).
+fn descriptor_with(mem: Mem, layout: i32) -> *mut c_void {
+    Box::into_raw(Box::new(Descriptor { buffer: mem, host_ptr: std::ptr::null_mut(), layout })).cast()
 }
 
 /// The buffer a handle's descriptor holds.
@@ -269,6 +276,16 @@ impl DeviceApi for OpenCl {
         Ok(descriptor(state()?.create_buffer(id, nbytes)?))
     }
 
+    fn alloc_texture(
+        &self,
+        id: i32,
+        texture: crate::device::texture::Texture,
+        shape: &[i64],
+        dtype: crate::dlpack::DLDataType,
+    ) -> Result<*mut c_void> {
+        images::alloc(id, texture, shape, dtype)
+    }
+
     unsafe fn free(&self, _id: i32, data: *mut c_void) -> Result<()> {
         if data.is_null() {
             return Ok(());
@@ -288,6 +305,10 @@ impl DeviceApi for OpenCl {
     unsafe fn region(&self, id: i32, data: *mut c_void, offset: usize, len: usize) -> Result<*mut c_void> {
         let s = state()?;
         s.device(id)?;
+        // SAFETY: the caller's promise.
+        if let Some((_, t)) = unsafe { images::image_of(data) } {
+            return Err(Error::internal(format!("a region of an image ('{}') was asked for", t.scope())));
+        }
         // SAFETY: the caller's promise.
         let parent = unsafe { buffer_of(data) }?;
         let region = sys::BufferRegion { origin: offset, size: len.max(1) };
@@ -309,6 +330,14 @@ impl DeviceApi for OpenCl {
     unsafe fn copy(&self, from: Place, to: Place, nbytes: usize) -> Result<()> {
         if nbytes == 0 {
             return Ok(());
+        }
+        let image = |p: &Place| {
+            // SAFETY: a device side is a live descriptor (the caller's promise).
+            !super::is_host(p.device) && unsafe { images::image_of(p.data) }.is_some()
+        };
+        if image(&from) || image(&to) {
+            // SAFETY: the caller's promise.
+            return unsafe { images::copy(from, to, nbytes) };
         }
         let s = state()?;
         let (from_host, to_host) = (super::is_host(from.device), super::is_host(to.device));

@@ -1,7 +1,7 @@
 //! The OpenCL 1.2 calls this runtime makes, resolved from the ICD loader (`libOpenCL.so.1`) at first
 //! use, so the library loads and runs CPU models where OpenCL is absent.
 //!
-//! Hand-written rather than a bindings crate: 27 entry points, each checked where it is called
+//! Hand-written rather than a bindings crate: 35 entry points, each checked where it is called
 //! (the error names the call), and no build-time dependency on OpenCL headers or an SDK.
 
 use crate::error::{Error, Result};
@@ -38,10 +38,49 @@ pub const CL_DEVICE_NAME: ClUint = 0x102B;
 pub const CL_DRIVER_VERSION: ClUint = 0x102D;
 pub const CL_DEVICE_VERSION: ClUint = 0x102F;
 pub const CL_PROGRAM_BUILD_LOG: ClUint = 0x1183;
+pub const CL_DEVICE_IMAGE_SUPPORT: ClUint = 0x1016;
+pub const CL_DEVICE_IMAGE2D_MAX_WIDTH: ClUint = 0x1011;
+pub const CL_DEVICE_IMAGE2D_MAX_HEIGHT: ClUint = 0x1012;
+
+pub const CL_RGBA: ClUint = 0x10B5;
+pub const CL_SIGNED_INT8: ClUint = 0x10D7;
+pub const CL_SIGNED_INT16: ClUint = 0x10D8;
+pub const CL_SIGNED_INT32: ClUint = 0x10D9;
+pub const CL_UNSIGNED_INT8: ClUint = 0x10DA;
+pub const CL_UNSIGNED_INT16: ClUint = 0x10DB;
+pub const CL_UNSIGNED_INT32: ClUint = 0x10DC;
+pub const CL_HALF_FLOAT: ClUint = 0x10DD;
+pub const CL_FLOAT: ClUint = 0x10DE;
+pub const CL_MEM_OBJECT_IMAGE2D: ClUint = 0x10F1;
+pub const CL_IMAGE_ELEMENT_SIZE: ClUint = 0x1111;
+pub const CL_IMAGE_WIDTH: ClUint = 0x1114;
+pub const CL_IMAGE_HEIGHT: ClUint = 0x1115;
 
 pub const CL_MEM_READ_WRITE: u64 = 1;
 pub const CL_BUFFER_CREATE_TYPE_REGION: ClUint = 0x1220;
 pub const CL_FALSE: ClUint = 0;
+
+/// `cl_image_format`.
+#[repr(C)]
+pub struct ImageFormat {
+    pub order: ClUint,
+    pub data_type: ClUint,
+}
+
+/// `cl_image_desc` (OpenCL 1.2).
+#[repr(C)]
+pub struct ImageDesc {
+    pub image_type: ClUint,
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub array_size: usize,
+    pub row_pitch: usize,
+    pub slice_pitch: usize,
+    pub mip_levels: ClUint,
+    pub samples: ClUint,
+    pub buffer: Mem,
+}
 
 /// `cl_buffer_region`.
 #[repr(C)]
@@ -97,6 +136,14 @@ opencl_api! {
     clEnqueueReadBuffer: fn(Queue, Mem, ClUint, usize, usize, *mut c_void, ClUint, *const Event, *mut Event) -> ClInt;
     clEnqueueCopyBuffer: fn(Queue, Mem, Mem, usize, usize, usize, ClUint, *const Event, *mut Event) -> ClInt;
     clEnqueueFillBuffer: fn(Queue, Mem, *const c_void, usize, usize, usize, ClUint, *const Event, *mut Event) -> ClInt;
+    clCreateImage: fn(Context, u64, *const ImageFormat, *const ImageDesc, *mut c_void, *mut ClInt) -> Mem;
+    clGetImageInfo: fn(Mem, ClUint, usize, *mut c_void, *mut usize) -> ClInt;
+    clEnqueueReadImage: fn(Queue, Mem, ClUint, *const usize, *const usize, usize, usize, *mut c_void, ClUint, *const Event, *mut Event) -> ClInt;
+    clEnqueueWriteImage: fn(Queue, Mem, ClUint, *const usize, *const usize, usize, usize, *const c_void, ClUint, *const Event, *mut Event) -> ClInt;
+    clEnqueueCopyImage: fn(Queue, Mem, Mem, *const usize, *const usize, *const usize, ClUint, *const Event, *mut Event) -> ClInt;
+    clEnqueueCopyBufferToImage: fn(Queue, Mem, Mem, usize, *const usize, *const usize, ClUint, *const Event, *mut Event) -> ClInt;
+    clEnqueueCopyImageToBuffer: fn(Queue, Mem, Mem, *const usize, *const usize, usize, ClUint, *const Event, *mut Event) -> ClInt;
+    clEnqueueFillImage: fn(Queue, Mem, *const c_void, *const usize, *const usize, ClUint, *const Event, *mut Event) -> ClInt;
     clCreateProgramWithSource: fn(Context, ClUint, *const *const c_char, *const usize, *mut ClInt) -> Program;
     clCreateProgramWithBinary: fn(Context, ClUint, *const DeviceId, *const usize, *const *const u8, *mut ClInt, *mut ClInt) -> Program;
     clBuildProgram: fn(Program, ClUint, *const DeviceId, *const c_char, *const c_void, *mut c_void) -> ClInt;
@@ -157,6 +204,7 @@ pub fn status_name(code: ClInt) -> &'static str {
         -5 => "CL_OUT_OF_RESOURCES",
         -6 => "CL_OUT_OF_HOST_MEMORY",
         -11 => "CL_BUILD_PROGRAM_FAILURE",
+        -10 => "CL_IMAGE_FORMAT_NOT_SUPPORTED",
         -13 => "CL_MISALIGNED_SUB_BUFFER_OFFSET",
         -30 => "CL_INVALID_VALUE",
         -32 => "CL_INVALID_PLATFORM",
@@ -164,6 +212,8 @@ pub fn status_name(code: ClInt) -> &'static str {
         -34 => "CL_INVALID_CONTEXT",
         -36 => "CL_INVALID_COMMAND_QUEUE",
         -38 => "CL_INVALID_MEM_OBJECT",
+        -39 => "CL_INVALID_IMAGE_FORMAT_DESCRIPTOR",
+        -40 => "CL_INVALID_IMAGE_SIZE",
         -42 => "CL_INVALID_BINARY",
         -43 => "CL_INVALID_BUILD_OPTIONS",
         -44 => "CL_INVALID_PROGRAM",

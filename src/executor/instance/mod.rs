@@ -28,7 +28,6 @@ use super::kernels::{External, Mem, Ops};
 use super::layout::{self, Folding, Home, Layout};
 use super::plan::Plan;
 use crate::error::Result;
-use crate::memory_plan::SlotRole;
 use crate::object::ObjRef;
 use crate::tensor::{Buffer, FileMap, NDArray, Weight};
 use activations::{Activations, Parts};
@@ -157,8 +156,8 @@ impl Instance {
                 self.views[eid] = None;
             }
         }
-        self.all_bound =
-            self.slots.iter().zip(&plan.storage.slots).all(|(m, s)| m.is_bound() || s.role != SlotRole::Input);
+        let need = self.slots_needing_memory();
+        self.all_bound = self.slots.iter().zip(need).all(|(m, need)| m.is_bound() || !need);
         self.mapped_files = self.ops.mapped_files();
         Ok(())
     }
@@ -288,6 +287,7 @@ impl Instance {
             return Err(e);
         }
         self.stale = false;
+        self.release_unneeded_textures();
         self.pool_need();
         self.holders = self.holder_counts();
         (self.seen_shared, self.unfold_at) = (seen_shared, unfold_at);

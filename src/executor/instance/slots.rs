@@ -8,6 +8,7 @@
 use super::Instance;
 use crate::error::{Error, Result};
 use crate::executor::kernels::Mem;
+use crate::executor::layout::Home;
 use crate::memory_plan::SlotRole;
 use crate::tensor::{Buffer, Weight};
 use std::sync::Arc;
@@ -69,7 +70,13 @@ impl Instance {
         let device = self.plan.slot_device[sid];
         let fresh = match &self.slots[sid] {
             SlotMemory::Owned(_) => return Ok(()),
-            SlotMemory::Unbound => Buffer::zeroed_on(device, bytes)?,
+            SlotMemory::Unbound => self.plan.new_slot_buffer(sid)?,
+            SlotMemory::Weight(w) if self.plan.image_form(sid).is_some() => {
+                // An image of the slot's own, holding the weight's pixels.
+                let mut image = self.plan.new_slot_buffer(sid)?;
+                image.write(0, &w.bytes()?)?;
+                image
+            }
             SlotMemory::Weight(w) => w.to_buffer(device, 0, bytes)?,
         };
         self.put_slot(sid, SlotMemory::owned(fresh))
@@ -115,10 +122,9 @@ impl Instance {
     /// in place when nobody can write it any more, as a copy when a view handed out earlier still
     /// can (a write through that view must not reach the executors that share the weight).
     pub fn share_out(&mut self, sid: usize) -> Result<Arc<Weight>> {
-        let bytes = self.plan.storage.slots[sid].bytes;
         let weight = match &self.slots[sid] {
             SlotMemory::Weight(w) => return Ok(w.clone()),
-            SlotMemory::Unbound => Weight::freeze(Buffer::zeroed_on(self.plan.slot_device[sid], bytes)?),
+            SlotMemory::Unbound => Weight::freeze(self.plan.new_slot_buffer(sid)?),
             SlotMemory::Owned(buf) if self.only_readers_of(sid, buf) => Weight::freeze_shared(buf.clone()),
             SlotMemory::Owned(buf) => Weight::freeze(buf.duplicate_range(0, buf.len())?),
         };
@@ -145,16 +151,41 @@ impl Instance {
         Arc::strong_count(buffer) == known
     }
 
-    /// Binds every input slot that still has no memory (inputs never set read as zeros), all or
-    /// nothing.
+    /// Per slot: whether it needs memory of its own in the current layout: every input slot, and
+    /// texture slots holding a value the layout leaves there (not one folded into a weight).
+    pub(super) fn slots_needing_memory(&self) -> Vec<bool> {
+        let plan = &self.plan;
+        let mut need: Vec<bool> = plan.storage.slots.iter().map(|s| s.role == SlotRole::Input).collect();
+        for (e, entry) in plan.graph.entries.iter().enumerate() {
+            let sid = entry.storage_id;
+            if plan.storage.slots[sid].texture.is_some() && self.layout.homes.get(e).is_none_or(|h| *h == Home::Slot) {
+                need[sid] = true;
+            }
+        }
+        need
+    }
+
+    /// Gives back the images of texture slots whose values the current layout keeps elsewhere
+    /// (folded into weights): nothing is bound to them any more.
+    pub(super) fn release_unneeded_textures(&mut self) {
+        let need = self.slots_needing_memory();
+        for (sid, slot) in self.plan.storage.slots.iter().enumerate() {
+            if slot.role != SlotRole::Input && slot.texture.is_some() && !need[sid] {
+                self.slots[sid] = SlotMemory::Unbound;
+            }
+        }
+    }
+
+    /// Binds every input slot that still has no memory (inputs never set read as zeros), and the
+    /// texture slots the layout uses, all or nothing.
     pub(super) fn bind_all(&mut self) -> Result<()> {
         let plan = self.plan.clone();
-        let missing: Vec<usize> = (0..self.slots.len())
-            .filter(|&sid| !self.slots[sid].is_bound() && plan.storage.slots[sid].role == SlotRole::Input)
-            .collect();
+        let need = self.slots_needing_memory();
+        let missing: Vec<usize> =
+            (0..self.slots.len()).filter(|&sid| !self.slots[sid].is_bound() && need[sid]).collect();
         let mut fresh = Vec::with_capacity(missing.len());
         for &sid in &missing {
-            fresh.push(Buffer::zeroed_on(plan.slot_device[sid], plan.storage.slots[sid].bytes)?);
+            fresh.push(plan.new_slot_buffer(sid)?);
         }
         for (&sid, b) in missing.iter().zip(fresh) {
             self.slots[sid] = SlotMemory::owned(b);

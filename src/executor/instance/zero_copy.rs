@@ -100,6 +100,14 @@ impl Instance {
         if !t.is_compact() {
             return Err(Error::value("zero-copy tensor must be compact"));
         }
+        if let Some(image) = self.plan.storage.slots[e.storage_id].texture {
+            // Kernels read and write this entry as an image of the slot's extent; a caller's
+            // tensor is memory of unknown form.
+            return Err(Error::value(format!(
+                "entry {eid} lives in texture memory ('{}'): it is set and read by copy, not bound with zero-copy",
+                image.texture.scope()
+            )));
+        }
         Ok(())
     }
 }
