@@ -1,5 +1,6 @@
 /* OpenCL through the C API: device attributes, device arrays, both creation paths of models built
- * for OpenCL (outputs byte-equal to upstream's OpenCL runtime), weights shared across executors
+ * for OpenCL, texture builds for TVM's Adreno target among them (outputs byte-equal to upstream's
+ * OpenCL runtime on pocl), weights shared across executors
  * and batch variants, and bad input on devices. Exits 77 (skipped) when there is no OpenCL
  * device, unless TVM_RT_REQUIRE_OPENCL=1. Usage: test_opencl <fixtures/opencl> [arrays|missing];
  * with "arrays", only the device arrays (for valgrind: pocl's compiler takes minutes under it);
@@ -59,7 +60,21 @@ static void check_arrays(void) {
   OK(TVMDeviceAllocDataSpace(dev, 256, 64, f32, &p));
   CHECK(p != NULL, "device data space");
   OK(TVMDeviceFreeDataSpace(dev, p));
-  CHECK(TVMDeviceAllocDataSpaceWithScope(dev, 2, shape, f32, "global.texture", &p) == -1, "texture scope");
+  CHECK(TVMDeviceAllocDataSpaceWithScope(dev, 2, shape, f32, "global.texture", &p) == -1, "a rank-2 texture");
+  CHECK(strstr(TVMGetLastError(), "rank 3") != NULL, "%s", TVMGetLastError());
+  /* A texture: an image, written and read through a tensor of its shape. */
+  int64_t tshape[5] = {1, 2, 3, 5, 4};
+  void* img = NULL;
+  OK(TVMDeviceAllocDataSpaceWithScope(dev, 5, tshape, f32, "global.texture", &img));
+  DLTensor t = {img, dev, 5, f32, tshape, NULL, 0};
+  float px[120], px2[120];
+  for (int i = 0; i < 120; i++) px[i] = (float)i * 0.25f - 9.0f;
+  OK(TVMArrayCopyFromBytes(&t, px, sizeof px));
+  OK(TVMArrayCopyToBytes(&t, px2, sizeof px2));
+  CHECK(memcmp(px, px2, sizeof px) == 0, "host -> image -> host");
+  CHECK(TVMArrayCopyToBytes(&t, px2, 64) == -1, "a part of an image");
+  OK(TVMDeviceFreeDataSpace(dev, img));
+  CHECK(TVMDeviceAllocDataSpaceWithScope(dev, 5, tshape, f32, "local", &p) == -1, "an unknown scope");
   /* Streams: a queue of their own, current for the thread that sets one; copies go on it. */
   TVMStreamHandle s = NULL;
   OK(TVMStreamCreate(kDLOpenCL, 0, &s));
@@ -205,9 +220,10 @@ int main(int argc, char** argv) {
   int arrays_only = argc > 2 && !strcmp(argv[2], "arrays");
     /* hetero_cl places a CPU operator between OpenCL ones; given OpenCL alone, its CPU entries go to
    * the CPU. */
-  const char* models[] = {"mlp_cl", "mlp_unbound_cl_b1", "mlp_unbound_cl_b4", "convnet_unbound_cl", "fold_cl",
-                          "hetero_cl"};
-  for (int i = 0; i < 6 && !arrays_only; i++) {
+  /* convnet_tex_*: built for TVM's Adreno target (texture memory). */
+  const char* models[] = {"mlp_cl",  "mlp_unbound_cl_b1", "mlp_unbound_cl_b4", "convnet_unbound_cl",
+                          "fold_cl", "hetero_cl",         "convnet_tex_cl",    "convnet_tex_bound_cl"};
+  for (int i = 0; i < 8 && !arrays_only; i++) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", argv[1], models[i]);
     check_model(dir, 1);

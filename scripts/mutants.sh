@@ -12,7 +12,8 @@ command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
 files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(src/executor/layout.rs src/memory_plan.rs src/tensor/weight.rs src/params.rs src/graph.rs
   src/executor/fold.rs src/executor/instance/*.rs src/device/memory.rs src/prepared_params.rs src/digest.rs
-  src/device/opencl/programs.rs src/device/opencl/program_cache.rs src/executor/pool.rs)
+  src/device/opencl/programs.rs src/device/opencl/program_cache.rs src/executor/pool.rs src/device/texture.rs
+  src/device/opencl/images.rs)
 args=()
 for f in "${files[@]}"; do args+=(--file "$f"); done
 # The tests that cover these files (the Rust suites; the C and Python suites add little here and
@@ -20,4 +21,4 @@ for f in "${files[@]}"; do args+=(--file "$f"); done
 cargo mutants --no-shuffle -j 1 --features fuzzing "${args[@]}" -- \
   --lib --test layout_oracle --test folding --test sharing --test errors --test header --test fuzz --test models \
   --test fold_cache --test mapped --test opencl --test opencl_memory --test opencl_devices --test opencl_programs \
-  --test arena_pool
+  --test arena_pool --test opencl_textures

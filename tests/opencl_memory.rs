@@ -163,3 +163,53 @@ fn a_pooled_run_holds_its_device_arena_until_the_device_is_done() {
     }
     assert_eq!(live_bytes(lib), before, "all returned");
 }
+
+/// Texture memory as the device holds it: an image counts its RGBA pixels; executors sharing an
+/// unbound texture build's weights hold the weights and the images folded from them once, each
+/// further executor adding only its activations (its arena and texture images); all of it is
+/// returned when they go.
+#[test]
+fn texture_executors_share_their_images() {
+    use tvm_runtime::device::texture::Texture;
+    let Some(lib) = shim() else { return };
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let f32 = tvm_runtime::dlpack::DLDataType { code: 2, bits: 32, lanes: 1 };
+    let before = live_bytes(lib);
+    let image = DeviceMemory::texture(CL, Texture::Weight, &[4, 8, 3, 3, 4], f32).unwrap();
+    assert_eq!(image.len(), 4 * 72 * 16, "4 rows of 72 float4 pixels");
+    assert_eq!(live_bytes(lib), before + image.len(), "the image counted whole");
+    drop(image);
+    assert_eq!(live_bytes(lib), before);
+
+    let f = common::Fixture::load("opencl/convnet_tex_cl");
+    {
+        let library = f.load_lib();
+        let a = f.executor_without_params_on(&library, CL);
+        common::exec(&a).load_params(&f.params()).unwrap();
+        f.set_inputs(&a);
+        common::exec(&a).run().unwrap();
+        let mut executors = vec![a];
+        let mut after = vec![live_bytes(lib)];
+        for _ in 0..3 {
+            let m = f.executor_without_params_on(&library, CL);
+            common::exec(&m).share_params(common::exec(&executors[0]), &f.params()).unwrap();
+            f.set_inputs(&m);
+            common::exec(&m).run().unwrap();
+            executors.push(m);
+            after.push(live_bytes(lib));
+        }
+        let usage = common::exec(&executors[3]).memory_usage();
+        assert!(usage.weights_derived > 0 && usage.weights_owned == 0, "{usage:?}");
+        // The third and fourth executors add their own activations (arena, images, outputs) and
+        // nothing else: the weights and their texture forms are the first two's.
+        for k in 2..4 {
+            let added = after[k] - after[k - 1];
+            assert!(
+                added <= usage.activations + 64 * 1024,
+                "executor {k} added {added} device bytes; its activations are {} ({usage:?})",
+                usage.activations
+            );
+        }
+    }
+    assert_eq!(live_bytes(lib), before, "every image and buffer returned");
+}

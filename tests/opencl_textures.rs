@@ -156,6 +156,16 @@ fn factory_texture_weights_are_mirrored_once() {
     }
     let (ua, ub) = (exec(&a).memory_usage(), exec(&b).memory_usage());
     assert!(ua.weights_shared > 0 && ub.weights_owned == 0, "{ua:?} {ub:?}");
+
+    // Loaded on the device (create + load_params), a weight in a texture slot is made an image
+    // directly: no buffer of it beside an image mirror.
+    let c = f.executor_without_params_on(&lib, CL);
+    exec(&c).load_params(&f.params()).unwrap();
+    f.set_inputs(&c);
+    exec(&c).run().unwrap();
+    check_close(&f, &c, "loaded");
+    let uc = exec(&c).memory_usage();
+    assert!(uc.weights_owned > 0 && uc.weights_mirrored == 0, "{uc:?}");
 }
 
 /// Arrays in texture scopes: round trips through the host, copies between images and buffers, and

@@ -407,6 +407,16 @@ impl Plan {
         }
     }
 
+    /// A fresh image for texture slot `sid` when its pixels are exactly `nbytes` (a weight's record
+    /// written whole); `None` for plain slots and records of another size.
+    pub fn new_slot_image(&self, sid: usize, nbytes: usize) -> Result<Option<crate::tensor::Buffer>> {
+        if self.image_form(sid).is_none() {
+            return Ok(None);
+        }
+        let image = self.new_slot_buffer(sid)?;
+        Ok((image.len() == nbytes).then_some(image))
+    }
+
     /// The image slot `sid` is, for a texture slot.
     pub fn image_form(&self, sid: usize) -> Option<crate::tensor::ImageForm> {
         self.storage.slots[sid].texture.map(|t| crate::tensor::ImageForm {

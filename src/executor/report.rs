@@ -51,8 +51,9 @@ pub struct MemoryUsage {
     /// Operators folded (run once for the weights, skipped by `run`), of all operators.
     pub ops_folded: usize,
     pub ops_total: usize,
-    /// Device copies of host weights this executor binds (a factory's or a mapped file's weights
-    /// used on a device: one copy per device, shared by every executor there).
+    /// Device copies of weights this executor binds (a factory's or a mapped file's weights used on
+    /// a device, a weight taken as an image by a texture slot: one copy per device and form,
+    /// shared by every executor there).
     pub weights_mirrored: usize,
     /// Where the memory above is (except host weights that are mirrored).
     pub device: DLDevice,
@@ -119,7 +120,10 @@ impl GraphExecutor {
                     m.weights_mirrored += w.mirror_bytes();
                 }
                 // Loaded by this executor and held by nobody else: its own.
-                SlotMemory::Weight(w) if st.weight_is_own(sid) => m.weights_owned += w.len(),
+                SlotMemory::Weight(w) if st.weight_is_own(sid) => {
+                    m.weights_owned += w.len();
+                    m.weights_mirrored += w.mirror_bytes();
+                }
                 SlotMemory::Weight(w) => {
                     m.weights_shared += w.len();
                     m.weights_mirrored += w.mirror_bytes();

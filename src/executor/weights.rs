@@ -98,8 +98,15 @@ impl GraphExecutor {
                 {
                     Weight::mapped(map, rec.data)?
                 }
-                // On a device, straight into device memory: the host bytes are the caller's blob.
-                _ => Weight::padded_on(self.plan.slot_device[e.storage_id], rec.data, slot_bytes)?,
+                // On a device, straight into device memory: the host bytes are the caller's blob (an
+                // image for a texture slot holding exactly the record: kernels read it as one).
+                _ => match self.plan.new_slot_image(e.storage_id, rec.data.len())? {
+                    Some(mut image) => {
+                        image.write(0, rec.data)?;
+                        Weight::freeze(image)
+                    }
+                    None => Weight::padded_on(self.plan.slot_device[e.storage_id], rec.data, slot_bytes)?,
+                },
             };
             let in_place = weight.is_mapped();
             match st.set_param(name, eid, Arc::new(weight))? {

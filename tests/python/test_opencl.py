@@ -157,3 +157,43 @@ def test_precompiled_programs(tvm, cl, tmp_path):
         m.set_input(k, v)
     m.run()
     np.testing.assert_array_equal(m.get_output(0).numpy(), f.outputs[0])
+
+
+@pytest.mark.parametrize("name", ["opencl/convnet_tex_cl", "opencl/convnet_tex_bound_cl"])
+def test_texture_builds(tvm, cl, name):
+    """Builds for TVM's Adreno target (activations and weights in texture memory): both creation
+    routes, and two executors sharing the weights, within 1e-4 of upstream's OpenCL runtime."""
+    from tvm.contrib import graph_executor
+
+    f = Fixture(name)
+    lib = tvm.runtime.load_module(f.lib_path)
+    factory = graph_executor.GraphModule(lib["default"](cl))
+    created = graph_executor.create(f.graph_json(), lib, cl)
+    created.load_params(f.params())
+    if not f.factory_weights:
+        factory.load_params(f.params())
+    sharing = graph_executor.create(f.graph_json(), lib, cl)
+    sharing.share_params(created.module, f.params())
+    for m in (factory, created, sharing):
+        for k, v in f.inputs.items():
+            m.set_input(k, v)
+        m.run()
+        for i, want in enumerate(f.outputs):
+            np.testing.assert_allclose(m.get_output(i).numpy(), want, rtol=0, atol=1e-4)
+
+
+def test_texture_arrays(tvm, cl):
+    """`tvm.nd.empty(..., mem_scope=)` with texture scopes: images that round-trip through the host
+    and copy to and from buffers."""
+    x = (np.arange(2 * 3 * 5 * 4, dtype="float32").reshape(1, 2, 3, 5, 4) - 40) / 8
+    for scope in ("global.texture", "global.texture-weight", "global.texture-nhwc"):
+        a = tvm.nd.empty(x.shape, "float32", cl, mem_scope=scope)
+        a.copyfrom(x)
+        np.testing.assert_array_equal(a.numpy(), x)
+        b = tvm.nd.array(x * 2, cl)
+        b.copyto(a)
+        np.testing.assert_array_equal(a.numpy(), x * 2)
+    with pytest.raises(tvm.TVMError, match="rank 3"):
+        tvm.nd.empty((4, 4), "float32", cl, mem_scope="global.texture")
+    with pytest.raises(tvm.TVMError, match="needs images"):
+        tvm.nd.empty(x.shape, "float32", tvm.cpu(), mem_scope="global.texture")

@@ -408,3 +408,26 @@ fn prepare_params_at_its_edges() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A texture build (TVM's Adreno target) on the OpenCL device: run matches upstream's OpenCL
+/// bytes (pocl), and executors sharing it hold the weights and their texture images once.
+#[test]
+fn texture_builds_run_and_share_on_opencl() {
+    let model = fixture("opencl/convnet_tex_cl");
+    let (ok, out, err) = tvmrt(&["run", &model, "--device", "opencl", "--json"]);
+    if !ok && err.contains("OpenCL") && std::env::var("TVM_RT_REQUIRE_OPENCL").as_deref() != Ok("1") {
+        eprintln!("no OpenCL device: skipping ({err})");
+        return;
+    }
+    assert!(ok, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert!(r["outputs"].as_array().unwrap().iter().all(|o| o["matches_reference"] == true), "{r}");
+    let s = json(&["share", &model, "-n", "3", "--device", "opencl"]);
+    let execs = s["executors"].as_array().unwrap();
+    assert!(execs.iter().all(|e| e["memory"]["weights_owned"] == 0), "{s}");
+    let m = &execs[0]["memory"];
+    let once = m["weights_shared"].as_u64().unwrap() + m["weights_derived"].as_u64().unwrap();
+    assert!(m["weights_derived"].as_u64().unwrap() > 0, "the texture weights are folded once: {s}");
+    let (total, unshared) = (s["total_bytes"].as_u64().unwrap(), s["unshared_total_bytes"].as_u64().unwrap());
+    assert_eq!(unshared - total, 2 * once, "{s}");
+}

@@ -28,9 +28,11 @@ fn channel_type(dtype: DLDataType) -> Result<ClUint> {
         (kDLUInt, 8, 1) => sys::CL_UNSIGNED_INT8,
         (kDLUInt, 16, 1) => sys::CL_UNSIGNED_INT16,
         (kDLUInt, 32, 1) => sys::CL_UNSIGNED_INT32,
-        _ => return Err(Error::value(format!(
+        _ => {
+            return Err(Error::value(format!(
             "no OpenCL image format holds {dtype}: textures take float16/32, int8/16/32 or uint8/16/32 with one lane"
-        ))),
+        )))
+        }
     };
     Ok(t)
 }
@@ -346,6 +348,24 @@ impl TexturePool {
         s.in_use = false;
         Ok(())
     }
+}
+
+impl TexturePool {
+    fn release_idle(&mut self) {
+        self.0.retain(|s| {
+            if !s.in_use {
+                // SAFETY: an image of this pool handed out to nobody (not in use), no longer listed.
+                let _ = unsafe { OpenCl.free(s.device, s.handle as *mut c_void) };
+            }
+            s.in_use
+        });
+    }
+}
+
+/// Releases the calling thread's idle texture scratch (the last executor going: the thread that
+/// drops it gives back what its kernels kept; other threads' scratch goes when they end).
+pub(super) fn release_idle_scratch() {
+    let _ = SCRATCH.try_with(|p| p.borrow_mut().release_idle());
 }
 
 impl Drop for TexturePool {

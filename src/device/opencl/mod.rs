@@ -414,6 +414,7 @@ impl DeviceApi for OpenCl {
 
     fn release_idle(&self) {
         let Some(s) = STATE.get() else { return };
+        images::release_idle_scratch();
         for (id, d) in s.devices.iter().enumerate() {
             let parked: Vec<Workspace> = {
                 let mut pool = d.workspaces.lock().unwrap_or_else(|e| e.into_inner());
@@ -471,9 +472,22 @@ impl DeviceApi for OpenCl {
         // writing it.
         let queue = state()?.queue(id)? as usize;
         let mut pool = d.workspaces.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(w) = pool.iter_mut().find(|w| !w.in_use && w.size == size && w.queue == queue) {
+        // The smallest idle buffer that holds the request, as upstream's pool: kernels of one run
+        // ask for sizes in a nested order, and one buffer serves every smaller request after it.
+        let idle = |w: &&mut Workspace| !w.in_use && w.queue == queue;
+        if let Some(w) = pool.iter_mut().filter(idle).filter(|w| w.size >= size).min_by_key(|w| w.size) {
             w.in_use = true;
             return Ok(w.handle as *mut c_void);
+        }
+        // None holds it: the largest idle one is given back first, so the parked buffers follow the
+        // largest requests instead of adding up.
+        if let Some(i) =
+            (0..pool.len()).filter(|&i| !pool[i].in_use && pool[i].queue == queue).max_by_key(|&i| pool[i].size)
+        {
+            let w = pool.swap_remove(i);
+            // SAFETY: a buffer `alloc_workspace` made, idle (its kernels queued before on this queue,
+            // which keeps it until they finish), no longer listed.
+            unsafe { self.free(id, w.handle as *mut c_void) }?;
         }
         let handle = self.alloc(id, size, crate::tensor::ALIGNMENT)? as usize;
         pool.push(Workspace { handle, size, in_use: true, queue });
