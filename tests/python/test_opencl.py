@@ -173,7 +173,7 @@ def test_texture_builds(tvm, cl, name):
     if not f.factory_weights:
         factory.load_params(f.params())
     sharing = graph_executor.create(f.graph_json(), lib, cl)
-    sharing.share_params(created.module, f.params())
+    sharing.share_params(created, f.params())
     for m in (factory, created, sharing):
         for k, v in f.inputs.items():
             m.set_input(k, v)
