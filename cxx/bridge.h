@@ -19,6 +19,10 @@ extern "C" {
 int tvmrt_object_is_native(const void* obj);
 // 0, or -1 with the last error set: a memory scope the device layer does not serve.
 int tvmrt_check_memory_scope(const char* scope);
+// src/cxx/objects.rs: whether the device layer serves a device type (DeviceAPI::Get), and the
+// calling thread's current stream of a device.
+int tvmrt_device_api_check(int device_type, int allow_missing, int* served);
+int tvmrt_current_stream(int device_type, int device_id, void** stream);
 // src/cxx/objects.rs: the index of a host's type, allocated with upstream's rules.
 int tvmrt_type_index_alloc(const char* key, uint32_t static_tindex, uint32_t parent_tindex,
                            uint32_t num_child_slots, int child_slots_can_overflow, uint32_t* out);

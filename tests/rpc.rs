@@ -107,6 +107,44 @@ fn a_model_runs_on_a_remote_device() {
     assert!(e.contains("local"), "{e}");
 }
 
+/// Streams of a remote device are the server's: made there (a queue of its own on OpenCL), made
+/// current for the session, waited for, copies queued on them, freed; a freed one is refused (and,
+/// named again, ends the session as any handle it never gave out).
+#[test]
+fn remote_streams_are_the_servers() {
+    tvm_runtime::init();
+    if tvm_runtime::device::api(4).and_then(|a| a.count()).unwrap_or(0) == 0 {
+        assert_ne!(std::env::var("TVM_RT_REQUIRE_OPENCL").as_deref(), Ok("1"), "no OpenCL device");
+        return;
+    }
+    let session = global("rpc.LocalSession").call(&ArgsBuilder::new().args()).unwrap().into_object::<Module>().unwrap();
+    let mut a = ArgsBuilder::new();
+    a.object(session.clone().into_any());
+    let RetValue::Int(index) = global("rpc.SessTableIndex").call(&a.args()).unwrap() else { panic!("an index") };
+    let remote_cl = DLDevice { device_type: 4 + 128 * (index as i32 + 1), device_id: 0 };
+    let api = tvm_runtime::device::api_of(remote_cl).unwrap();
+    let s = api.create_stream(0).unwrap();
+    assert!(!s.is_null(), "a stream of the server's own");
+    api.set_stream(0, s).unwrap();
+    let data: Vec<u8> = (0..64u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let (x, y) = (
+        NDArray::empty(&[64], DLDataType::F32, remote_cl).unwrap(),
+        NDArray::empty(&[64], DLDataType::F32, remote_cl).unwrap(),
+    );
+    // SAFETY: new arrays nobody else uses.
+    unsafe { x.copy_from_bytes(&data) }.unwrap();
+    // SAFETY: both arrays are ours and idle.
+    unsafe { tvm_runtime::tensor::raw::copy_tensor(x.raw(), y.raw()) }.unwrap();
+    api.sync_stream(0, s).unwrap();
+    assert_eq!(y.to_vec(), data, "a copy queued on the session's stream");
+    api.sync_stream_from_to(0, s, std::ptr::null_mut()).unwrap();
+    api.set_stream(0, std::ptr::null_mut()).unwrap();
+    api.free_stream(0, s).unwrap();
+    api.free_stream(0, std::ptr::null_mut()).unwrap();
+    let e = api.sync_stream(0, s).unwrap_err().to_string();
+    assert!(e.contains("never handed out"), "{e}");
+}
+
 /// Each packet of a real session mutated in turn (the others as they were): the session answers
 /// with well-formed packets or ends, it never panics, and it never reaches memory it did not hand
 /// out (a crash would end the test process). `cargo run --example fuzz -- rpc SECONDS` runs longer.

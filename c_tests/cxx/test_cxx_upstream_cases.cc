@@ -7,6 +7,7 @@
 #include <dlpack/dlpack.h>
 #include <tvm/runtime/container/array.h>
 #include <tvm/runtime/container/map.h>
+#include <tvm/runtime/device_api.h>
 #include <tvm/runtime/logging.h>
 #include <tvm/runtime/module.h>
 #include <tvm/runtime/ndarray.h>
@@ -390,6 +391,63 @@ static void GraphJsonTail(const std::string& dir) {
   EXPECT(inputs == static_cast<int>(plain.GetFunction("get_num_inputs")()), "the same graph, tail or none");
 }
 
+// tvm::runtime::DeviceAPI::Get and the virtual methods a host built against these headers reaches
+// as written (SetDevice through SetStream: the slots the wheel's header shares with upstream
+// v0.16's): memory, copies, attributes, streams; a device type not served.
+static void DeviceApi() {
+  using tvm::runtime::DeviceAPI;
+  DLDataType f32{kDLFloat, 32, 1};
+  DLDevice cpu{kDLCPU, 0};
+  DeviceAPI* api = DeviceAPI::Get(cpu);
+  EXPECT(api != nullptr, "the CPU's device API");
+  tvm::runtime::TVMRetValue rv;
+  api->GetAttr(cpu, tvm::runtime::kExist, &rv);
+  EXPECT(static_cast<int>(rv) == 1, "cpu(0) exists");
+  api->SetDevice(cpu);
+  int64_t shape[1] = {64};
+  void* p = api->AllocDataSpace(cpu, 256, 64, f32);
+  void* q = api->AllocDataSpace(cpu, 1, shape, f32, tvm::runtime::Optional<tvm::runtime::String>());
+  EXPECT(p && q && reinterpret_cast<uintptr_t>(p) % 64 == 0, "aligned host memory");
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = 0.5f * i - 3;
+  std::memcpy(p, x.data(), 256);
+  DLTensor a{p, cpu, 1, f32, shape, nullptr, 0}, b{q, cpu, 1, f32, shape, nullptr, 0};
+  EXPECT(api->GetDataSize(a) == 256, "data size");
+  api->CopyDataFromTo(&a, &b, nullptr);
+  api->StreamSync(cpu, nullptr);
+  EXPECT(std::memcmp(p, q, 256) == 0, "host to host");
+  if (!std::getenv("TVM_RT_CXX_NO_OPENCL")) {
+    DLDevice cl{kDLOpenCL, 0};
+    DeviceAPI* c = DeviceAPI::Get(cl, true);
+    tvm::runtime::TVMRetValue exists;
+    if (c) c->GetAttr(cl, tvm::runtime::kExist, &exists);
+    if (c && static_cast<int>(exists) == 1) {
+      TVMStreamHandle s = c->CreateStream(cl);
+      c->SetStream(cl, s);
+      void* d = c->AllocDataSpace(cl, 1, shape, f32, tvm::runtime::Optional<tvm::runtime::String>());
+      DLTensor dt{d, cl, 1, f32, shape, nullptr, 0};
+      std::memset(q, 0, 256);
+      c->CopyDataFromTo(&a, &dt, s);
+      c->CopyDataFromTo(&dt, &b, s);
+      c->StreamSync(cl, s);
+      EXPECT(std::memcmp(p, q, 256) == 0, "host to OpenCL to host, on the stream set");
+      c->SetStream(cl, nullptr);
+      c->FreeStream(cl, s);
+      c->FreeDataSpace(cl, d);
+    }
+  }
+  api->FreeDataSpace(cpu, p);
+  api->FreeDataSpace(cpu, q);
+  EXPECT(DeviceAPI::Get(DLDevice{kDLCUDA, 0}, true) == nullptr, "a device type not served, allowed missing");
+  bool threw = false;
+  try {
+    DeviceAPI::Get(DLDevice{kDLCUDA, 0});
+  } catch (const tvm::runtime::Error& e) {
+    threw = std::string(e.what()).find("is not enabled") != std::string::npos;
+  }
+  EXPECT(threw, "a device type not served: an error saying so");
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
   std::string fixtures = argv[1];
@@ -402,5 +460,6 @@ int main(int argc, char** argv) {
   GraphJsonTail(fixtures + "/mlp_unbound_b1");
   LogDebugSpec();
   Threading();
+  DeviceApi();
   return ExitStatus("upstream cases ok");
 }

@@ -1,5 +1,6 @@
-//! Objects for the C++ layer: telling the core's objects from a host's, and the type indices of a
-//! host's classes (`Object::GetOrAllocRuntimeTypeIndex`).
+//! Objects for the C++ layer: telling the core's objects from a host's, the type indices of a
+//! host's classes (`Object::GetOrAllocRuntimeTypeIndex`), and what `DeviceAPI::Get` asks of the
+//! device layer.
 
 use crate::capi::{c_str, guard, out};
 use crate::object::type_table::table;
@@ -43,5 +44,33 @@ pub unsafe extern "C" fn tvmrt_check_memory_scope(scope: *const c_char) -> c_int
         // SAFETY: the C++ layer's NUL-terminated string.
         let scope = unsafe { c_str(scope, "memory scope") }?;
         crate::device::check_memory_scope(scope)
+    })
+}
+
+/// Whether the device layer serves `device_type` (`DeviceAPI::Get`): 0 with `served` set, or -1
+/// with upstream's error ("Device API <name> is not enabled.") when it does not and the caller
+/// does not allow a missing one.
+#[no_mangle]
+pub unsafe extern "C" fn tvmrt_device_api_check(device_type: c_int, allow_missing: c_int, served: *mut c_int) -> c_int {
+    guard(|| {
+        let ok = crate::device::api(device_type).is_ok();
+        if !ok && allow_missing == 0 {
+            return Err(crate::error::Error::tvm(format!(
+                "Device API {} is not enabled.",
+                crate::device::type_name(device_type)
+            )));
+        }
+        // SAFETY: the C++ layer's out-pointer.
+        unsafe { out(served, c_int::from(ok), "tvmrt_device_api_check") }
+    })
+}
+
+/// The calling thread's current stream of a device (`DeviceAPI::GetCurrentStream`).
+#[no_mangle]
+pub unsafe extern "C" fn tvmrt_current_stream(device_type: c_int, device_id: c_int, stream: *mut *mut c_void) -> c_int {
+    guard(|| {
+        let s = crate::device::api(device_type)?.current_stream(device_id)?;
+        // SAFETY: the C++ layer's out-pointer.
+        unsafe { out(stream, s, "tvmrt_current_stream") }
     })
 }

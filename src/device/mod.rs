@@ -170,6 +170,11 @@ pub trait DeviceApi: Send + Sync {
         Ok(())
     }
 
+    /// The calling thread's current stream of device `id` (NULL: the default).
+    fn current_stream(&self, _id: i32) -> Result<*mut c_void> {
+        Ok(std::ptr::null_mut())
+    }
+
     /// Waits for the work on `stream` (NULL: the calling thread's current stream).
     fn sync_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
         if stream.is_null() {

@@ -207,9 +207,39 @@ impl DeviceApi for RemoteDevice {
     }
 
     fn sync(&self, id: i32) -> Result<()> {
-        self.session()?
-            .syscall(code::DEV_STREAM_SYNC, vec![Value::Device(self.remote(id)), Value::Handle(0)])
-            .map(|_| ())
+        self.sync_stream(id, std::ptr::null_mut())
+    }
+
+    // Streams live on the server (its thread serving this session has the current one); a handle
+    // here is the server's, passed back as it came.
+
+    fn create_stream(&self, id: i32) -> Result<*mut c_void> {
+        match self.session()?.syscall(code::DEV_CREATE_STREAM, vec![Value::Device(self.remote(id))])? {
+            Value::Handle(h) => Ok(h as usize as *mut c_void),
+            Value::Null => Ok(std::ptr::null_mut()),
+            other => Err(Error::tvm(format!("RPC: DevCreateStream answered {other:?}"))),
+        }
+    }
+
+    fn free_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
+        let args = vec![Value::Device(self.remote(id)), Value::Handle(stream as usize as u64)];
+        self.session()?.syscall(code::DEV_FREE_STREAM, args).map(|_| ())
+    }
+
+    fn set_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
+        let args = vec![Value::Device(self.remote(id)), Value::Handle(stream as usize as u64)];
+        self.session()?.syscall(code::DEV_SET_STREAM, args).map(|_| ())
+    }
+
+    fn sync_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
+        let args = vec![Value::Device(self.remote(id)), Value::Handle(stream as usize as u64)];
+        self.session()?.syscall(code::DEV_STREAM_SYNC, args).map(|_| ())
+    }
+
+    /// The protocol has no call for it: `to` is ordered after `from` by waiting for `from`, as
+    /// upstream's default does.
+    fn sync_stream_from_to(&self, id: i32, from: *mut c_void, _to: *mut c_void) -> Result<()> {
+        self.sync_stream(id, from)
     }
 
     fn alloc_workspace(&self, _: i32, _: usize) -> Result<*mut c_void> {

@@ -44,11 +44,72 @@ pub struct Session {
     initialised: bool,
     handles: Handles,
     memory: Regions,
+    /// Streams this session made (`DevCreateStream`) and not freed, and the one it set current
+    /// per device (the session is served on one thread, whose current stream that is).
+    streams: Vec<(DLDevice, u64)>,
+    current: Vec<(DLDevice, u64)>,
 }
 
 impl Session {
     pub fn new(name: &str) -> Session {
-        Session { name: name.into(), initialised: false, handles: Handles::default(), memory: Regions::default() }
+        Session {
+            name: name.into(),
+            initialised: false,
+            handles: Handles::default(),
+            memory: Regions::default(),
+            streams: Vec::new(),
+            current: Vec::new(),
+        }
+    }
+
+    /// Stream `h` of device `d` as this session may name it: 0 (the device's default) or one it
+    /// made.
+    fn stream(&self, d: DLDevice, h: u64) -> std::result::Result<u64, Fatal> {
+        if h == 0 || self.streams.contains(&(d, h)) {
+            Ok(h)
+        } else {
+            Err(Fatal(Error::value(format!("RPC: stream {h:#x} was never handed out by this session"))))
+        }
+    }
+
+    /// `CopyAmongRemote` on stream `h` (0: the current one).
+    fn copy_on(&mut self, d: DLDevice, h: u64, from: &WireTensor, to: &WireTensor) -> Result<()> {
+        let was = self.current_stream(d);
+        let switch = h != 0 && h != was;
+        if switch {
+            self.set_current(d, h)?;
+        }
+        let copied = self.memory.copy(from, to);
+        if switch {
+            self.set_current(d, was)?;
+        }
+        copied
+    }
+
+    /// `DevFreeStream`: waits for the stream, then releases it (0: nothing to free).
+    fn free_stream(&mut self, d: DLDevice, h: u64) -> Result<()> {
+        if h == 0 {
+            return Ok(());
+        }
+        if self.current_stream(d) == h {
+            self.set_current(d, 0)?;
+        }
+        self.streams.retain(|&x| x != (d, h));
+        crate::device::api_of(d)?.free_stream(d.device_id, h as usize as *mut std::ffi::c_void)
+    }
+
+    fn current_stream(&self, d: DLDevice) -> u64 {
+        self.current.iter().find(|(x, _)| *x == d).map_or(0, |&(_, h)| h)
+    }
+
+    /// Makes `h` the serving thread's current stream of `d`.
+    fn set_current(&mut self, d: DLDevice, h: u64) -> Result<()> {
+        crate::device::api_of(d)?.set_stream(d.device_id, h as usize as *mut std::ffi::c_void)?;
+        self.current.retain(|(x, _)| *x != d);
+        if h != 0 {
+            self.current.push((d, h));
+        }
+        Ok(())
     }
 
     /// Handles one packet's body.
@@ -219,14 +280,6 @@ impl Session {
             Value::Tensor(t) => Ok(t),
             _ => Err(Fatal(Error::type_err(format!("RPC: syscall {c}: argument {i} must be a tensor")))),
         };
-        // Streams: each device's one in-order queue, named 0 (the default stream).
-        let default_stream = |h: u64| {
-            if h == 0 {
-                Ok(())
-            } else {
-                Err(Fatal(Error::value(format!("RPC: stream {h:#x} was never handed out by this session"))))
-            }
-        };
         Ok(match c {
             code::GET_GLOBAL_FUNC => {
                 arity(1)?;
@@ -271,16 +324,19 @@ impl Session {
             code::DEV_STREAM_SYNC => {
                 arity(2)?;
                 let d = device(0)?;
-                default_stream(handle(1)?)?;
-                crate::device::api_of(d).and_then(|api| api.sync(d.device_id)).map(|()| Value::Null)
+                let h = self.stream(d, handle(1)?)?;
+                let s = h as usize as *mut std::ffi::c_void;
+                crate::device::api_of(d).and_then(|api| api.sync_stream(d.device_id, s)).map(|()| Value::Null)
             }
             code::COPY_AMONG_REMOTE => {
                 arity(3)?;
-                default_stream(handle(2)?)?;
                 let (from, to) = (tensor(0)?, tensor(1)?);
                 self.memory.view(from)?;
                 self.memory.view(to)?;
-                self.memory.copy(from, to).map(|()| Value::Null)
+                // Queued on the stream named (of the device side whose API copies), as upstream's.
+                let d = checked_device(if crate::device::is_host(from.device) { to.device } else { from.device })?;
+                let h = self.stream(d, handle(2)?)?;
+                self.copy_on(d, h, from, to).map(|()| Value::Null)
             }
             code::DEV_ALLOC_DATA_WITH_SCOPE => {
                 arity(2)?;
@@ -293,19 +349,50 @@ impl Session {
                 let d = checked_device(t.device)?;
                 t.nbytes().and_then(|n| self.memory.alloc(d, n)).map(Value::Handle)
             }
-            code::DEV_CREATE_STREAM | code::DEV_GET_CURRENT_STREAM => {
+            code::DEV_CREATE_STREAM => {
                 arity(1)?;
-                device(0)?;
-                Ok(Value::Handle(0))
+                let d = device(0)?;
+                crate::device::api_of(d).and_then(|api| api.create_stream(d.device_id)).map(|s| {
+                    let h = s as usize as u64;
+                    if h != 0 {
+                        self.streams.push((d, h));
+                    }
+                    Value::Handle(h)
+                })
             }
-            code::DEV_FREE_STREAM | code::DEV_SET_STREAM => {
+            code::DEV_GET_CURRENT_STREAM => {
+                arity(1)?;
+                let d = device(0)?;
+                Ok(Value::Handle(self.current_stream(d)))
+            }
+            code::DEV_SET_STREAM => {
                 arity(2)?;
-                device(0)?;
-                default_stream(handle(1)?)?;
-                Ok(Value::Null)
+                let d = device(0)?;
+                let h = self.stream(d, handle(1)?)?;
+                self.set_current(d, h).map(|()| Value::Null)
+            }
+            code::DEV_FREE_STREAM => {
+                arity(2)?;
+                let d = device(0)?;
+                let h = self.stream(d, handle(1)?)?;
+                self.free_stream(d, h).map(|()| Value::Null)
             }
             other => return Err(Fatal(Error::value(format!("RPC: Unknown event {other}")))),
         })
+    }
+}
+
+impl Drop for Session {
+    /// Streams the client left behind go with the session (the serving thread's current ones
+    /// back to the default first).
+    fn drop(&mut self) {
+        for (d, _) in std::mem::take(&mut self.current) {
+            let _ = crate::device::api_of(d).and_then(|api| api.set_stream(d.device_id, std::ptr::null_mut()));
+        }
+        for (d, h) in std::mem::take(&mut self.streams) {
+            let s = h as usize as *mut std::ffi::c_void;
+            let _ = crate::device::api_of(d).and_then(|api| api.free_stream(d.device_id, s));
+        }
     }
 }
 

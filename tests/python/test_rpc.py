@@ -244,6 +244,72 @@ def test_this_runtimes_client_drives_upstreams_server(tvm):
         remote._sess.get_function("CloseRPCConnection")()
 
 
+# The wheel's client on a remote OpenCL device: a stream of the server's, made current for the
+# session, an executor of a texture build (TVM's Adreno target) running on it, waited for, freed.
+WHEEL_STREAM_CLIENT = r"""
+import json, sys, numpy as np, tvm
+from tvm import rpc
+from tvm.contrib import graph_executor
+port, fx = int(sys.argv[1]), sys.argv[2]
+remote = rpc.connect("127.0.0.1", port, key="k")
+remote.upload(fx + "/lib.so", target="tex.so")
+lib = remote.load_module("tex.so")
+dev = remote.cl(0)
+s = dev.create_raw_stream()
+dev.set_raw_stream(s)
+m = graph_executor.create(open(fx + "/graph.json").read(), lib, dev)
+m.load_params(open(fx + "/params.bin", "rb").read())
+x = np.fromfile(fx + "/in_0.bin", dtype="float32").reshape(m.get_input(0).shape)
+m.set_input("data", tvm.nd.array(x, dev))
+m.run()
+dev.sync(s)
+out = {"stream": bool(s.value), "output": m.get_output(0).numpy().tobytes().hex()}
+a = tvm.nd.array(np.arange(64, dtype="float32"), dev)
+b = tvm.nd.empty((64,), "float32", dev)
+a.copyto(b)
+dev.sync()
+out["copy"] = b.numpy().tobytes().hex() == np.arange(64, dtype="float32").tobytes().hex()
+dev.set_raw_stream(None)
+dev.free_raw_stream(s)
+try:
+    dev.sync(s)
+    out["freed"] = "accepted"
+except tvm.error.RPCError:
+    out["freed"] = "refused"
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_remote_streams_and_texture_builds(tvm):
+    if not have_opencl(tvm):
+        pytest.skip("no OpenCL device")
+    from tvm import rpc
+
+    fx = Fixture("opencl/convnet_tex_cl")
+    with tvmrt_server() as srv:
+        # The wheel's client (upstream's RPC device API) drives the streams.
+        done = subprocess.run([sys.executable, "-c", WHEEL_STREAM_CLIENT, str(srv.port), str(fx.dir)],
+                              env=env_for(None), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+        out = json.loads([l for l in done.stdout.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):])
+        assert out["stream"], "a stream of the server's own, not the default"
+        got = np.frombuffer(bytes.fromhex(out["output"]), dtype="float32")
+        np.testing.assert_allclose(got, fx.outputs[0].ravel(), rtol=0, atol=1e-4)
+        assert out["copy"] and out["freed"] == "refused", out
+        # This runtime's client: the same through its remote device API.
+        remote = rpc.connect("127.0.0.1", srv.port, key="k")
+        dev = remote.cl(0)
+        s = dev.create_raw_stream()
+        assert s.value
+        dev.set_raw_stream(s)
+        run_remotely(tvm, remote, Fixture("opencl/mlp_unbound_cl_b1"), dev)
+        dev.sync(s)
+        dev.set_raw_stream(None)
+        dev.free_raw_stream(s)
+        with pytest.raises(tvm.error.RPCError):
+            dev.sync(s)
+
+
 def test_a_tracker_hands_out_two_servers_by_key(tvm):
     from tvm import rpc
 

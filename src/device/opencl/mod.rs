@@ -453,6 +453,11 @@ impl DeviceApi for OpenCl {
         streams::set(id, stream)
     }
 
+    fn current_stream(&self, id: i32) -> Result<*mut c_void> {
+        state()?.device(id)?;
+        Ok(streams::current_stream(id))
+    }
+
     fn sync_stream(&self, id: i32, stream: *mut c_void) -> Result<()> {
         let s = state()?;
         let queue = streams::queue_of(id, stream)?;

@@ -113,6 +113,13 @@ pub(super) fn current(id: i32, default: sys::Queue) -> sys::Queue {
     }
 }
 
+/// The stream the calling thread made current on device `id` (NULL: the device's own queue).
+pub(super) fn current_stream(id: i32) -> *mut c_void {
+    let default = std::ptr::null_mut();
+    let q = current(id, default);
+    q.cast()
+}
+
 /// Orders `to` after `from`: what is queued on `to` from now on starts after everything queued
 /// on `from` so far (by waiting for `from`: simple, and what TVM's hosts do between copies and
 /// runs).
