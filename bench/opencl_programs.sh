@@ -6,16 +6,20 @@
 #   cold: every program built from source;
 #   blob: the library's own blob set first (rtvm --pre-compiled, the second launch);
 #   cache: ours only, TVM_RT_OPENCL_PROGRAM_CACHE warm (no host code).
-#   bench/opencl_programs.sh [ROUNDS]   (builds the benchmark models on first use)
+#   bench/opencl_programs.sh [ROUNDS] [MODEL...]   (default: mobilenet_cl resnet18_unbound_cl_b1;
+#   mobilenet_tex_cl is the texture build; models are built on first use)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 rounds=${1:-5}
+shift $(($# > 0 ? 1 : 0))
+list=("$@")
+[ ${#list[@]} -gt 0 ] || list=(mobilenet_cl resnet18_unbound_cl_b1)
 eval "$(scripts/tvm_env.sh)"
 . bench/lib.sh
 upstream=$(upstream_opencl)
 models=target/bench-models-cl
-opencl_models mobilenet_cl resnet18_unbound_cl_b1
+opencl_models "${list[@]}"
 cargo build --release --quiet --lib
 mkdir -p target/bench
 dmlc=$(dirname "$TVM_UPSTREAM_INCLUDE")/dmlc-core/include
@@ -30,7 +34,7 @@ export POCL_KERNEL_CACHE=0
 ours=$repo/target/release
 echo "| $(nproc) cores, pocl with its cache off: ms of load + programs + create + load_params + first run | ours: median (min-max) | upstream | ours / upstream |"
 echo "|---|---|---|---|"
-for m in mobilenet_cl resnet18_unbound_cl_b1; do
+for m in "${list[@]}"; do
   dir=$models/$m
   # The blobs, written once by each library (untimed).
   LD_LIBRARY_PATH=$ours "$host" --time "$dir" "$work/$m.ours.bin" >/dev/null 2>&1

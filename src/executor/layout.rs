@@ -7,7 +7,9 @@
 //! Every other operator output is placed in one activation arena by liveness: two values share
 //! bytes only when no operator needs both, so the arena approaches the largest sum of values live
 //! at any one time, rather than the graph's storage ids' sum. Graph outputs have a region of their
-//! own that no layout moves.
+//! own that no layout moves. Values in texture scopes are images, which no arena can hold: each
+//! texture storage id is an image of its own (as upstream's pool entries), and a folded texture
+//! result is a derived weight that is an image.
 
 #![forbid(unsafe_code)]
 
