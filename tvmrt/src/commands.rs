@@ -504,7 +504,12 @@ pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {
                 SlotUse::Activation => "activation",
                 SlotUse::Both => "activation+derived",
             };
-            json!({"storage_id": sid, "bytes": s.bytes, "holds": holds, "entries": entries})
+            // A texture slot is an image: its scope and extent (width x height pixels).
+            let image = s.texture.map(|t| {
+                json!({"scope": t.texture.scope(), "width": t.extent.width, "height": t.extent.height,
+                       "channels": t.extent.channels})
+            });
+            json!({"storage_id": sid, "bytes": s.bytes, "holds": holds, "entries": entries, "image": image})
         })
         .collect();
     let mem = memory_json(ex);
@@ -543,8 +548,12 @@ pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {
         );
     }
     for s in &slots {
+        let image = match &s["image"] {
+            Value::Null => String::new(),
+            i => format!(" in {} ({} x {} pixels)", i["scope"].as_str().unwrap_or(""), i["width"], i["height"]),
+        };
         println!(
-            "storage    {:>3}: {:>10} B {:<18} entries {}",
+            "storage    {:>3}: {:>10} B {:<18} entries {}{image}",
             s["storage_id"].as_u64().unwrap_or(0),
             s["bytes"].as_u64().unwrap_or(0),
             s["holds"].as_str().unwrap_or(""),

@@ -430,4 +430,9 @@ fn texture_builds_run_and_share_on_opencl() {
     assert!(m["weights_derived"].as_u64().unwrap() > 0, "the texture weights are folded once: {s}");
     let (total, unshared) = (s["total_bytes"].as_u64().unwrap(), s["unshared_total_bytes"].as_u64().unwrap());
     assert_eq!(unshared - total, 2 * once, "{s}");
+    // `inspect` names the images: texture storage ids with their scope and extent.
+    let i = json(&["inspect", &model, "--device", "opencl"]);
+    let images: Vec<&Value> = i["storage"].as_array().unwrap().iter().filter(|s| !s["image"].is_null()).collect();
+    assert!(images.iter().any(|s| s["image"]["scope"] == "global.texture"), "{i}");
+    assert!(images.iter().all(|s| s["image"]["channels"] == 4 && s["image"]["width"].as_u64() > Some(0)), "{i}");
 }
