@@ -77,14 +77,15 @@ impl StoragePlan {
                     let mine = SlotTexture { texture, extent, dtype: e.dtype };
                     slot.texture = Some(match slot.texture {
                         None => mine,
-                        Some(t)
-                            if t.texture == texture && t.dtype == e.dtype && t.extent.channels == extent.channels =>
-                        {
+                        // As upstream's pool entries: one dtype and channel count per storage id,
+                        // the image large enough for each entry as its own scope folds it, the
+                        // first scope naming the image (Relay gives a storage id one scope).
+                        Some(t) if t.dtype == e.dtype && t.extent.channels == extent.channels => {
                             SlotTexture { extent: t.extent.union(extent), ..t }
                         }
                         Some(t) => {
                             return Err(at(Error::value(format!(
-                                "storage id {} holds '{}' {} with {} channels and '{}' {} with {}: one image cannot",
+                                "storage id {} holds '{}' {} with {} channels and '{}' {} with {}: one image holds one pixel format",
                                 e.storage_id,
                                 t.texture.scope(),
                                 t.dtype,
@@ -184,6 +185,38 @@ mod tests {
         // An operator writing into an input's slot makes it an activation slot.
         let p = graph([0, 0, 0, 0], "").unwrap();
         assert_eq!((p.slots.len(), p.slots[0].bytes, &p.slots[0].role), (1, 20, &SlotRole::Activation));
+    }
+
+    #[test]
+    fn texture_slots_are_images_large_enough_for_each_entry() {
+        let json = r#"{"nodes":[{"op":"null","name":"x","inputs":[]},
+              {"op":"tvm_op","name":"f","attrs":{"func_name":"f","num_inputs":"1","num_outputs":"1","flatten_data":"0"},"inputs":[[0,0,0]]},
+              {"op":"tvm_op","name":"g","attrs":{"func_name":"g","num_inputs":"1","num_outputs":"1","flatten_data":"0"},"inputs":[[1,0,0]]},
+              {"op":"tvm_op","name":"h","attrs":{"func_name":"h","num_inputs":"1","num_outputs":"1","flatten_data":"0"},"inputs":[[2,0,0]]}],
+              "arg_nodes":[0],"node_row_ptr":[0,1,2,3,4],"heads":[[3,0,0]],
+              "attrs":{"dltype":["list_str",["float32","float32","float32","float32"]],
+              "storage_id":["list_int",[0,1,2,1]],
+              "storage_scope":["list_str",["","global.texture","global.texture","global.texture-weight"]],
+              "shape":["list_shape",[[4],[1,2,8,3,4],[1,1,2,5,4],[2,3,5,4]]]}}"#;
+        let p = StoragePlan::new(&Graph::parse(json).unwrap()).unwrap();
+        assert!(p.slots[0].texture.is_none() && p.slots[0].has_own_memory());
+        // Slot 1: [1,2,8,3,4] as an activation is 16 rows of 3 pixels; [2,3,5,4] as a weight is 2
+        // rows of 15: one image of 15 x 16 holds both.
+        let t = p.slots[1].texture.unwrap();
+        assert_eq!((t.texture, t.extent), (Texture::Activation, Extent { width: 15, height: 16, channels: 4 }));
+        assert_eq!(t.shape(), [16, 15, 4]);
+        assert!(p.slots[2].texture.is_some() && p.slots[2].has_own_memory() && p.slots[2].role == SlotRole::Activation);
+        // An activation slot of plain memory goes to the arena; texture slots do not.
+        let (offsets, _) = p.arena_layout(64).unwrap();
+        assert_eq!(offsets, vec![None, None, None]);
+        // One pixel format per image.
+        let mixed = json
+            .replace(r#"["float32","float32","float32","float32"]"#, r#"["float32","float32","float32","float16"]"#);
+        let e = StoragePlan::new(&Graph::parse(&mixed).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("one image holds one pixel format"), "{e}");
+        let plain = json.replace(r#""global.texture-weight"]"#, r#""global"]"#);
+        let e = StoragePlan::new(&Graph::parse(&plain).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("storage id 1 mixes texture and plain memory scopes"), "{e}");
     }
 
     #[test]
