@@ -40,8 +40,9 @@ pub struct Weight {
     ptr: *const u8,
     len: usize,
     backing: Backing,
-    /// Copies of a host weight on devices, made the first time an executor on that device binds
-    /// it, and shared by every executor that does (one copy per device, as for the host bytes).
+    /// Copies of the weight on devices, made the first time an executor on that device binds it
+    /// in a form it is not in (a host weight on a device, a weight as an image for a texture slot,
+    /// an image as plain memory), and shared by every executor that does: one per device and form.
     mirrors: Mutex<Vec<(Option<ImageForm>, Arc<Buffer>)>>,
 }
 
