@@ -203,6 +203,25 @@ fn texture_arrays() {
     unsafe { img.copy_from_bytes(&pixels) }.unwrap();
     let view = NDArray::create_view(&img, &[1, 3, 4], F32).unwrap();
     assert_eq!(view.to_vec(), pixels[..48].to_vec());
+    // A view whose shape folds wider than the image is refused, not read past the image.
+    let wide = NDArray::create_view(&img, &[1, 6, 4], F32).unwrap();
+    let mut out = vec![0u8; 96];
+    let e = wide.copy_to_bytes(&mut out).unwrap_err().to_string();
+    assert!(e.contains("does not fit its 3 x 2 image"), "{e}");
+    // Every dtype with an image format round-trips (one lane: RGBA of 8, 16 or 32 bits).
+    for (code, bits) in [(0u8, 8u8), (0, 16), (0, 32), (1, 8), (1, 16), (1, 32), (2, 32)] {
+        let dtype = DLDataType { code, bits, lanes: 1 };
+        let bytes: Vec<u8> = (0..24 * usize::from(bits) / 8).map(|i| (i * 7 % 251) as u8).collect();
+        let img = NDArray::empty_in(&[2, 3, 4], dtype, CL, "global.texture").unwrap();
+        // SAFETY: a new array nobody else uses.
+        unsafe { img.copy_from_bytes(&bytes) }.unwrap();
+        assert_eq!(img.to_vec(), bytes, "{dtype}");
+    }
+    // An image beyond any device's 2-D limits is refused before the driver is asked.
+    for shape in [[1i64, 1 << 24, 4], [1 << 24, 1, 4]] {
+        let e = NDArray::empty_in(&shape, F32, CL, "global.texture").unwrap_err().to_string();
+        assert!(e.contains("exceeds opencl(0)'s largest 2-D image"), "{e}");
+    }
     let e = NDArray::empty_in(&shape, F32, DLDevice::CPU, "global.texture").unwrap_err().to_string();
     assert!(e.contains("needs images"), "{e}");
     let e = NDArray::empty_in(&[4, 4], F32, CL, "global.texture").unwrap_err().to_string();
