@@ -287,3 +287,45 @@ fn texture_scratch() {
     assert!(nd(16, 8, 32, 1).unwrap_err().contains("OpenCL (4)"));
     assert!(nd(0, 8, 32, 4).unwrap_err().contains("empty texture"));
 }
+
+/// Which scratch image a request gets (a thread of its own, so a pool of its own): a free image
+/// that holds it without growing before one that must grow, the one wasting least among those,
+/// and none more than 5 times off in either direction.
+#[test]
+fn texture_scratch_best_fit() {
+    if !have_opencl() {
+        return;
+    }
+    let (alloc, free) =
+        (registry::get("device_api.opencl.alloc_nd").unwrap(), registry::get("device_api.opencl.free_nd").unwrap());
+    let nd = |w: i64, h: i64| {
+        let shape = [w, h];
+        let mut a = ArgsBuilder::new();
+        a.int(4).int(0).int(2).int(32).str("global.texture").int(2);
+        // SAFETY: the shape array lives through the call.
+        unsafe { a.handle(shape.as_ptr().cast_mut().cast()) };
+        match alloc.call(&a.args()).unwrap() {
+            RetValue::Handle(p) => p,
+            other => panic!("{other:?}"),
+        }
+    };
+    let give_back = |p: *mut std::ffi::c_void| {
+        let mut a = ArgsBuilder::new();
+        a.int(4).int(0).str("global.texture");
+        // SAFETY: a scratch image of this thread's pool.
+        unsafe { a.handle(p) };
+        free.call(&a.args()).unwrap();
+    };
+    let (big, small) = (nd(40, 40), nd(20, 20));
+    give_back(big);
+    give_back(small);
+    let p = nd(18, 18);
+    assert_eq!(p, small, "both hold 18 x 18: the one wasting least");
+    give_back(p);
+    let p = nd(22, 22);
+    assert_eq!(p, big, "only the larger holds 22 x 22 without growing");
+    give_back(p);
+    // 40 x 4: the 40 x 40 image holds it but is 10 times too tall; the 20 x 20 one grows instead.
+    let p = nd(40, 4);
+    assert!(p != big && p != small, "a grown image, not one 10 times off");
+}
