@@ -213,3 +213,32 @@ fn texture_executors_share_their_images() {
     }
     assert_eq!(live_bytes(lib), before, "every image and buffer returned");
 }
+
+/// The kernels' texture scratch of a thread is returned to the device when the thread ends.
+#[test]
+fn a_threads_texture_scratch_goes_with_it() {
+    use tvm_runtime::packed::{registry, ArgsBuilder, RetValue};
+    let Some(lib) = shim() else { return };
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = live_bytes(lib);
+    let held = std::thread::spawn(move || {
+        let (alloc, free) =
+            (registry::get("device_api.opencl.alloc_nd").unwrap(), registry::get("device_api.opencl.free_nd").unwrap());
+        let shape = [64i64, 32];
+        let mut a = ArgsBuilder::new();
+        a.int(4).int(0).int(2).int(32).str("global.texture").int(2);
+        // SAFETY: the shape array lives through the call.
+        unsafe { a.handle(shape.as_ptr().cast_mut().cast()) };
+        let RetValue::Handle(p) = alloc.call(&a.args()).unwrap() else { panic!("an image") };
+        let mut a = ArgsBuilder::new();
+        a.int(4).int(0).str("global.texture");
+        // SAFETY: the scratch image just handed out.
+        unsafe { a.handle(p) };
+        free.call(&a.args()).unwrap();
+        live_bytes(shim().unwrap())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(held, before + 64 * 32 * 16, "the idle scratch image is kept while the thread lives");
+    assert_eq!(live_bytes(lib), before, "and released when it ends");
+}
