@@ -410,11 +410,13 @@ impl Plan {
     /// A fresh image for texture slot `sid` when its pixels are exactly `nbytes` (a weight's record
     /// written whole); `None` for plain slots and records of another size.
     pub fn new_slot_image(&self, sid: usize, nbytes: usize) -> Result<Option<crate::tensor::Buffer>> {
-        if self.image_form(sid).is_none() {
+        let Some(t) = self.storage.slots[sid].texture else { return Ok(None) };
+        // RGBA pixels of the dtype's size: what a whole-image write takes.
+        let pixels = t.extent.width.checked_mul(t.extent.height);
+        if pixels.and_then(|n| n.checked_mul(4 * t.dtype.element_bytes())) != Some(nbytes) {
             return Ok(None);
         }
-        let image = self.new_slot_buffer(sid)?;
-        Ok((image.len() == nbytes).then_some(image))
+        self.new_slot_buffer(sid).map(Some)
     }
 
     /// The image slot `sid` is, for a texture slot.
