@@ -307,7 +307,7 @@ impl TexturePool {
     fn alloc(&mut self, id: i32, width: usize, height: usize, dtype: DLDataType) -> Result<*mut c_void> {
         let key = (dtype.code, dtype.bits);
         let near = |a: usize, b: usize| a.max(b) / a.min(b).max(1) <= MAX_RATIO;
-        // The free image needing the least growth, then wasting the least.
+        // The free image needing the least growth, then the smallest (wasting the least).
         let best = self
             .0
             .iter()
@@ -315,8 +315,8 @@ impl TexturePool {
             .filter(|(_, s)| !s.in_use && s.device == id && s.dtype == key)
             .filter(|(_, s)| near(s.width, width) && near(s.height, height))
             .min_by_key(|(_, s)| {
-                let grown = (s.width.max(width), s.height.max(height));
-                (grown.0 * grown.1 - s.width * s.height, grown.0 * grown.1 - width * height)
+                let grown = s.width.max(width) * s.height.max(height);
+                (grown - s.width * s.height, grown)
             })
             .map(|(i, _)| i);
         if let Some(i) = best {
