@@ -10,21 +10,6 @@ use tvm_runtime::dlpack::DLDevice;
 
 const CL: DLDevice = DLDevice { device_type: 4, device_id: 0 };
 
-/// Whether an OpenCL device exists; fails when one is required and missing.
-fn have_opencl() -> bool {
-    tvm_runtime::init();
-    let n = tvm_runtime::device::api(4).and_then(|a| a.count()).unwrap_or(0);
-    if n == 0 {
-        assert!(
-            std::env::var("TVM_RT_REQUIRE_OPENCL").map_or(true, |v| v != "1"),
-            "TVM_RT_REQUIRE_OPENCL=1 but no OpenCL device: {:?}",
-            tvm_runtime::device::api(4).and_then(|a| a.count()).err()
-        );
-        eprintln!("no OpenCL device: skipping (install pocl-opencl-icd)");
-    }
-    n > 0
-}
-
 const MODELS: &[&str] =
     &["opencl/mlp_cl", "opencl/mlp_unbound_cl_b1", "opencl/mlp_unbound_cl_b4", "opencl/convnet_unbound_cl"];
 

@@ -16,19 +16,6 @@ use tvm_runtime::tensor::NDArray;
 const CL: DLDevice = DLDevice { device_type: 4, device_id: 0 };
 const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
 
-fn have_opencl() -> bool {
-    tvm_runtime::init();
-    let n = tvm_runtime::device::api(4).and_then(|a| a.count()).unwrap_or(0);
-    if n == 0 {
-        assert!(
-            std::env::var("TVM_RT_REQUIRE_OPENCL").map_or(true, |v| v != "1"),
-            "TVM_RT_REQUIRE_OPENCL=1 but no OpenCL device"
-        );
-        eprintln!("no OpenCL device: skipping (install pocl-opencl-icd)");
-    }
-    n > 0
-}
-
 fn floats(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
 }

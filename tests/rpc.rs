@@ -112,9 +112,7 @@ fn a_model_runs_on_a_remote_device() {
 /// named again, ends the session as any handle it never gave out).
 #[test]
 fn remote_streams_are_the_servers() {
-    tvm_runtime::init();
-    if tvm_runtime::device::api(4).and_then(|a| a.count()).unwrap_or(0) == 0 {
-        assert_ne!(std::env::var("TVM_RT_REQUIRE_OPENCL").as_deref(), Ok("1"), "no OpenCL device");
+    if !have_opencl() {
         return;
     }
     let session = global("rpc.LocalSession").call(&ArgsBuilder::new().args()).unwrap().into_object::<Module>().unwrap();

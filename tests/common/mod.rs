@@ -27,6 +27,22 @@ pub struct Fixture {
 }
 
 /// A path in the temporary folder, unique to this test process.
+/// Whether an OpenCL device exists; fails when one is required (`TVM_RT_REQUIRE_OPENCL=1`, as CI
+/// sets) and missing, else says the test is skipped.
+pub fn have_opencl() -> bool {
+    tvm_runtime::init();
+    let n = tvm_runtime::device::api(4).and_then(|a| a.count()).unwrap_or(0);
+    if n == 0 {
+        assert!(
+            std::env::var("TVM_RT_REQUIRE_OPENCL").map_or(true, |v| v != "1"),
+            "TVM_RT_REQUIRE_OPENCL=1 but no OpenCL device: {:?}",
+            tvm_runtime::device::api(4).and_then(|a| a.count()).err()
+        );
+        eprintln!("no OpenCL device: skipping (install pocl-opencl-icd)");
+    }
+    n > 0
+}
+
 pub fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("tvmrt-{}-{name}", std::process::id()))
 }

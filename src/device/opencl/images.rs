@@ -215,14 +215,7 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
             check(rc, "clEnqueueReadImage")
         }
         (false, false) => {
-            let (a, b) = (s.device(from.device.device_id)?, s.device(to.device.device_id)?);
-            if a.context != b.context {
-                return Err(Error::value(format!(
-                    "cannot copy between opencl({}) and opencl({}): they belong to different platforms",
-                    from.device.device_id, to.device.device_id
-                )));
-            }
-            let q = s.queue(to.device.device_id)?;
+            let q = s.copy_queue(from.device.device_id, to.device.device_id)?;
             // SAFETY: live memory objects of one context (the caller's promise); each region is
             // checked to lie inside its image and to hold `nbytes`.
             let rc = unsafe {

@@ -174,6 +174,17 @@ impl State {
         Ok(mem)
     }
 
+    /// The queue a copy between devices `from` and `to` goes on: the destination's (the calling
+    /// thread's stream of it), as upstream; devices of different platforms share no memory.
+    fn copy_queue(&self, from: i32, to: i32) -> Result<sys::Queue> {
+        if self.device(from)?.context != self.device(to)?.context {
+            return Err(Error::value(format!(
+                "cannot copy between opencl({from}) and opencl({to}): they belong to different platforms"
+            )));
+        }
+        self.queue(to)
+    }
+
     /// Waits for `queue` while streams exist (see `streams::any`).
     fn settle(&self, queue: sys::Queue) -> Result<()> {
         if !streams::any() {
@@ -381,14 +392,7 @@ impl DeviceApi for OpenCl {
                 check(rc, "clEnqueueReadBuffer")
             }
             (false, false) => {
-                let (a, b) = (s.device(from.device.device_id)?, s.device(to.device.device_id)?);
-                if a.context != b.context {
-                    return Err(Error::value(format!(
-                        "cannot copy between opencl({}) and opencl({}): they belong to different platforms",
-                        from.device.device_id, to.device.device_id
-                    )));
-                }
-                let q = s.queue(to.device.device_id)?;
+                let q = s.copy_queue(from.device.device_id, to.device.device_id)?;
                 // SAFETY: two live buffers of one context (the caller's promise for the sizes);
                 // queued on the destination's queue (the calling thread's stream of it), as
                 // upstream.
