@@ -1,5 +1,5 @@
 //! Longer fuzzing runs, with overflow checks and debug assertions on:
-//! `cargo run --profile fuzz --example fuzz -- [params|graph|blob|rpc|all] [SECONDS]`.
+//! `cargo run --profile fuzz --example fuzz -- [params|graph|blob|rpc|handshake|tracker|tar|all] [SECONDS]`.
 //! Prints iterations per target; a panicking input is written to target/fuzz-crashes/.
 
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ fn main() {
     let targets: Vec<Target> =
         if which == "all" { Target::ALL.to_vec() } else { Target::parse(which).into_iter().collect() };
     if targets.is_empty() {
-        eprintln!("usage: fuzz [params|graph|blob|rpc|all] [SECONDS]");
+        eprintln!("usage: fuzz [params|graph|blob|rpc|handshake|tracker|tar|all] [SECONDS]");
         std::process::exit(2);
     }
     // Errors are expected by the thousand; panics are reported once, with the input saved.
@@ -54,7 +54,7 @@ fn main() {
 /// a panic ends the process; run this under valgrind or gdb to see where).
 fn replay(args: &[String]) {
     let (Some(t), Some(file)) = (args.first().and_then(|t| Target::parse(t)), args.get(1)) else {
-        eprintln!("usage: fuzz replay [params|graph|blob|rpc] FILE");
+        eprintln!("usage: fuzz replay [params|graph|blob|rpc|handshake|tracker|tar] FILE");
         std::process::exit(2);
     };
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");

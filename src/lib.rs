@@ -44,6 +44,8 @@
 //!   (the executor behind a packed function, the host's zero-copy promise),
 //!   `src/executor/plan.rs` (weights a library links in), `src/contrib_sort.rs` and
 //!   `src/cache_flush.rs` (kernels of ours);
+//! - files a caller names, resolved beneath a directory without following links:
+//!   `src/files/beneath.rs`;
 //! - RPC: `src/rpc/memory.rs` (copies into and out of the memory a session handed out, checked
 //!   before), `src/rpc/remote_device.rs` (the client's records behind remote arrays' `data`),
 //!   `src/rpc/fd.rs` (a socket a host hands over);

@@ -4,7 +4,9 @@
 //!
 //! The derived records are only worth using while all three still hold. TVM's own
 //! `load_param_dict` -> edit -> `save_param_dict` round trip keeps every record, the derived ones
-//! too: a digest of the weights in the stamp tells an edited file from the one prepared.
+//! too: a digest of the weights in the stamp tells an edited file from the one prepared, and a
+//! digest of the derived records themselves tells an edited derived record (even one of the same
+//! size) from the one computed.
 
 #![forbid(unsafe_code)]
 
@@ -15,8 +17,9 @@ use crate::params::{self, Record, PAD_PREFIX};
 pub const STAMP: &str = "__tvmrt.prepared";
 /// Records holding derived weights, by the alias root entry they are the value of.
 pub const DERIVED_PREFIX: &str = "__tvmrt.derived.";
-/// The stamp's format: 2 added the weights' digest (1 could not tell an edited file).
-const VERSION: u32 = 2;
+/// The stamp's format: 2 added the weights' digest (1 could not tell an edited file), 3 the
+/// derived records' (2 could not tell an edited derived record).
+const VERSION: u32 = 3;
 
 /// Whether a record is one a prepared file adds (not a weight).
 pub fn is_prepared_record(name: &str) -> bool {
@@ -37,6 +40,8 @@ pub struct Stamp {
     pub library: u64,
     /// [`weights_digest`] of the records they were derived from.
     pub weights: u64,
+    /// [`derived_digest`] of the derived records.
+    pub derived: u64,
     /// The alias roots whose values the `DERIVED_PREFIX` records hold.
     pub roots: Vec<usize>,
 }
@@ -45,10 +50,11 @@ impl Stamp {
     pub fn to_text(&self) -> String {
         let roots: Vec<String> = self.roots.iter().map(usize::to_string).collect();
         format!(
-            "tvmrt-prepared {VERSION} graph {:016x} library {:016x} weights {:016x} derived {}",
+            "tvmrt-prepared {VERSION} graph {:016x} library {:016x} weights {:016x} records {:016x} derived {}",
             self.graph,
             self.library,
             self.weights,
+            self.derived,
             roots.join(",")
         )
     }
@@ -61,14 +67,14 @@ impl Stamp {
             ["tvmrt-prepared", v, ..] if *v != VERSION.to_string() => {
                 Err(format!("a stamp of format {v}, not {VERSION} (prepare the file again)"))
             }
-            ["tvmrt-prepared", _, "graph", g, "library", l, "weights", w, "derived", roots] => {
+            ["tvmrt-prepared", _, "graph", g, "library", l, "weights", w, "records", d, "derived", roots] => {
                 let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| malformed());
                 let roots = roots
                     .split(',')
                     .filter(|r| !r.is_empty())
                     .map(|r| r.parse().map_err(|_| malformed()))
                     .collect::<std::result::Result<_, _>>()?;
-                Ok(Stamp { graph: hex(g)?, library: hex(l)?, weights: hex(w)?, roots })
+                Ok(Stamp { graph: hex(g)?, library: hex(l)?, weights: hex(w)?, derived: hex(d)?, roots })
             }
             _ => Err(malformed()),
         }
@@ -93,6 +99,14 @@ pub fn weights_digest(records: &[(&str, Record<'_>)]) -> u64 {
     crate::digest::of_parts(parts)
 }
 
+/// A digest of a file's derived records (by name, with their bytes): independent of order and
+/// padding, as the weights' is.
+pub fn derived_digest(records: &[(&str, Record<'_>)]) -> u64 {
+    let mut derived: Vec<&(&str, Record<'_>)> = records.iter().filter(|(n, _)| n.starts_with(DERIVED_PREFIX)).collect();
+    derived.sort_by_key(|(n, _)| *n);
+    crate::digest::of_parts(derived.iter().map(|(n, r)| (*n, r.data)))
+}
+
 /// The stamp of `records`, when they are a prepared file whose derived records were made from the
 /// weights it holds: `Ok(None)` for plain params, `Err(why)` when its derived records cannot be
 /// trusted (they are then plain params with records to skip).
@@ -110,6 +124,9 @@ pub fn verified_stamp(records: &[(&str, Record<'_>)]) -> std::result::Result<Opt
         if !records.iter().any(|(n, _)| *n == name) {
             return Err(format!("the stamp names derived weights '{name}' the file does not hold"));
         }
+    }
+    if derived_digest(records) != stamp.derived {
+        return Err("its derived weights are not the ones computed when it was prepared (edited since?)".into());
     }
     Ok(Some(stamp))
 }
@@ -137,10 +154,21 @@ pub fn align(bytes: &[u8]) -> Result<(Vec<u8>, Option<String>)> {
 /// every tensor 64-byte aligned.
 pub fn write(blob: &[u8], derived: &[(usize, Vec<u8>)], graph: u64, library: u64) -> Result<Vec<u8>> {
     let records = params::parse(blob)?;
-    let stamp =
-        Stamp { graph, library, weights: weights_digest(&records), roots: derived.iter().map(|(r, _)| *r).collect() };
-    let text = stamp.to_text();
     let u8s = crate::dlpack::DLDataType { code: crate::dlpack::kDLUInt, bits: 8, lanes: 1 };
+    let names: Vec<String> = derived.iter().map(|(r, _)| format!("{DERIVED_PREFIX}{r}")).collect();
+    let derived_records: Vec<(&str, Record<'_>)> = names
+        .iter()
+        .zip(derived)
+        .map(|(n, (_, bytes))| (n.as_str(), Record { dtype: u8s, shape: vec![bytes.len() as i64], data: bytes }))
+        .collect();
+    let stamp = Stamp {
+        graph,
+        library,
+        weights: weights_digest(&records),
+        derived: derived_digest(&derived_records),
+        roots: derived.iter().map(|(r, _)| *r).collect(),
+    };
+    let text = stamp.to_text();
     let mut arrays = Vec::new();
     for (name, rec) in records.iter().filter(|(n, _)| is_weight_record(n)) {
         arrays.push((name.to_string(), rec.to_ndarray()?));
@@ -167,11 +195,13 @@ mod tests {
 
     #[test]
     fn a_stamp_reads_back_and_refuses_other_formats() {
-        let s = Stamp { graph: 1, library: 0xab, weights: u64::MAX, roots: vec![3, 17] };
+        let s = Stamp { graph: 1, library: 0xab, weights: u64::MAX, derived: 5, roots: vec![3, 17] };
         assert_eq!(Stamp::parse(&s.to_text()), Ok(s));
         let old = "tvmrt-prepared 1 graph 0000000000000001 library 00000000000000ab derived 3";
         assert!(Stamp::parse(old).unwrap_err().contains("format 1"));
-        assert!(Stamp::parse("tvmrt-prepared 2 graph zz library 0 weights 0 derived ").is_err());
+        let v2 = "tvmrt-prepared 2 graph 1 library 2 weights 3 derived 3";
+        assert!(Stamp::parse(v2).unwrap_err().contains("format 2, not 3"));
+        assert!(Stamp::parse("tvmrt-prepared 3 graph zz library 0 weights 0 records 0 derived ").is_err());
         assert!(Stamp::parse("nonsense").is_err());
     }
 
@@ -201,6 +231,12 @@ mod tests {
         let (aligned, dropped) = align(&saved).unwrap();
         assert!(dropped.is_some());
         assert!(params::parse(&aligned).unwrap().iter().all(|(n, _)| !is_prepared_record(n)));
+        // A derived record edited in place (same name, same size): not trusted.
+        let mut tampered = file.clone();
+        let at = tampered.windows(8).position(|w| w == [9u8; 8]).unwrap();
+        tampered[at + 3] = 10;
+        let why = verified_stamp(&params::parse(&tampered).unwrap()).unwrap_err();
+        assert!(why.contains("derived weights are not the ones computed"), "{why}");
         // Plain params are plain.
         assert_eq!(verified_stamp(&params::parse(&blob(1)).unwrap()), Ok(None));
     }

@@ -33,3 +33,18 @@ fn graph_reader() {
 fn module_blob_reader() {
     run(Target::Blob, 3000);
 }
+
+#[test]
+fn rpc_handshake_reader() {
+    run(Target::Handshake, 3000);
+}
+
+#[test]
+fn rpc_tracker_replies() {
+    run(Target::Tracker, 3000);
+}
+
+#[test]
+fn rpc_archive_reader() {
+    run(Target::Tar, 3000);
+}

@@ -388,6 +388,39 @@ fn executors_run_on_the_stream_their_thread_set() {
     api.free_stream(0, stream).unwrap();
 }
 
+/// A stream freed on one thread while another queues work on it (having looked it up just
+/// before): the queue lives until that work is queued, the other thread's later work goes on the
+/// device's own queue, every copy lands, and two threads freeing one stream free it once.
+#[test]
+fn a_stream_freed_while_another_thread_uses_it() {
+    if !have_opencl() {
+        return;
+    }
+    let api = tvm_runtime::device::api(4).unwrap();
+    let data: Vec<u8> = (0..4096u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    for round in 0..20 {
+        let stream = api.create_stream(0).unwrap() as usize;
+        std::thread::scope(|s| {
+            let user = s.spawn(|| {
+                api.set_stream(0, stream as *mut std::ffi::c_void).unwrap();
+                let arr =
+                    tvm_runtime::tensor::NDArray::empty(&[4096], tvm_runtime::dlpack::DLDataType::F32, CL).unwrap();
+                for _ in 0..30 {
+                    // SAFETY: an array of this thread's alone.
+                    unsafe { arr.copy_from_bytes(&data) }.unwrap();
+                    assert_eq!(arr.to_vec(), data, "round {round}");
+                }
+            });
+            std::thread::sleep(std::time::Duration::from_micros(200 * round));
+            let freers: Vec<_> =
+                (0..2).map(|_| s.spawn(|| api.free_stream(0, stream as *mut std::ffi::c_void))).collect();
+            let freed: Vec<bool> = freers.into_iter().map(|f| f.join().unwrap().is_ok()).collect();
+            assert_eq!(freed.iter().filter(|ok| **ok).count(), 1, "freed once: {freed:?}");
+            user.join().unwrap();
+        });
+    }
+}
+
 #[test]
 fn heterogeneous_graphs_run_on_both_devices() {
     use tvm_runtime::module::Module;

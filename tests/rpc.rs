@@ -203,3 +203,111 @@ fn unknown_handles_and_memory_end_the_session() {
     let Step::SendAndClose(reply) = Session::new("x").handle(&old[8..]) else { panic!("refused") };
     assert!(format!("{:?}", Packet::decode(&reply[8..]).unwrap()).contains("protocol version mismatch"));
 }
+
+/// A packet's reply in a session already initialised.
+fn reply_to(s: &mut Session, p: Packet<'_>) -> Vec<u8> {
+    let bytes = p.encode();
+    match s.handle(&bytes[8..]) {
+        Step::Send(reply) => reply,
+        other => panic!("{p:?} answered {other:?}"),
+    }
+}
+
+fn initialised() -> Session {
+    tvm_runtime::init();
+    let mut s = Session::new("t");
+    reply_to(&mut s, Packet::InitServer { version: PROTOCOL_VERSION.into(), args: vec![] });
+    s
+}
+
+/// Empty allocations are allocations like any other: each its own handle, each freed once.
+#[test]
+fn empty_allocations_have_handles_of_their_own() {
+    let mut s = initialised();
+    let alloc = |s: &mut Session| {
+        let args = vec![Value::Device(DLDevice::CPU), Value::Int(0), Value::Int(64), Value::DataType(DLDataType::F32)];
+        let reply = reply_to(s, Packet::Syscall { code: code::DEV_ALLOC_DATA, args });
+        let Packet::Return(v) = Packet::decode(&reply[8..]).unwrap() else { panic!("a return") };
+        let [Value::Handle(h)] = v[..] else { panic!("a handle: {v:?}") };
+        h
+    };
+    let (a, b) = (alloc(&mut s), alloc(&mut s));
+    assert_ne!(a, b, "two empty allocations, one handle");
+    for h in [a, b] {
+        let free =
+            Packet::Syscall { code: code::DEV_FREE_DATA, args: vec![Value::Device(DLDevice::CPU), Value::Handle(h)] };
+        let reply = reply_to(&mut s, free);
+        assert!(matches!(Packet::decode(&reply[8..]).unwrap(), Packet::Return(_)), "freeing {h:#x}");
+    }
+    // Nothing of an empty allocation can be read.
+    let c = alloc(&mut s);
+    let t = WireTensor { data: c, device: DLDevice::CPU, dtype: DLDataType::F32, shape: vec![1], byte_offset: 0 };
+    let bytes = Packet::CopyFromRemote { tensor: t, nbytes: 4 }.encode();
+    assert!(matches!(s.handle(&bytes[8..]), Step::SendAndClose(_)));
+}
+
+/// An array in texture memory made over RPC (`runtime.TVMArrayAllocWithScope`) is filled and read
+/// back whole; a part of it (images are not byte-addressed) is refused with a message.
+#[test]
+fn texture_arrays_made_remotely_are_copied_whole() {
+    if !have_opencl() {
+        return;
+    }
+    let session = global("rpc.LocalSession").call(&ArgsBuilder::new().args()).unwrap().into_object::<Module>().unwrap();
+    let mut a = ArgsBuilder::new();
+    a.object(session.clone().into_any());
+    let RetValue::Int(index) = global("rpc.SessTableIndex").call(&a.args()).unwrap() else { panic!("an index") };
+    let remote_cl = DLDevice { device_type: 4 + 128 * (index as i32 + 1), device_id: 0 };
+    let mut a = ArgsBuilder::new();
+    a.int(1).int(2).int(3).int(4);
+    let shape = remote_fn(&session, "runtime.ShapeTuple").call(&a.args()).unwrap();
+    let RetValue::Object(shape) = shape else { panic!("a shape") };
+    let mut a = ArgsBuilder::new();
+    a.object(shape).str("float32").device(remote_cl).str("global.texture");
+    let arr = remote_fn(&session, "runtime.TVMArrayAllocWithScope")
+        .call(&a.args())
+        .unwrap()
+        .into_object::<NDArray>()
+        .unwrap();
+    let data: Vec<u8> = (0..24u32).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect();
+    // SAFETY: a new array nobody else uses.
+    unsafe { arr.copy_from_bytes(&data) }.unwrap();
+    assert_eq!(arr.to_vec(), data, "host -> remote texture -> host");
+    // A copy of part of it, as a chunked copy would address it: refused, the session goes on.
+    let mut s = initialised();
+    let f = Packet::Syscall {
+        code: code::GET_GLOBAL_FUNC,
+        args: vec![Value::Str("runtime.TVMArrayAllocWithScope".into())],
+    };
+    let reply = reply_to(&mut s, f);
+    let Packet::Return(v) = Packet::decode(&reply[8..]).unwrap() else { panic!() };
+    let [Value::Handle(f)] = v[..] else { panic!("{v:?}") };
+    let shape_fn = Packet::Syscall { code: code::GET_GLOBAL_FUNC, args: vec![Value::Str("runtime.ShapeTuple".into())] };
+    let reply = reply_to(&mut s, shape_fn);
+    let Packet::Return(v) = Packet::decode(&reply[8..]).unwrap() else { panic!() };
+    let [Value::Handle(shape_fn)] = v[..] else { panic!("{v:?}") };
+    let reply =
+        reply_to(&mut s, Packet::CallFunc { func: shape_fn, args: vec![Value::Int(2), Value::Int(1), Value::Int(4)] });
+    let Packet::Return(v) = Packet::decode(&reply[8..]).unwrap() else { panic!() };
+    let shape_handle = v[1].clone();
+    let Value::Handle(shape_handle) = shape_handle else { panic!("{v:?}") };
+    let cl = DLDevice { device_type: 4, device_id: 0 };
+    let args = vec![
+        Value::Object { type_index: tvm_runtime::rpc::wire::RPC_OBJECT_TYPE_INDEX, handle: shape_handle },
+        Value::Str("float32".into()),
+        Value::Device(cl),
+        Value::Str("global.texture".into()),
+    ];
+    let reply = reply_to(&mut s, Packet::CallFunc { func: f, args });
+    let Packet::Return(v) = Packet::decode(&reply[8..]).unwrap() else { panic!("{:?}", Packet::decode(&reply[8..])) };
+    let Value::Tensor(t) = v[1].clone() else { panic!("{v:?}") };
+    let whole = Packet::CopyToRemote { tensor: t.clone(), data: &[1u8; 32] };
+    assert!(matches!(Packet::decode(&reply_to(&mut s, whole)[8..]).unwrap(), Packet::Return(_)));
+    let part = Packet::CopyToRemote { tensor: WireTensor { byte_offset: 16, ..t.clone() }, data: &[1u8; 16] };
+    let Packet::Exception(msg) = Packet::decode(&reply_to(&mut s, part)[8..]).unwrap() else { panic!("refused") };
+    assert!(msg.contains("texture memory is copied whole"), "{msg}");
+    let back = Packet::CopyFromRemote { tensor: t, nbytes: 32 };
+    let reply = reply_to(&mut s, back);
+    let Packet::CopyAck(bytes) = Packet::decode(&reply[8..]).unwrap() else { panic!() };
+    assert_eq!(bytes, &[1u8; 32]);
+}

@@ -165,9 +165,12 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             this,
             |ex, a| {
                 a.expect_count("load_params_from_file", 1, 1)?;
+                // A path a caller names (confined, in a process serving RPC sessions).
+                let path = crate::files::existing_file(std::path::Path::new(a.str(0)?))?;
                 // SAFETY: the packed function's documented contract (include/tvm_runtime.h): the
                 // caller keeps the file unchanged while executors use weights mapped from it.
-                let (mapped, _) = ex.load_params_mapped(&unsafe { crate::tensor::FileMap::open(a.str(0)?) }?)?;
+                let map = unsafe { crate::tensor::FileMap::open(&path.to_string_lossy()) }?;
+                let (mapped, _) = ex.load_params_mapped(&map)?;
                 Ok(RetValue::Int(mapped as i64))
             },
             "load_params_from_file",

@@ -28,14 +28,12 @@ pub fn register(reg: &mut Register<'_>) {
     def(reg, "tvm.rpc.server.download", |a| {
         a.expect_count("download", 1, 1)?;
         let path = workpath(a.str(0)?)?;
-        std::fs::read(&path).map(RetValue::Bytes).map_err(|e| Error::io(&path, e))
+        crate::files::read(std::path::Path::new(&path)).map(RetValue::Bytes)
     });
     def(reg, "tvm.rpc.server.remove", |a| {
         a.expect_count("remove", 1, 1)?;
         let path = workpath(a.str(0)?)?;
-        let p = std::path::Path::new(&path);
-        let removed = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
-        removed.map(|()| RetValue::None).map_err(|e| Error::io(&path, e))
+        crate::files::remove(std::path::Path::new(&path)).map(|()| RetValue::None)
     });
     def(reg, "tvm.rpc.server.ImportModule", |a| {
         a.expect_count("ImportModule", 2, 2)?;

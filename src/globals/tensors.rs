@@ -30,7 +30,9 @@ pub(super) fn register(reg: &mut Register<'_>) {
     def(reg, "tvmrt.opencl.SetProgramCache", |a| {
         a.expect_count("tvmrt.opencl.SetProgramCache", 1, 1)?;
         let dir = a.str(0)?;
-        device::opencl::set_program_cache((!dir.is_empty()).then(|| dir.into()));
+        // A folder a caller names: confined as every such path is (crate::files).
+        let dir = if dir.is_empty() { None } else { Some(crate::files::directory(std::path::Path::new(dir), true)?) };
+        device::opencl::set_program_cache(dir);
         Ok(RetValue::None)
     });
     def(reg, "runtime.RuntimeEnabled", |a| Ok(matches!(a.str(0)?, "cpu" | "llvm" | "c" | "opencl" | "cl").into()));
@@ -95,18 +97,13 @@ pub(super) fn register(reg: &mut Register<'_>) {
     def(reg, "tvm.relay._save_param_dict", |a| Ok(RetValue::Bytes(save_params(a)?)));
     def(reg, "runtime.SaveParamsToFile", |a| {
         let bytes = save_params(a)?;
-        let path = a.str(1)?;
-        std::fs::write(path, bytes).map_err(|e| Error::io(path, e))?;
+        crate::files::write_whole(std::path::Path::new(a.str(1)?), &bytes)?;
         Ok(RetValue::None)
     });
     def(reg, "runtime.LoadParams", |a| load_params_map(a.bytes(0)?));
     // Derived records of a prepared file that cannot be verified against its weights are dropped.
     def(reg, "runtime.AlignParams", |a| Ok(RetValue::Bytes(crate::prepared_params::align(a.bytes(0)?)?.0)));
-    def(reg, "runtime.LoadParamsFromFile", |a| {
-        let path = a.str(0)?;
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        load_params_map(&bytes)
-    });
+    def(reg, "runtime.LoadParamsFromFile", |a| load_params_map(&crate::files::read(std::path::Path::new(a.str(0)?))?));
 
     // What CPU kernels of argsort, sort, topk and NMS call.
     def(reg, "tvm.contrib.sort.argsort", crate::contrib_sort::argsort);

@@ -179,8 +179,12 @@ fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
 }
 
 /// Loads an `export_library` shared object: the root module of its tree.
+/// (In a process whose files are confined, `crate::files`, the path must resolve beneath its
+/// directory through no link.)
 pub fn load_shared_library(path: &str) -> Result<ObjRef<Module>> {
-    finish(Arc::new(Dso::open(path)?)).map_err(|e| e.context(format!("loading '{path}'")))
+    let resolved = crate::files::existing_file(std::path::Path::new(path))?;
+    let resolved = resolved.to_str().ok_or_else(|| Error::value(format!("'{path}' is not UTF-8")))?;
+    finish(Arc::new(Dso::open(resolved)?)).map_err(|e| e.context(format!("loading '{path}'")))
 }
 
 /// `runtime.SystemLib(prefix)`: the operators linked into the host.
@@ -200,7 +204,7 @@ pub fn load_file(path: &str, format: &str) -> Result<ObjRef<Module>> {
     };
     match fmt {
         "so" | "dll" | "dylib" | "dso" => {
-            if !std::path::Path::new(path).exists() {
+            if crate::files::confinement().is_none() && !std::path::Path::new(path).exists() {
                 return Err(Error::value(format!("cannot load '{path}': no such file")));
             }
             load_shared_library(path)

@@ -34,7 +34,9 @@ pub struct Regions {
 impl Regions {
     /// Allocates `nbytes` on `device` for the client; returns the handle it names it by.
     pub fn alloc(&mut self, device: DLDevice, nbytes: usize) -> Result<u64> {
-        let buffer = Arc::new(Buffer::zeroed_on(device, nbytes)?);
+        // Every allocation has a handle of its own, an empty one too (empty buffers share one
+        // address): one byte backs it, none of which the client may name.
+        let buffer = Arc::new(Buffer::zeroed_on(device, nbytes.max(1))?);
         let handle = buffer.data_at(0, nbytes)? as u64;
         self.regions.insert(handle, Region { len: nbytes, device, keeper: Keeper::Alloc(buffer) });
         Ok(handle)
@@ -110,8 +112,31 @@ impl Regions {
         }
     }
 
+    /// An array in texture memory `t` names, when it does: images are not byte-addressed, so such
+    /// an array is copied whole (from offset 0, all its bytes) through its own shape, or not at all.
+    fn texture_array(&self, t: &WireTensor, n: usize) -> Result<Option<ObjRef<NDArray>>> {
+        let Some(Region { keeper: Keeper::Array(array), len, device }) = self.regions.get(&t.data) else {
+            return Ok(None);
+        };
+        if array.buffer().and_then(|b| b.texture()).is_none() {
+            return Ok(None);
+        }
+        if *device != t.device || t.byte_offset != 0 || n != *len {
+            return Err(Error::value(format!(
+                "RPC: an array in texture memory is copied whole ({len} bytes from offset 0), not {n} bytes from offset \
+                 {}",
+                t.byte_offset
+            )));
+        }
+        Ok(Some(array.clone()))
+    }
+
     /// Copies `bytes` into the memory `t` names, from its byte offset.
     pub fn write(&self, t: &WireTensor, bytes: &[u8]) -> Result<()> {
+        if let Some(array) = self.texture_array(t, bytes.len())? {
+            // SAFETY: an array this session handed out; one request at a time.
+            return unsafe { array.copy_from_bytes(bytes) };
+        }
         let view = self.checked_span(t, bytes.len())?;
         // SAFETY: the view lies inside memory this session handed out (checked); the session
         // serves one request at a time, and the client reaches that memory only through it.
@@ -120,6 +145,9 @@ impl Regions {
 
     /// Copies `out.len()` bytes out of the memory `t` names, from its byte offset.
     pub fn read(&self, t: &WireTensor, out: &mut [u8]) -> Result<()> {
+        if let Some(array) = self.texture_array(t, out.len())? {
+            return array.copy_to_bytes(out);
+        }
         let view = self.checked_span(t, out.len())?;
         raw::copy_to_bytes(view.raw(), out)
     }

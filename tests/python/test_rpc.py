@@ -334,6 +334,37 @@ def test_a_tracker_hands_out_two_servers_by_key(tvm):
         run_remotely(tvm, c, Fixture("mlp_unbound_b1"), c.cpu(0))
 
 
+def test_a_server_outlives_its_trackers_restart(tvm):
+    """TVM's own tracker stopped and started again on its address: the server, serving all along,
+    registers again and is handed out to a client through the new tracker."""
+    from tvm import rpc
+
+    port = free_port()
+
+    def tracker():
+        return Server([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                       "--port-end", str(port + 1)], port, env_for(os.environ["TVM_LIBRARY_PATH"]))
+
+    def wait_listed(client):
+        deadline = time.time() + 60
+        while "dev" not in client.text_summary() or "free" not in client.text_summary():
+            assert time.time() < deadline, client.text_summary()
+            time.sleep(0.2)
+
+    with tvmrt_server(key="dev", tracker=f"127.0.0.1:{port}") as srv:
+        with tracker():
+            wait_listed(rpc.connect_tracker("127.0.0.1", port))
+        # No tracker: the server goes on (a direct client of its key would be refused only for
+        # the key, which is the tracker's to hand out).
+        time.sleep(1.0)
+        assert srv.proc.poll() is None, "the server ended with its tracker"
+        with tracker():
+            client = rpc.connect_tracker("127.0.0.1", port)
+            wait_listed(client)
+            remote = client.request("dev", session_timeout=60)
+            run_remotely(tvm, remote, Fixture("mlp_unbound_b1"), remote.cpu(0))
+
+
 def recv_exactly(s, n):
     """`n` bytes, or fewer if the peer closed (MSG_WAITALL does not wait on a socket with a
     timeout: Python makes it non-blocking)."""

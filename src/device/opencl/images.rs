@@ -83,7 +83,7 @@ impl State {
         // SAFETY: the image just made; origin and region inside it; the colour is read at enqueue.
         let rc = unsafe {
             (self.api.clEnqueueFillImage)(
-                queue,
+                *queue,
                 mem,
                 zero.as_ptr().cast(),
                 [0usize; 3].as_ptr(),
@@ -93,7 +93,7 @@ impl State {
                 std::ptr::null_mut(),
             )
         };
-        if let Err(e) = check(rc, "clEnqueueFillImage").and_then(|_| self.settle(queue)) {
+        if let Err(e) = check(rc, "clEnqueueFillImage").and_then(|_| self.settle(*queue)) {
             // SAFETY: made above, not handed out.
             unsafe { (self.api.clReleaseMemObject)(mem) };
             return Err(e);
@@ -198,10 +198,10 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
             // packed; blocking, so the host memory may change once it returns.
             let rc = unsafe {
                 let p = from.data.cast::<u8>().add(from.offset).cast();
-                (s.api.clEnqueueWriteImage)(q, image, 1, origin.as_ptr(), r.as_ptr(), 0, 0, p, none.0, none.1, none.2)
+                (s.api.clEnqueueWriteImage)(*q, image, 1, origin.as_ptr(), r.as_ptr(), 0, 0, p, none.0, none.1, none.2)
             };
             check(rc, "clEnqueueWriteImage")?;
-            s.settle(q)
+            s.settle(*q)
         }
         (false, true) => {
             let (image, texture) = src.expect("an image side");
@@ -210,7 +210,7 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
             // SAFETY: as above, reading; blocking, so queued kernels finish first (in order).
             let rc = unsafe {
                 let p = to.data.cast::<u8>().add(to.offset).cast();
-                (s.api.clEnqueueReadImage)(q, image, 1, origin.as_ptr(), r.as_ptr(), 0, 0, p, none.0, none.1, none.2)
+                (s.api.clEnqueueReadImage)(*q, image, 1, origin.as_ptr(), r.as_ptr(), 0, 0, p, none.0, none.1, none.2)
             };
             check(rc, "clEnqueueReadImage")
         }
@@ -228,7 +228,7 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
                             return Err(Error::value(format!("image regions differ: {r:?} and {r2:?}")));
                         }
                         (s.api.clEnqueueCopyImage)(
-                            q,
+                            *q,
                             fb,
                             tb,
                             origin.as_ptr(),
@@ -242,7 +242,7 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
                     (Some((i, t)), None) => {
                         let r = region(s, i, t, &from, nbytes)?;
                         (s.api.clEnqueueCopyImageToBuffer)(
-                            q,
+                            *q,
                             fb,
                             tb,
                             origin.as_ptr(),
@@ -256,7 +256,7 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
                     (None, Some((j, u))) => {
                         let r = region(s, j, u, &to, nbytes)?;
                         (s.api.clEnqueueCopyBufferToImage)(
-                            q,
+                            *q,
                             fb,
                             tb,
                             from.offset,
@@ -271,7 +271,7 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
                 }
             };
             check(rc, "clEnqueueCopy (image)")?;
-            s.settle(q)
+            s.settle(*q)
         }
         (true, true) => Err(Error::internal("Expect copy from/to OpenCL or between OpenCL")),
     }

@@ -120,7 +120,7 @@ impl State {
 
     /// The queue the calling thread's work for device `id` goes on: its current stream, else the
     /// device's own.
-    pub(crate) fn queue(&self, id: i32) -> Result<sys::Queue> {
+    pub(crate) fn queue(&self, id: i32) -> Result<streams::QueueRef> {
         Ok(streams::current(id, self.device(id)?.queue))
     }
 
@@ -154,7 +154,7 @@ impl State {
             // SAFETY: fills the buffer just made; the pattern is copied at enqueue.
             let rc = unsafe {
                 (self.api.clEnqueueFillBuffer)(
-                    queue,
+                    *queue,
                     mem,
                     (&zero as *const u8).cast(),
                     1,
@@ -165,7 +165,7 @@ impl State {
                     std::ptr::null_mut(),
                 )
             };
-            if let Err(e) = check(rc, "clEnqueueFillBuffer").and_then(|_| self.settle(queue)) {
+            if let Err(e) = check(rc, "clEnqueueFillBuffer").and_then(|_| self.settle(*queue)) {
                 // SAFETY: made above, not handed out.
                 unsafe { (self.api.clReleaseMemObject)(mem) };
                 return Err(e);
@@ -176,7 +176,7 @@ impl State {
 
     /// The queue a copy between devices `from` and `to` goes on: the destination's (the calling
     /// thread's stream of it), as upstream; devices of different platforms share no memory.
-    fn copy_queue(&self, from: i32, to: i32) -> Result<sys::Queue> {
+    fn copy_queue(&self, from: i32, to: i32) -> Result<streams::QueueRef> {
         if self.device(from)?.context != self.device(to)?.context {
             return Err(Error::value(format!(
                 "cannot copy between opencl({from}) and opencl({to}): they belong to different platforms"
@@ -359,7 +359,7 @@ impl DeviceApi for OpenCl {
                 // caller's promise); blocking, so the host memory may change once it returns.
                 let rc = unsafe {
                     (s.api.clEnqueueWriteBuffer)(
-                        q,
+                        *q,
                         buffer_of(to.data)?,
                         1,
                         to.offset,
@@ -371,14 +371,14 @@ impl DeviceApi for OpenCl {
                     )
                 };
                 check(rc, "clEnqueueWriteBuffer")?;
-                s.settle(q)
+                s.settle(*q)
             }
             (false, true) => {
                 let q = s.queue(from.device.device_id)?;
                 // SAFETY: as above, reading; blocking, so queued kernels finish first (in order).
                 let rc = unsafe {
                     (s.api.clEnqueueReadBuffer)(
-                        q,
+                        *q,
                         buffer_of(from.data)?,
                         1,
                         from.offset,
@@ -398,7 +398,7 @@ impl DeviceApi for OpenCl {
                 // upstream.
                 let rc = unsafe {
                     (s.api.clEnqueueCopyBuffer)(
-                        q,
+                        *q,
                         buffer_of(from.data)?,
                         buffer_of(to.data)?,
                         from.offset,
@@ -410,7 +410,7 @@ impl DeviceApi for OpenCl {
                     )
                 };
                 check(rc, "clEnqueueCopyBuffer")?;
-                s.settle(q)
+                s.settle(*q)
             }
             (true, true) => Err(Error::internal("Expect copy from/to OpenCL or between OpenCL")),
         }
@@ -442,7 +442,7 @@ impl DeviceApi for OpenCl {
     fn sync(&self, id: i32) -> Result<()> {
         let s = state()?;
         // SAFETY: a live queue.
-        check(unsafe { (s.api.clFinish)(s.queue(id)?) }, "clFinish")
+        check(unsafe { (s.api.clFinish)(*s.queue(id)?) }, "clFinish")
     }
 
     fn create_stream(&self, id: i32) -> Result<*mut c_void> {
@@ -466,7 +466,7 @@ impl DeviceApi for OpenCl {
         let s = state()?;
         let queue = streams::queue_of(id, stream)?;
         // SAFETY: a live queue (the device's, or a stream checked to be one made here).
-        check(unsafe { (s.api.clFinish)(queue) }, "clFinish")
+        check(unsafe { (s.api.clFinish)(*queue) }, "clFinish")
     }
 
     fn sync_stream_from_to(&self, id: i32, from: *mut c_void, to: *mut c_void) -> Result<()> {
@@ -479,7 +479,7 @@ impl DeviceApi for OpenCl {
         let size = nbytes.max(1).next_multiple_of(4096);
         // Reused on the queue it was last used on only: a kernel on another stream could still be
         // writing it.
-        let queue = state()?.queue(id)? as usize;
+        let queue = *state()?.queue(id)? as usize;
         let mut pool = d.workspaces.lock().unwrap_or_else(|e| e.into_inner());
         // The smallest idle buffer that holds the request, as upstream's pool: kernels of one run
         // ask for sizes in a nested order, and one buffer serves every smaller request after it.

@@ -461,7 +461,7 @@ impl Launch {
             // SAFETY: a kernel with every argument set, sizes of `dims` entries.
             let rc = unsafe {
                 (s.api.clEnqueueNDRangeKernel)(
-                    queue,
+                    *queue,
                     kernel,
                     dims as u32,
                     std::ptr::null(),
@@ -478,7 +478,7 @@ impl Launch {
                 // for, then the program as the driver now holds it.
                 let (_, device) = s.context_and_device(dev)?;
                 // SAFETY: this device's queue.
-                if check(unsafe { (s.api.clFinish)(queue) }, "clFinish").is_ok() {
+                if check(unsafe { (s.api.clFinish)(*queue) }, "clFinish").is_ok() {
                     if let Ok(binary) = programs::binary_of(s, built.program, device) {
                         entry.store(&binary);
                     }

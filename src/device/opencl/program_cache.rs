@@ -70,10 +70,12 @@ impl Entry {
     /// Stores `binary` (a failure to write is reported once per process and otherwise ignored:
     /// the program was built, the cache only saves the next process the build).
     pub fn store(&self, binary: &[u8]) {
-        let written =
-            self.path.parent().map_or(Ok(()), std::fs::create_dir_all).map_err(|e| e.to_string()).and_then(|()| {
-                crate::files::write_whole(&self.path, &encode(&self.key, binary)).map_err(|e| e.to_string())
-            });
+        let written = self
+            .path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .map_err(|e| e.to_string())
+            .and_then(|()| crate::files::store(&self.path, &encode(&self.key, binary)).map_err(|e| e.to_string()));
         if let Err(e) = written {
             static WARNED: Once = Once::new();
             WARNED.call_once(|| {

@@ -13,11 +13,57 @@ use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use sys::check;
 
-/// The queues `create` made and `free` has not released: (device id, queue).
-static MADE: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
+/// A queue made by `create`, released when the last holder lets go of it: `free` unlists it, and
+/// a thread that looked it up just before (and is queueing work on it) keeps it alive until its
+/// call returns, so no queue is ever released under work being queued on it.
+pub(super) struct Stream {
+    id: i32,
+    queue: sys::Queue,
+}
+
+// SAFETY: an OpenCL command queue may be used from any thread (the API is thread-safe for
+// queues; only the release is ours to order, which the Arc does).
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Ok(s) = state() {
+            // SAFETY: a queue `create` made; the last reference to it goes now.
+            unsafe {
+                (s.api.clFinish)(self.queue);
+                (s.api.clReleaseCommandQueue)(self.queue);
+            }
+        }
+    }
+}
+
+/// A queue to put work on: the device's own, or a stream held alive for as long as this is.
+pub(crate) struct QueueRef {
+    queue: sys::Queue,
+    _stream: Option<Arc<Stream>>,
+}
+
+impl QueueRef {
+    pub(super) fn device_own(queue: sys::Queue) -> QueueRef {
+        QueueRef { queue, _stream: None }
+    }
+}
+
+impl std::ops::Deref for QueueRef {
+    type Target = sys::Queue;
+
+    fn deref(&self) -> &sys::Queue {
+        &self.queue
+    }
+}
+
+/// The streams `create` made and `free` has not unlisted.
+static MADE: Mutex<Vec<Arc<Stream>>> = Mutex::new(Vec::new());
 /// How many there are (read without the lock on every copy).
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
@@ -33,8 +79,13 @@ thread_local! {
     static CURRENT: RefCell<Vec<(i32, usize)>> = const { RefCell::new(Vec::new()) };
 }
 
-fn made() -> std::sync::MutexGuard<'static, Vec<(i32, usize)>> {
+fn made() -> std::sync::MutexGuard<'static, Vec<Arc<Stream>>> {
     MADE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The listed stream `q` of device `id`, held.
+fn listed(id: i32, q: usize) -> Option<Arc<Stream>> {
+    made().iter().find(|m| m.id == id && m.queue as usize == q).cloned()
 }
 
 /// A new stream on device `id`.
@@ -45,42 +96,41 @@ pub(super) fn create(id: i32) -> Result<*mut c_void> {
     // SAFETY: a live context and one of its devices; in order, no properties (as the device's own).
     let queue = unsafe { (s.api.clCreateCommandQueue)(context, device, 0, &mut rc) };
     check(rc, "clCreateCommandQueue")?;
-    made().push((id, queue as usize));
+    made().push(Arc::new(Stream { id, queue }));
     LIVE.fetch_add(1, Ordering::AcqRel);
     Ok(queue.cast())
 }
 
+fn not_a_stream(id: i32, stream: *mut c_void) -> Error {
+    Error::value(format!("{stream:?} is not a stream of OpenCL device {id} (made by TVMStreamCreate, not freed)"))
+}
+
 /// The queue `stream` names on device `id`: the calling thread's current one for NULL.
-pub(super) fn queue_of(id: i32, stream: *mut c_void) -> Result<sys::Queue> {
+pub(super) fn queue_of(id: i32, stream: *mut c_void) -> Result<QueueRef> {
     if stream.is_null() {
         return state()?.queue(id);
     }
-    if made().contains(&(id, stream as usize)) {
-        Ok(stream.cast())
-    } else {
-        Err(Error::value(format!(
-            "{stream:?} is not a stream of OpenCL device {id} (made by TVMStreamCreate, not freed)"
-        )))
-    }
+    let held = listed(id, stream as usize).ok_or_else(|| not_a_stream(id, stream))?;
+    Ok(QueueRef { queue: held.queue, _stream: Some(held) })
 }
 
-/// Waits for the work on `stream`, then releases it; a thread that has it current goes back to
-/// the device's own queue.
+/// Waits for the work on `stream`, then releases it (once whoever is queueing on it right now
+/// is done); a thread that has it current goes back to the device's own queue.
 pub(super) fn free(id: i32, stream: *mut c_void) -> Result<()> {
     if stream.is_null() {
         return Ok(());
     }
-    let queue = queue_of(id, stream)?;
-    made().retain(|&m| m != (id, stream as usize));
+    // Unlisted under the lock: of two threads freeing one stream, one does, the other is told.
+    let held = {
+        let mut m = made();
+        let i = m.iter().position(|s| s.id == id && std::ptr::eq(s.queue, stream));
+        m.swap_remove(i.ok_or_else(|| not_a_stream(id, stream))?)
+    };
     LIVE.fetch_sub(1, Ordering::AcqRel);
     CURRENT.with(|c| c.borrow_mut().retain(|&(d, q)| (d, q) != (id, stream as usize)));
     let s = state()?;
-    // SAFETY: a queue made by `create`, no longer listed, so handed to nobody after this.
-    unsafe {
-        let finished = check((s.api.clFinish)(queue), "clFinish");
-        check((s.api.clReleaseCommandQueue)(queue), "clReleaseCommandQueue")?;
-        finished
-    }
+    // SAFETY: a live queue (held); released when the last holder drops it.
+    check(unsafe { (s.api.clFinish)(held.queue) }, "clFinish")
 }
 
 /// Makes `stream` the calling thread's current stream on device `id` (NULL: the device's own).
@@ -98,26 +148,25 @@ pub(super) fn set(id: i32, stream: *mut c_void) -> Result<()> {
     Ok(())
 }
 
-/// The queue the calling thread's work on device `id` goes on: its current stream, else
+/// The queue the calling thread's work on device `id` goes on: its current stream (held), else
 /// `default`. A current stream another thread freed since is dropped here (the work goes on the
 /// device's own queue), never passed to the driver.
-pub(super) fn current(id: i32, default: sys::Queue) -> sys::Queue {
+pub(super) fn current(id: i32, default: sys::Queue) -> QueueRef {
     let stream = CURRENT.with(|c| c.borrow().iter().find(|&&(d, _)| d == id).map(|&(_, q)| q));
-    match stream {
-        None => default,
-        Some(q) if made().contains(&(id, q)) => q as sys::Queue,
-        Some(q) => {
+    let Some(q) = stream else { return QueueRef::device_own(default) };
+    match listed(id, q) {
+        Some(held) => QueueRef { queue: held.queue, _stream: Some(held) },
+        None => {
             CURRENT.with(|c| c.borrow_mut().retain(|&m| m != (id, q)));
-            default
+            QueueRef::device_own(default)
         }
     }
 }
 
 /// The stream the calling thread made current on device `id` (NULL: the device's own queue).
 pub(super) fn current_stream(id: i32) -> *mut c_void {
-    let default = std::ptr::null_mut();
-    let q = current(id, default);
-    q.cast()
+    let q = current(id, std::ptr::null_mut());
+    (*q).cast()
 }
 
 /// Orders `to` after `from`: what is queued on `to` from now on starts after everything queued
@@ -125,10 +174,10 @@ pub(super) fn current_stream(id: i32) -> *mut c_void {
 /// runs).
 pub(super) fn order(id: i32, from: *mut c_void, to: *mut c_void) -> Result<()> {
     let (a, b) = (queue_of(id, from)?, queue_of(id, to)?);
-    if a == b {
+    if *a == *b {
         return Ok(());
     }
     let s = state()?;
-    // SAFETY: a live queue (checked above).
-    check(unsafe { (s.api.clFinish)(a) }, "clFinish")
+    // SAFETY: a live queue (held).
+    check(unsafe { (s.api.clFinish)(*a) }, "clFinish")
 }

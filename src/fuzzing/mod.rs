@@ -1,5 +1,7 @@
 //! Mutation fuzzing of the readers that take untrusted bytes — the params blob, the graph JSON,
-//! the module blob and the RPC server's packets — through to what a host does next: an accepted
+//! the module blob, the RPC server's packets, and what an RPC server reads before and beside its
+//! sessions (a client's handshake, a tracker's replies, an uploaded tar archive) — through to
+//! what a host does next: an accepted
 //! graph is planned, instantiated on its model's operator library and run; an accepted params blob
 //! is loaded into an executor that then runs; an accepted module blob makes an executor through its
 //! factory, which runs; a mutated packet is served in the middle of a real session, which goes on
@@ -18,6 +20,8 @@
 //! `cargo run --profile fuzz --example fuzz -- TARGET SECONDS` runs longer.
 
 #![forbid(unsafe_code)]
+
+mod server_inputs;
 
 use crate::dlpack::{DLDataType, DLDevice};
 use crate::executor::factory::{Factory, Param};
@@ -40,10 +44,14 @@ pub enum Target {
     Graph,
     Blob,
     Rpc,
+    Handshake,
+    Tracker,
+    Tar,
 }
 
 impl Target {
-    pub const ALL: [Target; 4] = [Target::Params, Target::Graph, Target::Blob, Target::Rpc];
+    pub const ALL: [Target; 7] =
+        [Target::Params, Target::Graph, Target::Blob, Target::Rpc, Target::Handshake, Target::Tracker, Target::Tar];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -51,6 +59,9 @@ impl Target {
             Target::Graph => "graph",
             Target::Blob => "blob",
             Target::Rpc => "rpc",
+            Target::Handshake => "handshake",
+            Target::Tracker => "tracker",
+            Target::Tar => "tar",
         }
     }
 
@@ -120,6 +131,13 @@ impl Corpus {
                 .collect();
             return Corpus { target, seeds };
         }
+        if let Some(seeds) = server_inputs::seeds(target) {
+            let seeds = seeds
+                .into_iter()
+                .map(|bytes| Seed { bytes, handles: vec![], library: None, executor: None, kernels: HashMap::new() })
+                .collect();
+            return Corpus { target, seeds };
+        }
         let mut models: Vec<_> =
             std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
         models.sort();
@@ -154,7 +172,9 @@ impl Corpus {
                         let kernels = signatures(&Graph::parse(factory_graph(&root)?).ok()?);
                         Some(Seed { bytes, handles: vec![], library: Some(library), executor: None, kernels })
                     }),
-                Target::Rpc => unreachable!("RPC seeds come from a session"),
+                Target::Rpc | Target::Handshake | Target::Tracker | Target::Tar => {
+                    unreachable!("these seeds are made, not read from the fixtures")
+                }
             };
             seeds.extend(seed);
         }
@@ -170,6 +190,9 @@ impl Corpus {
             Target::Graph => std::str::from_utf8(data).is_ok_and(|json| run_graph(json, seed)),
             Target::Blob => run_blob(data, seed),
             Target::Rpc => run_rpc(k, data, &self.seeds),
+            Target::Handshake => server_inputs::run_handshake(data),
+            Target::Tracker => crate::rpc::tracker::converse(data).is_ok(),
+            Target::Tar => server_inputs::run_tar(data),
         }
     }
 
