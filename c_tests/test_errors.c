@@ -79,9 +79,22 @@ int main(int argc, char** argv) {
   v[0].v_int64 = 1;
   c[0] = kDLInt;
   OK(TVMFuncCall(f_strict, v, c, 1, &r, &rc));
+  /* The C message names upstream's class (InternalError); tvmrt.LastErrorKind the finer one. */
+  TVMFunctionHandle f_kind;
+  OK(TVMFuncGetGlobal("tvmrt.LastErrorKind", &f_kind));
   EXPECT_ERROR(set_input_shape("no_such_input", good, 4, 2, 32), "no input named 'no_such_input'");
+  OK(TVMFuncCall(f_kind, NULL, NULL, 0, &r, &rc));
+  CHECK(rc == kTVMStr && strcmp(r.v_str, "KeyError") == 0, "an unknown name is a KeyError");
   EXPECT_ERROR(set_input_shape("data", bad, 2, 2, 32), "input 'data' is float32 [1, 1, 28, 28], got float32 [1, 784]");
+  OK(TVMFuncCall(f_kind, NULL, NULL, 0, &r, &rc));
+  CHECK(rc == kTVMStr && strcmp(r.v_str, "ValueError") == 0, "another shape is a ValueError");
   EXPECT_ERROR(set_input_shape("data", good, 4, 0, 32), "got int32");
+  OK(TVMFuncCall(f_kind, NULL, NULL, 0, &r, &rc));
+  CHECK(rc == kTVMStr && strcmp(r.v_str, "TypeError") == 0, "another dtype is a TypeError");
+  TVMAPISetLastError("IndexError: set by a host");
+  OK(TVMFuncCall(f_kind, NULL, NULL, 0, &r, &rc));
+  CHECK(rc == kTVMStr && strcmp(r.v_str, "IndexError") == 0, "a host's message keeps the class it names");
+  TVMFuncFree(f_kind);
   v[0].v_int64 = 0;
   OK(TVMFuncCall(f_strict, v, c, 1, &r, &rc));
   TVMFuncFree(f_strict);

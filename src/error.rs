@@ -17,6 +17,16 @@ pub enum ErrorKind {
     InternalError,
 }
 
+impl ErrorKind {
+    /// The kind a message's first word names.
+    pub fn parse(name: &str) -> Option<ErrorKind> {
+        use ErrorKind::*;
+        [TVMError, ValueError, TypeError, IndexError, KeyError, AttributeError, InternalError]
+            .into_iter()
+            .find(|k| format!("{k:?}") == name)
+    }
+}
+
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)

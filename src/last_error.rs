@@ -5,6 +5,7 @@
 
 #![deny(unsafe_code)]
 
+use crate::error::ErrorKind;
 use crate::python_env;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CString};
@@ -29,6 +30,21 @@ impl Drop for Slot {
 
 thread_local! {
     static LAST_ERROR: RefCell<Slot> = RefCell::new(Slot::Message(CString::default()));
+    /// The last error's finer kind: the C message names upstream's class (`InternalError` for the
+    /// runtime's own failures); hosts that tell a wrong name from a wrong shape ask for this.
+    static LAST_KIND: std::cell::Cell<ErrorKind> = const { std::cell::Cell::new(ErrorKind::TVMError) };
+}
+
+/// The finer kind of the thread's last error (`tvmrt.LastErrorKind`): the runtime's own for its
+/// failures, the class a foreign message names (else `TVMError`).
+pub fn kind() -> ErrorKind {
+    LAST_KIND.with(std::cell::Cell::get)
+}
+
+/// Replaces the thread's message with a failure of the runtime's own, of `kind`.
+pub fn set_with_kind(msg: &str, kind: ErrorKind) {
+    set(msg);
+    LAST_KIND.with(|k| k.set(kind));
 }
 
 fn replace(slot: Slot) {
@@ -37,9 +53,12 @@ fn replace(slot: Slot) {
     drop(old);
 }
 
-/// Replaces the thread's message (interior NULs are cut: C cannot see past them anyway).
+/// Replaces the thread's message (interior NULs are cut: C cannot see past them anyway); its kind
+/// is the class it names, if any.
 pub fn set(msg: &str) {
     let msg = msg.split('\0').next().unwrap_or_default();
+    let named = msg.split_once(": ").and_then(|(k, _)| ErrorKind::parse(k)).unwrap_or(ErrorKind::TVMError);
+    LAST_KIND.with(|k| k.set(named));
     replace(Slot::Message(CString::new(msg).unwrap_or_default()));
 }
 

@@ -402,7 +402,8 @@ fn a_stream_freed_while_another_thread_uses_it() {
         let stream = api.create_stream(0).unwrap() as usize;
         std::thread::scope(|s| {
             let user = s.spawn(|| {
-                api.set_stream(0, stream as *mut std::ffi::c_void).unwrap();
+                // Refused when the stream is already gone (then the copies go on the device's queue).
+                let _ = api.set_stream(0, stream as *mut std::ffi::c_void);
                 let arr =
                     tvm_runtime::tensor::NDArray::empty(&[4096], tvm_runtime::dlpack::DLDataType::F32, CL).unwrap();
                 for _ in 0..30 {

@@ -59,7 +59,7 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<()>) -> c_int {
 #[cold]
 pub(crate) fn fail(e: Error) -> c_int {
     if !e.is_python_pending() {
-        last_error::set(&e.to_c_message());
+        last_error::set_with_kind(&e.to_c_message(), e.kind());
     }
     -1
 }

@@ -147,7 +147,10 @@ impl GraphExecutor {
                 src.shape()
             )
         };
-        if self.strict_inputs() && (src.dtype() != e.dtype || src.shape() != &*e.shape) {
+        if self.strict_inputs() && src.dtype() != e.dtype {
+            return Err(Error::type_err(format!("{} (strict inputs)", what())));
+        }
+        if self.strict_inputs() && src.shape() != &*e.shape {
             return Err(Error::value(format!("{} (strict inputs)", what())));
         }
         let (given, held) = (src.nbytes()?, self.plan.entry_bytes[eid]);

@@ -9,6 +9,9 @@ use crate::error::Error;
 use crate::packed::{ArrayObj, RetValue, StringObj};
 
 pub(super) fn register(reg: &mut Register<'_>) {
+    // The calling thread's last error's finer kind (ValueError, TypeError, KeyError, ...): the C
+    // message names upstream's class, InternalError for the runtime's own failures.
+    def(reg, "tvmrt.LastErrorKind", |_| Ok(RetValue::Str(crate::last_error::kind().to_string())));
     // Threads.
     def(reg, "runtime.NumThreads", |_| Ok(RetValue::Int(crate::backend::thread_pool::num_threads() as i64)));
     // (mode, threads[, cores as strings]), as upstream's.

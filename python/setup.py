@@ -1,0 +1,133 @@
+"""Builds the wheel: the runtime library and the `tvmrt` tool from the Rust workspace one level up
+(`cargo build --release`, or prebuilt ones from TVMRT_PREBUILT_DIR), stripped, beside the Python
+package. The package calls the library through ctypes, so one wheel serves every CPython 3.9+
+(free-threaded builds too): its tag is py3-none-<platform>. The version is the workspace's
+(Cargo.toml)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from distutils.command.build_scripts import build_scripts  # setuptools ships distutils
+from pathlib import Path
+from typing import ClassVar
+
+from setuptools import Command, setup
+from setuptools.command.build import build
+from setuptools.dist import Distribution
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
+
+HERE = Path(__file__).parent.resolve()
+REPO = HERE.parent
+# Where the tool is staged for setuptools' scripts (the wheel's .data/scripts: on PATH once installed).
+STAGED_TOOL = Path("build") / "rust" / "tvmrt"
+# The library keeps upstream's file name (TVM's own Python finds it by that name in
+# TVM_LIBRARY_PATH) in a folder of its own, and gets a soname of its own: a process that also loads
+# TVM's runtime never resolves one for the other (the package loads it by path, RTLD_LOCAL).
+LIB_NAME = "libtvm_runtime.so"
+SONAME = "libtvmrt_runtime.so"
+
+
+def cargo_version() -> str:
+    text = (REPO / "Cargo.toml").read_text()
+    package = text.split("[package]", 1)[1].split("\n[", 1)[0]
+    m = re.search(r'^version\s*=\s*"([^"]+)"', package, re.M)
+    if not m:
+        raise RuntimeError("no [package] version in Cargo.toml")
+    return m.group(1)
+
+
+def target() -> str | None:
+    return os.environ.get("CARGO_BUILD_TARGET") or None
+
+
+def tool(name: str) -> str:
+    """A binutils tool for the target (aarch64-linux-gnu-strip when cross-building)."""
+    t = target()
+    if t and t.startswith("aarch64") and shutil.which(f"aarch64-linux-gnu-{name}"):
+        return f"aarch64-linux-gnu-{name}"
+    return name
+
+
+class BuildRust(Command):
+    """Builds the runtime library and the tool (or takes them from TVMRT_PREBUILT_DIR)."""
+
+    description = "build the Rust runtime library and the tvmrt tool"
+    user_options: ClassVar[list] = []
+
+    def initialize_options(self):
+        self.build_lib = None
+
+    def finalize_options(self):
+        self.set_undefined_options("build", ("build_lib", "build_lib"))
+
+    def run(self):
+        prebuilt = os.environ.get("TVMRT_PREBUILT_DIR")
+        if prebuilt:
+            out = Path(prebuilt)
+        else:
+            cmd = ["cargo", "build", "--release", "-p", "tvm-runtime", "-p", "tvmrt"]
+            if target():
+                cmd += ["--target", target()]
+            subprocess.check_call(cmd, cwd=REPO)
+            target_dir = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+            out = target_dir / (target() or "") / "release"
+        lib = Path(self.build_lib) / "tvmrt" / "_lib" / LIB_NAME
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "libtvm_runtime.so", lib)
+        STAGED_TOOL.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "tvmrt", STAGED_TOOL)
+        os.chmod(STAGED_TOOL, 0o755)
+        for f in (lib, STAGED_TOOL):
+            if shutil.which(tool("strip")):
+                subprocess.check_call([tool("strip"), "--strip-unneeded", str(f)])
+        if shutil.which("patchelf"):
+            subprocess.check_call(["patchelf", "--set-soname", SONAME, str(lib)])
+
+
+class BuildScripts(build_scripts):
+    """The tool is a binary: copied as it is (setuptools would read it as a Python script)."""
+
+    def run(self):
+        self.mkpath(self.build_dir)
+        dest = Path(self.build_dir) / STAGED_TOOL.name
+        shutil.copyfile(STAGED_TOOL, dest)
+        os.chmod(dest, 0o755)
+
+
+class Build(build):
+    sub_commands: ClassVar[list] = [("build_rust", None), *build.sub_commands]
+
+
+class BinaryDistribution(Distribution):
+    def has_ext_modules(self):
+        return True
+
+
+class BdistWheel(bdist_wheel):
+    """py3-none-<platform>: the package has no extension module, only the library it loads."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.root_is_pure = False
+
+    def get_tag(self):
+        _, _, plat = super().get_tag()
+        t = target()
+        if t:
+            plat = "linux_" + t.split("-")[0]
+        return "py3", "none", plat
+
+
+setup(
+    version=cargo_version(),
+    cmdclass={"build_rust": BuildRust, "build": Build, "build_scripts": BuildScripts, "bdist_wheel": BdistWheel},
+    distclass=BinaryDistribution,
+    scripts=[str(STAGED_TOOL)],
+)

@@ -1,0 +1,108 @@
+"""Every mistake a caller can make raises a subclass of the built-in a caller would catch (KeyError,
+ValueError, TypeError, IndexError), with the runtime's message, never a bare RuntimeError; and the
+model is unchanged after each."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, assert_outputs, load
+
+import tvmrt
+
+
+def raised(exc_type, f, *args, **kwargs):
+    with pytest.raises(exc_type) as e:
+        f(*args, **kwargs)
+    assert isinstance(e.value, tvmrt.TVMRTError)
+    assert type(e.value) is not RuntimeError
+    return str(e.value)
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    f = load("mlp_b1")
+    return f, tvmrt.Model(f.dir)
+
+
+def test_wrong_names_are_key_errors(mlp):
+    f, m = mlp
+    msg = raised(KeyError, m.run, {"nope": f.inputs["data"]})
+    assert "nope" in msg and not msg.startswith("'"), msg
+    raised(KeyError, m.set_input, "nope", f.inputs["data"])
+    raised(KeyError, m.get_output, "nope")
+    raised(KeyError, m.get_input, "nope")
+
+
+def test_wrong_shapes_are_value_errors(mlp):
+    _, m = mlp
+    msg = raised(ValueError, m.run, data=np.zeros((1, 1, 28, 27), np.float32))
+    assert "data" in msg and "[1, 1, 28, 28]" in msg and "[1, 1, 28, 27]" in msg, msg
+    raised(ValueError, m.run, data=np.zeros((2, 1, 28, 28), np.float32))
+
+
+def test_wrong_dtypes_are_type_errors(mlp):
+    f, m = mlp
+    msg = raised(TypeError, m.run, data=f.inputs["data"].astype(np.float64))
+    assert "float32" in msg and "float64" in msg, msg
+    raised(TypeError, m.run, data=f.inputs["data"].view(np.int32))
+    raised(TypeError, m.run, data=np.zeros((1, 1, 28, 28), np.complex64))
+
+
+def test_indices_out_of_range_are_index_errors(mlp):
+    f, m = mlp
+    assert f.inputs
+    raised(IndexError, m.get_output, 5)
+    raised(IndexError, m.set_input, 99, f.inputs["data"])
+
+
+def test_inputs_never_set_are_key_errors():
+    f = load("multi_io")
+    m = tvmrt.Model(f.dir)
+    msg = raised(KeyError, m.run, x=f.inputs["x"])
+    assert "y" in msg and "z" in msg, msg
+
+
+def test_bad_models_and_options_are_value_errors(tmp_path):
+    raised(ValueError, tvmrt.Model, tmp_path / "missing")
+    raised(ValueError, tvmrt.Model, tmp_path)
+    (tmp_path / "lib.so").write_bytes(b"not a library")
+    raised(ValueError, tvmrt.Model, tmp_path / "lib.so")
+    f = load("mlp_unbound_b1")
+    # A shared library that is no model: it carries no graph, and none was given.
+    libm = next(
+        p
+        for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6", "/lib64/libm.so.6")
+        if os.path.exists(p)
+    )
+    shutil.copyfile(libm, tmp_path / "notamodel.so")
+    assert "carries no graph" in raised(ValueError, tvmrt.Model, tmp_path / "notamodel.so")
+    raised(ValueError, tvmrt.Model, f.dir, device="tpu")
+    raised(ValueError, tvmrt.Model, f.dir, concurrency=0)
+    raised(ValueError, tvmrt.Model, f.dir, params=b"garbage")
+    truncated = (f.dir / "params.bin").read_bytes()[:100]
+    raised(ValueError, tvmrt.Model, f.dir, params=truncated)
+    raised(ValueError, tvmrt.Model, f.dir, params=tmp_path / "nothing.bin")
+    # Weights of another model: the runtime's message names the weight.
+    other = load("convnet")
+    msg = raised(KeyError, tvmrt.Model, f.dir, params=other.dir / "params.bin")
+    assert "the graph has no input for" in msg, msg
+
+
+def test_the_model_is_unchanged_after_each_mistake(mlp):
+    f, m = mlp
+    for bad in ({"nope": 1}, {"data": np.zeros(3, np.float32)}, {"data": f.inputs["data"].astype(np.float64)}):
+        with pytest.raises(tvmrt.TVMRTError):
+            m.run(bad)
+    assert_outputs(m.run(f.inputs), f.outputs, "after mistakes")
+    assert FIXTURES.is_dir()
+
+
+def test_a_closed_session_says_so(mlp):
+    f, m = mlp
+    s = m.session()
+    s.close()
+    raised(RuntimeError, s.run, f.inputs)

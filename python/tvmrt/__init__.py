@@ -1,0 +1,49 @@
+"""tvmrt: run TVM graph-executor models (``relay.build`` + ``export_library``, TVM 0.8 to 0.19) on
+any current CPython, with no TVM installed.
+
+>>> import tvmrt, numpy as np
+>>> model = tvmrt.Model("my_model")                 # lib.so (+ graph.json, params.bin)
+>>> [y] = model.run(data=np.zeros((1, 64), "float32"))
+
+A :class:`Model` may be called from many threads at once: its executors share one copy of the
+weights and draw activations from a pool of arenas sized by the runs in flight.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata as _metadata
+
+from ._artifacts import TensorInfo
+from ._ffi import library_path
+from .errors import (
+    InvalidIndexError,
+    InvalidKeyError,
+    InvalidTypeError,
+    InvalidValueError,
+    RuntimeFailure,
+    TVMRTError,
+)
+from .model import Model, Session, Tensor
+from .profiling import BenchmarkResult, Report
+
+try:
+    __version__ = _metadata.version("tvmrt")
+except _metadata.PackageNotFoundError:  # a source tree, not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "BenchmarkResult",
+    "InvalidIndexError",
+    "InvalidKeyError",
+    "InvalidTypeError",
+    "InvalidValueError",
+    "Model",
+    "Report",
+    "RuntimeFailure",
+    "Session",
+    "TVMRTError",
+    "Tensor",
+    "TensorInfo",
+    "__version__",
+    "library_path",
+]

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The Python package as users get it: builds the wheel (pip wheel ./python), checks it (ruff, mypy,
+# the stripped library inside, its size), then installs it into fresh venvs of the oldest and the
+# newest CPython the machine has (pyenv's 3.9 and 3.13 where present) with numpy 1.x and 2.x, and
+# runs python/tests against the installed package (TVM's own package beside it, from tvm_env.sh).
+#   scripts/test_wheel.sh              everything
+#   scripts/test_wheel.sh --one        the newest Python only (quicker)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+one=0
+[ "${1:-}" = "--one" ] && one=1
+eval "$(scripts/tvm_env.sh)"
+out=$repo/target/wheel-test
+rm -rf "$out"
+mkdir -p "$out/dist"
+
+# An interpreter of a version: pyenv's, else one on PATH.
+python_of() {
+  local v=$1 p
+  if command -v pyenv >/dev/null && p=$(pyenv prefix "$v" 2>/dev/null); then
+    echo "$p/bin/python3"
+    return
+  fi
+  for p in $(ls -d /root/.pyenv/versions/"$v"* 2>/dev/null); do echo "$p/bin/python3"; return; done
+  command -v "python$v" || true
+}
+
+echo "== building the wheel"
+builder=$(python_of 3.13)
+[ -n "$builder" ] || builder=python3
+"$builder" -m venv "$out/build-venv"
+"$out/build-venv/bin/pip" install -q --upgrade pip ruff mypy numpy
+"$out/build-venv/bin/pip" wheel -q ./python --no-deps -w "$out/dist"
+wheel=$(ls "$out"/dist/tvmrt-*.whl)
+echo "   $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB"
+# What is in it: the library stripped (no debug sections), the tool, the package typed.
+"$out/build-venv/bin/python" - "$wheel" <<'EOF'
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+names = z.namelist()
+lib = [n for n in names if n.endswith("_lib/libtvm_runtime.so")]
+assert lib, names
+data = z.read(lib[0])
+# Section names: no .debug_* section (the strings also occur in the code's own data).
+import struct
+shoff, = struct.unpack_from("<Q", data, 0x28)
+shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+def section(i):
+    return struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+names_at = section(shstrndx)[4]
+def name(i):
+    start = names_at + section(i)[0]
+    return data[start:data.index(b"\0", start)].decode()
+sections = [name(i) for i in range(shnum)]
+assert not [s for s in sections if s.startswith(".debug")], f"debug sections left: {sections}"
+assert any(n.endswith(".data/scripts/tvmrt") for n in names), names
+assert "tvmrt/py.typed" in names
+print(f"   library {len(data) / 1e6:.2f} MB, tool {z.getinfo([n for n in names if n.endswith('scripts/tvmrt')][0]).file_size / 1e6:.2f} MB")
+EOF
+echo "== ruff and mypy"
+(cd python && "$out/build-venv/bin/ruff" check . && "$out/build-venv/bin/ruff" format --check . >/dev/null \
+  && "$out/build-venv/bin/mypy" tvmrt)
+
+# (python version, numpy requirement) pairs: numpy 2 needs 3.9+ (2.0 is the last for 3.9), and
+# 3.13 has no numpy 1.x.
+combos=("3.13 numpy>=2")
+if [ $one = 0 ]; then
+  combos+=("3.9 numpy<2" "3.9 numpy>=2,<2.1")
+fi
+ran=0
+for c in "${combos[@]}"; do
+  v=${c%% *}
+  req=${c#* }
+  py=$(python_of "$v")
+  if [ -z "$py" ]; then
+    echo "== NOTE: no Python $v here; skipped"
+    continue
+  fi
+  venv="$out/venv-$v-${req//[^0-9a-z]/_}"
+  echo "== Python $("$py" -V 2>&1 | cut -d' ' -f2) with $req: a fresh venv, the wheel installed, pytest"
+  "$py" -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q "$wheel" "$req" pytest
+  # Outside the source tree, so the installed package is the one imported.
+  (cd "$out" && env -u TVMRT_LIBRARY -u PYTHONPATH PATH="$venv/bin:$PATH" TVM_PYTHON="$TVM_PYTHON" \
+    TVM_WHEEL_DIR="$TVM_WHEEL_DIR" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests")
+  ran=$((ran + 1))
+done
+[ $ran -gt 0 ] || { echo "no Python to test the wheel with" >&2; exit 1; }
+echo "== the wheel passed on $ran interpreter(s)"
