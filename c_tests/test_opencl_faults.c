@@ -395,8 +395,9 @@ int main(int argc, char** argv) {
     for (int j = 0; j < k && total + 2 <= 1024; j++) {
       for (int persistent = 0; persistent <= 1; persistent++) {
         Case* c = &cases[total++];
-        snprintf(c->st, sizeof c->st, "%s", list[i].st);
-        snprintf(c->fn, sizeof c->fn, "%s", list[i].fn);
+        /* Bounded by the fields' size (31 and 63 characters): the scan above stored no more. */
+        snprintf(c->st, sizeof c->st, "%.31s", list[i].st);
+        snprintf(c->fn, sizeof c->fn, "%.63s", list[i].fn);
         c->n = n[j];
         c->persistent = persistent;
       }

@@ -47,12 +47,15 @@ def target() -> str | None:
     return os.environ.get("CARGO_BUILD_TARGET") or None
 
 
-def tool(name: str) -> str:
-    """A binutils tool for the target (aarch64-linux-gnu-strip when cross-building)."""
+def tool(name: str) -> str | None:
+    """A binutils tool for the target (aarch64-linux-gnu-strip when cross-building), if there is
+    one: the host's own does not read another architecture's files."""
     t = target()
-    if t and t.startswith("aarch64") and shutil.which(f"aarch64-linux-gnu-{name}"):
-        return f"aarch64-linux-gnu-{name}"
-    return name
+    machine = os.uname().machine
+    if t and not t.startswith(machine):
+        cross = f"{t.split('-')[0]}-linux-gnu-{name}"
+        return cross if shutil.which(cross) else None
+    return name if shutil.which(name) else None
 
 
 class BuildRust(Command):
@@ -84,9 +87,10 @@ class BuildRust(Command):
         STAGED_TOOL.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / "tvmrt", STAGED_TOOL)
         os.chmod(STAGED_TOOL, 0o755)
+        strip = tool("strip")
         for f in (lib, STAGED_TOOL):
-            if shutil.which(tool("strip")):
-                subprocess.check_call([tool("strip"), "--strip-unneeded", str(f)])
+            if strip:
+                subprocess.check_call([strip, "--strip-unneeded", str(f)])
         if shutil.which("patchelf"):
             subprocess.check_call(["patchelf", "--set-soname", SONAME, str(lib)])
 

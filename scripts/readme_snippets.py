@@ -15,7 +15,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = re.compile(r"<!-- snippet: ([^,>]+?)(?:, expect: (.*?))? -->\n```[a-z]*\n(.*?)```", re.S)
 # What the run snippets leave besides the files written (the programs they build).
-BUILT = ["app", "my_model"]
+BUILT = ["app", "my_model", ".venv-tvmrt"]
 
 
 def main():

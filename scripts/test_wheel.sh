@@ -5,6 +5,7 @@
 # runs python/tests against the installed package (TVM's own package beside it, from tvm_env.sh).
 #   scripts/test_wheel.sh              everything
 #   scripts/test_wheel.sh --one        the newest Python only (quicker)
+#   TVMRT_WHEEL=dist/...whl scripts/test_wheel.sh    a wheel built before (scripts/build_wheels.sh)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -26,12 +27,17 @@ python_of() {
   command -v "python$v" || true
 }
 
-echo "== building the wheel"
 builder=$(python_of 3.13)
 [ -n "$builder" ] || builder=python3
 "$builder" -m venv "$out/build-venv"
 "$out/build-venv/bin/pip" install -q --upgrade pip ruff mypy numpy
-"$out/build-venv/bin/pip" wheel -q ./python --no-deps -w "$out/dist"
+if [ -n "${TVMRT_WHEEL:-}" ]; then
+  echo "== testing $TVMRT_WHEEL"
+  cp "$TVMRT_WHEEL" "$out/dist/"
+else
+  echo "== building the wheel"
+  "$out/build-venv/bin/pip" wheel -q ./python --no-deps -w "$out/dist"
+fi
 wheel=$(ls "$out"/dist/tvmrt-*.whl)
 echo "   $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB"
 # What is in it: the library stripped (no debug sections), the tool, the package typed.

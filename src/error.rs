@@ -107,6 +107,15 @@ impl Error {
         Error(Box::new(Repr::Context { context: context.into(), source: self }))
     }
 
+    /// Whether the failure is a file's (opening, reading or writing a path).
+    pub fn is_io(&self) -> bool {
+        match &*self.0 {
+            Repr::Io { .. } => true,
+            Repr::Context { source, .. } => source.is_io(),
+            _ => false,
+        }
+    }
+
     pub fn kind(&self) -> ErrorKind {
         match &*self.0 {
             Repr::Msg { kind, .. } => *kind,

@@ -1,12 +1,20 @@
 //! Prepared params files: a params blob (upstream loads it as one: the extra records name no input)
-//! that also holds what a model's weight-only operators derive from its weights, and a stamp saying
-//! what they were derived from: the graph, the library's file, and the weights themselves.
+//! that also holds what a model's weight-only operators derive from its weights, for one or more
+//! builds of the model (batch sizes, sequence lengths: the same weights, each build's own derived
+//! layouts), and a stamp saying what they were derived from: each build's graph and library file,
+//! and the weights themselves.
 //!
-//! The derived records are only worth using while all three still hold. TVM's own
+//! A build's derived records are only worth using while all three still hold. TVM's own
 //! `load_param_dict` -> edit -> `save_param_dict` round trip keeps every record, the derived ones
 //! too: a digest of the weights in the stamp tells an edited file from the one prepared, and a
 //! digest of the derived records themselves tells an edited derived record (even one of the same
 //! size) from the one computed.
+//!
+//! Preparing a file that is already prepared (for another build of the same weights) keeps the
+//! builds it holds and adds (or replaces) this one: one file, one set of weights, every build's
+//! derived weights, for every process on a machine to map. Derived records are stored once per
+//! content (builds at other batch sizes usually derive the very same layouts from the weights) and
+//! named by it; each build's entry in the stamp says which record holds each of its roots.
 
 #![forbid(unsafe_code)]
 
@@ -15,10 +23,11 @@ use crate::params::{self, Record, PAD_PREFIX};
 
 /// The record holding the stamp.
 pub const STAMP: &str = "__tvmrt.prepared";
-/// Records holding derived weights, by the alias root entry they are the value of.
+/// Records holding derived weights: `<prefix><digest of the content>` (and `.<n>` after it for
+/// the n-th other content with that digest).
 pub const DERIVED_PREFIX: &str = "__tvmrt.derived.";
 /// The stamp's format: 2 added the weights' digest (1 could not tell an edited file), 3 the
-/// derived records' (2 could not tell an edited derived record).
+/// derived records' (2 could not tell an edited derived record) and several builds.
 const VERSION: u32 = 3;
 
 /// Whether a record is one a prepared file adds (not a weight).
@@ -31,31 +40,51 @@ pub fn is_weight_record(name: &str) -> bool {
     !is_prepared_record(name) && !name.starts_with(PAD_PREFIX)
 }
 
-/// What a prepared file's derived weights were made from, and which they are.
+/// One build a prepared file holds derived weights of.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stamp {
+pub struct Build {
     /// A digest of the graph JSON.
     pub graph: u64,
     /// A digest of the operator library's file.
     pub library: u64,
+    /// The alias roots whose values the build's derived weights are, and the record (its name's
+    /// part after [`DERIVED_PREFIX`]) holding each.
+    pub roots: Vec<(usize, String)>,
+}
+
+impl Build {
+    /// The full record names of the build's derived weights, by root.
+    pub fn records(&self) -> impl Iterator<Item = (usize, String)> + '_ {
+        self.roots.iter().map(|(r, id)| (*r, format!("{DERIVED_PREFIX}{id}")))
+    }
+}
+
+/// What a prepared file's derived weights were made from, and which they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
     /// [`weights_digest`] of the records they were derived from.
     pub weights: u64,
     /// [`derived_digest`] of the derived records.
     pub derived: u64,
-    /// The alias roots whose values the `DERIVED_PREFIX` records hold.
-    pub roots: Vec<usize>,
+    /// The builds, in the order of their record names' numbers.
+    pub builds: Vec<Build>,
 }
 
 impl Stamp {
     pub fn to_text(&self) -> String {
-        let roots: Vec<String> = self.roots.iter().map(usize::to_string).collect();
+        let builds: Vec<String> = self
+            .builds
+            .iter()
+            .map(|b| {
+                let roots: Vec<String> = b.roots.iter().map(|(r, id)| format!("{r}:{id}")).collect();
+                format!("{:016x}/{:016x}/{}", b.graph, b.library, roots.join(","))
+            })
+            .collect();
         format!(
-            "tvmrt-prepared {VERSION} graph {:016x} library {:016x} weights {:016x} records {:016x} derived {}",
-            self.graph,
-            self.library,
+            "tvmrt-prepared {VERSION} weights {:016x} records {:016x} builds {}",
             self.weights,
             self.derived,
-            roots.join(",")
+            builds.join(";")
         )
     }
 
@@ -63,21 +92,41 @@ impl Stamp {
     pub fn parse(text: &str) -> std::result::Result<Stamp, String> {
         let words: Vec<&str> = text.split(' ').collect();
         let malformed = || format!("a malformed stamp '{text}'");
+        let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| malformed());
         match words.as_slice() {
             ["tvmrt-prepared", v, ..] if *v != VERSION.to_string() => {
                 Err(format!("a stamp of format {v}, not {VERSION} (prepare the file again)"))
             }
-            ["tvmrt-prepared", _, "graph", g, "library", l, "weights", w, "records", d, "derived", roots] => {
-                let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| malformed());
-                let roots = roots
-                    .split(',')
-                    .filter(|r| !r.is_empty())
-                    .map(|r| r.parse().map_err(|_| malformed()))
-                    .collect::<std::result::Result<_, _>>()?;
-                Ok(Stamp { graph: hex(g)?, library: hex(l)?, weights: hex(w)?, derived: hex(d)?, roots })
+            ["tvmrt-prepared", _, "weights", w, "records", d, "builds", builds] => {
+                let builds = builds
+                    .split(';')
+                    .map(|b| match b.split('/').collect::<Vec<_>>().as_slice() {
+                        [g, l, roots] => Ok(Build {
+                            graph: hex(g)?,
+                            library: hex(l)?,
+                            roots: roots
+                                .split(',')
+                                .filter(|r| !r.is_empty())
+                                .map(|r| match r.split_once(':') {
+                                    Some((root, id)) if !id.is_empty() && !id.contains(['/', ';', ' ']) => {
+                                        Ok((root.parse().map_err(|_| malformed())?, id.to_string()))
+                                    }
+                                    _ => Err(malformed()),
+                                })
+                                .collect::<std::result::Result<_, _>>()?,
+                        }),
+                        _ => Err(malformed()),
+                    })
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                Ok(Stamp { weights: hex(w)?, derived: hex(d)?, builds })
             }
             _ => Err(malformed()),
         }
+    }
+
+    /// The build made for `graph` and `library`, with its number.
+    pub fn build_for(&self, graph: u64, library: u64) -> Option<(usize, &Build)> {
+        self.builds.iter().enumerate().find(|(_, b)| b.graph == graph && b.library == library)
     }
 }
 
@@ -119,10 +168,11 @@ pub fn verified_stamp(records: &[(&str, Record<'_>)]) -> std::result::Result<Opt
                     prepared?)"
             .into());
     }
-    for r in &stamp.roots {
-        let name = format!("{DERIVED_PREFIX}{r}");
-        if !records.iter().any(|(n, _)| *n == name) {
-            return Err(format!("the stamp names derived weights '{name}' the file does not hold"));
+    for b in &stamp.builds {
+        for (_, name) in b.records() {
+            if !records.iter().any(|(n, _)| *n == name) {
+                return Err(format!("the stamp names derived weights '{name}' the file does not hold"));
+            }
         }
     }
     if derived_digest(records) != stamp.derived {
@@ -150,33 +200,78 @@ pub fn align(bytes: &[u8]) -> Result<(Vec<u8>, Option<String>)> {
     }
 }
 
-/// A prepared file: the weight records of `blob`, the derived weights (root, bytes) and the stamp,
-/// every tensor 64-byte aligned.
+/// A build's derived weights: (alias root, bytes).
+type DerivedBytes<'a> = Vec<(usize, &'a [u8])>;
+
+/// A prepared file: the weight records of `blob`, the derived weights (root, bytes) of the build
+/// made from `graph` and `library`, and the stamp, every tensor 64-byte aligned. When `blob` is a
+/// prepared file itself (of these weights, verified), the builds it holds are kept, but for one of
+/// the same graph and library, which this one replaces. Each distinct derived content is stored
+/// once, whichever builds use it.
 pub fn write(blob: &[u8], derived: &[(usize, Vec<u8>)], graph: u64, library: u64) -> Result<Vec<u8>> {
     let records = params::parse(blob)?;
     let u8s = crate::dlpack::DLDataType { code: crate::dlpack::kDLUInt, bits: 8, lanes: 1 };
-    let names: Vec<String> = derived.iter().map(|(r, _)| format!("{DERIVED_PREFIX}{r}")).collect();
-    let derived_records: Vec<(&str, Record<'_>)> = names
-        .iter()
-        .zip(derived)
-        .map(|(n, (_, bytes))| (n.as_str(), Record { dtype: u8s, shape: vec![bytes.len() as i64], data: bytes }))
-        .collect();
-    let stamp = Stamp {
-        graph,
-        library,
-        weights: weights_digest(&records),
-        derived: derived_digest(&derived_records),
-        roots: derived.iter().map(|(r, _)| *r).collect(),
-    };
-    let text = stamp.to_text();
+    // Each build's (root, bytes): the builds kept, then this one.
+    let mut builds: Vec<((u64, u64), DerivedBytes<'_>)> = Vec::new();
+    if let Ok(Some(stamp)) = verified_stamp(&records) {
+        for b in &stamp.builds {
+            if (b.graph, b.library) == (graph, library) {
+                continue;
+            }
+            let data = b
+                .records()
+                .map(|(r, name)| {
+                    let (_, rec) = records.iter().find(|(n, _)| *n == name).expect("verified above");
+                    (r, rec.data)
+                })
+                .collect();
+            builds.push(((b.graph, b.library), data));
+        }
+    }
+    builds.push(((graph, library), derived.iter().map(|(r, d)| (*r, d.as_slice())).collect()));
+    // Content-addressed: a digest names a content; another content of the same digest (never
+    // seen, but possible) gets a suffix.
+    let mut stored: Vec<(String, &[u8])> = Vec::new();
+    let mut stamp_builds = Vec::new();
+    for ((g, l), data) in &builds {
+        let mut roots = Vec::new();
+        for &(r, bytes) in data {
+            let digest = crate::digest::xxh64(bytes);
+            let mut id = format!("{digest:016x}");
+            let mut n = 0;
+            loop {
+                match stored.iter().find(|(s, _)| *s == id) {
+                    Some((_, same)) if *same == bytes => break,
+                    Some(_) => {
+                        n += 1;
+                        id = format!("{digest:016x}.{n}");
+                    }
+                    None => {
+                        stored.push((id.clone(), bytes));
+                        break;
+                    }
+                }
+            }
+            roots.push((r, id));
+        }
+        stamp_builds.push(Build { graph: *g, library: *l, roots });
+    }
     let mut arrays = Vec::new();
     for (name, rec) in records.iter().filter(|(n, _)| is_weight_record(n)) {
         arrays.push((name.to_string(), rec.to_ndarray()?));
     }
-    for (r, bytes) in derived {
-        let array = crate::tensor::NDArray::from_bytes(&[bytes.len() as i64], u8s, bytes)?;
-        arrays.push((format!("{DERIVED_PREFIX}{r}"), array));
+    let names: Vec<String> = stored.iter().map(|(id, _)| format!("{DERIVED_PREFIX}{id}")).collect();
+    for (name, (_, bytes)) in names.iter().zip(&stored) {
+        arrays.push((name.clone(), crate::tensor::NDArray::from_bytes(&[bytes.len() as i64], u8s, bytes)?));
     }
+    let digest_input: Vec<(&str, Record<'_>)> = names
+        .iter()
+        .zip(&stored)
+        .map(|(n, (_, b))| (n.as_str(), Record { dtype: u8s, shape: vec![b.len() as i64], data: b }))
+        .collect();
+    let stamp =
+        Stamp { weights: weights_digest(&records), derived: derived_digest(&digest_input), builds: stamp_builds };
+    let text = stamp.to_text();
     arrays.push((STAMP.to_string(), crate::tensor::NDArray::from_bytes(&[text.len() as i64], u8s, text.as_bytes())?));
     params::align(&params::save(arrays.iter().map(|(n, a)| (n.as_str(), &**a))))
 }
@@ -195,13 +290,26 @@ mod tests {
 
     #[test]
     fn a_stamp_reads_back_and_refuses_other_formats() {
-        let s = Stamp { graph: 1, library: 0xab, weights: u64::MAX, derived: 5, roots: vec![3, 17] };
-        assert_eq!(Stamp::parse(&s.to_text()), Ok(s));
+        let b = |graph, roots: &[usize]| Build {
+            graph,
+            library: 0xab,
+            roots: roots.iter().map(|&r| (r, format!("{r:016x}"))).collect(),
+        };
+        let s = Stamp { weights: u64::MAX, derived: 5, builds: vec![b(1, &[3, 17]), b(2, &[]), b(3, &[4])] };
+        assert_eq!(Stamp::parse(&s.to_text()), Ok(s.clone()));
+        assert_eq!(s.build_for(3, 0xab).map(|(k, _)| k), Some(2));
+        assert_eq!(s.build_for(3, 0xac), None, "another library");
         let old = "tvmrt-prepared 1 graph 0000000000000001 library 00000000000000ab derived 3";
         assert!(Stamp::parse(old).unwrap_err().contains("format 1"));
         let v2 = "tvmrt-prepared 2 graph 1 library 2 weights 3 derived 3";
         assert!(Stamp::parse(v2).unwrap_err().contains("format 2, not 3"));
-        assert!(Stamp::parse("tvmrt-prepared 3 graph zz library 0 weights 0 records 0 derived ").is_err());
+        assert!(Stamp::parse("tvmrt-prepared 3 weights 0 records 0 builds zz/0/").is_err());
+        assert!(Stamp::parse("tvmrt-prepared 3 weights 0 records 0 builds 1/2").is_err());
+        assert!(
+            Stamp::parse("tvmrt-prepared 3 weights 0 records 0 builds 1/2/3").is_err(),
+            "a root without its record"
+        );
+        assert!(Stamp::parse("tvmrt-prepared 3 weights 0 records 0 builds 1/2/3:").is_err());
         assert!(Stamp::parse("nonsense").is_err());
     }
 
@@ -209,7 +317,8 @@ mod tests {
     fn derived_records_are_trusted_only_beside_their_weights() {
         let file = write(&blob(1), &[(5, vec![9; 8])], 7, 8).unwrap();
         let stamp = verified_stamp(&params::parse(&file).unwrap()).unwrap().unwrap();
-        assert_eq!((stamp.graph, stamp.library, stamp.roots.clone()), (7, 8, vec![5]));
+        let id = format!("{:016x}", crate::digest::xxh64(&[9; 8]));
+        assert_eq!(stamp.builds, vec![Build { graph: 7, library: 8, roots: vec![(5, id)] }]);
         // Aligning again keeps them (padding is not a weight).
         let (again, dropped) = align(&file).unwrap();
         assert!(dropped.is_none());
@@ -239,6 +348,47 @@ mod tests {
         assert!(why.contains("derived weights are not the ones computed"), "{why}");
         // Plain params are plain.
         assert_eq!(verified_stamp(&params::parse(&blob(1)).unwrap()), Ok(None));
+    }
+
+    #[test]
+    fn builds_are_added_to_a_prepared_file_and_replaced_by_their_own() {
+        let one = write(&blob(1), &[(5, vec![9; 8])], 7, 8).unwrap();
+        // A second build: one derived weight of its own, one the same as the first build's.
+        let two = write(&one, &[(2, vec![4; 16]), (6, vec![9; 8])], 70, 80).unwrap();
+        let records = params::parse(&two).unwrap();
+        let stamp = verified_stamp(&records).unwrap().unwrap();
+        assert_eq!(stamp.builds.len(), 2);
+        let data = |b: &Build, root: usize| {
+            let (_, name) = b.records().find(|(r, _)| *r == root).unwrap();
+            records.iter().find(|(n, _)| *n == name).unwrap().1.data.to_vec()
+        };
+        let (_, first) = stamp.build_for(7, 8).unwrap();
+        let (_, second) = stamp.build_for(70, 80).unwrap();
+        assert_eq!((data(first, 5), data(second, 2), data(second, 6)), (vec![9; 8], vec![4; 16], vec![9; 8]));
+        let derived = records.iter().filter(|(n, _)| n.starts_with(DERIVED_PREFIX)).count();
+        assert_eq!(derived, 2, "the content both builds derive is stored once");
+        assert_eq!(records.iter().filter(|(n, _)| is_weight_record(n)).count(), 2, "the weights once");
+        // The first build again, with new derived bytes: replaced, the other kept.
+        let again = write(&two, &[(5, vec![1; 8])], 7, 8).unwrap();
+        let records = params::parse(&again).unwrap();
+        let stamp = verified_stamp(&records).unwrap().unwrap();
+        assert_eq!(stamp.builds.iter().map(|b| b.graph).collect::<Vec<_>>(), vec![70, 7]);
+        let (_, first) = stamp.build_for(7, 8).unwrap();
+        let (_, name) = first.records().next().unwrap();
+        assert_eq!(records.iter().find(|(n, _)| *n == name).unwrap().1.data, &[1; 8]);
+        // Prepared over a file whose weights were edited: its builds are not carried over.
+        let recs = params::parse(&two).unwrap();
+        let edited = NDArray::from_bytes(&[2, 2], DLDataType::F32, &[2; 16]).unwrap();
+        let mut items: Vec<(String, crate::object::ObjRef<NDArray>)> = recs
+            .iter()
+            .filter(|(n, _)| *n != "w" && !n.starts_with(PAD_PREFIX))
+            .map(|(n, r)| (n.to_string(), r.to_ndarray().unwrap()))
+            .collect();
+        items.push(("w".into(), edited));
+        let edited = params::save(items.iter().map(|(n, a)| (n.as_str(), &**a)));
+        let over = write(&edited, &[(5, vec![3; 8])], 7, 8).unwrap();
+        let stamp = verified_stamp(&params::parse(&over).unwrap()).unwrap().unwrap();
+        assert_eq!(stamp.builds.len(), 1, "an edited file's builds are dropped, not carried over");
     }
 
     #[test]

@@ -314,3 +314,32 @@ fn a_mapped_file_written_in_place_is_refused_before_a_run() {
     drop((m, m2));
     std::fs::remove_file(&path).unwrap();
 }
+
+/// One prepared file for two builds of the same weights (batch 1 and 8): prepared for one, then
+/// for the other over it; each build's executor maps the one file and uses its own derived
+/// weights, the weights held once in it.
+#[test]
+fn one_prepared_file_serves_several_builds() {
+    let (f1, f8) = (Fixture::load("mlp_unbound_b1"), Fixture::load("mlp_unbound_b8"));
+    let (lib1, lib8) = (f1.load_lib(), f8.load_lib());
+    let one = maker(&f1, &lib1).prepared_params(&f1.params()).unwrap();
+    let both = maker(&f8, &lib8).prepared_params(&one).unwrap();
+    let records = tvm_runtime::params::parse(&both).unwrap();
+    let stamp = tvm_runtime::prepared_params::verified_stamp(&records).unwrap().unwrap();
+    assert_eq!(stamp.builds.len(), 2);
+    let weights = records.iter().filter(|(n, _)| tvm_runtime::prepared_params::is_weight_record(n)).count();
+    assert_eq!(weights, tvm_runtime::params::parse(&f1.params()).unwrap().len(), "the weights once");
+    let path = temp_path("mlp.prepared.both");
+    std::fs::write(&path, &both).unwrap();
+    for (f, lib) in [(&f1, &lib1), (&f8, &lib8)] {
+        let m = f.executor_without_params(lib);
+        load_mapped(exec(&m), path.to_str().unwrap()).unwrap();
+        assert_eq!(exec(&m).prepared_params_use().as_deref(), Some("used"), "{}", f.name);
+        let usage = exec(&m).memory_usage();
+        assert!(usage.ops_folded > 0 && usage.weights_owned == 0, "{}: {usage:?}", f.name);
+        f.set_inputs(&m);
+        exec(&m).run().unwrap();
+        f.check_outputs(&m, "one prepared file for both builds");
+    }
+    std::fs::remove_file(&path).unwrap();
+}

@@ -13,6 +13,10 @@ import pytest
 
 import tvmrt
 
+# Ray on loopback only: with this (Ray's switch for single-machine clusters), every address Ray
+# picks for a node, the driver's connection included, is 127.0.0.1. Read when Ray is imported.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 FIXTURES = Path(os.environ.get("TVMRT_FIXTURES", Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
 
 

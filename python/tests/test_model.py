@@ -210,3 +210,37 @@ def test_a_folder_copied_elsewhere_runs(tmp_path):
     assert_outputs(m.run(f.inputs), f.outputs, "copied folder")
     assert tvmrt.__version__.count(".") == 2
     assert FIXTURES.is_dir()
+
+
+def test_one_prepared_file_for_two_builds(tmp_path):
+    b1, b8 = load("mlp_unbound_b1"), load("mlp_unbound_b8")
+    path = tmp_path / "mlp.prepared"
+    tvmrt.Model(b1.dir).prepare_params(path)
+    tvmrt.Model(b8.dir, params=path).prepare_params(path)
+    m1 = tvmrt.Model(b1.dir, params=path, map_params=True)
+    m8 = tvmrt.Model(b8.dir, params=path, map_params=True, pool_with=m1)
+    for m, f in ((m1, b1), (m8, b8)):
+        assert_outputs(m.run(f.inputs), f.outputs, f.name)
+        u = m.memory_usage()
+        assert u["executors_idle"][0]["prepared_params"] == "used", u
+        assert u["weights_mapped"] > 0 and u["executors_idle"][0]["weights_owned"] == 0, u
+    assert m8.memory_usage()["arena_pool"]["members"] == 2, "one pool for both builds"
+
+
+def test_a_closed_or_dropped_model_frees_its_memory():
+    import gc
+    import weakref
+
+    f = load("mlp_b1")
+    m = tvmrt.Model(f.dir)
+    m.run(f.inputs)
+    with m.session() as s:
+        s.run(f.inputs)
+    ref = weakref.ref(m)
+    del m, s
+    assert ref() is None, "a model nobody holds is freed at once (no reference cycle)"
+    gc.collect()
+    m = tvmrt.Model(f.dir)
+    m.close()
+    with pytest.raises(tvmrt.TVMRTError):
+        m.run(f.inputs)

@@ -34,6 +34,9 @@ class Artefacts:
     lib: Path
     graph: str | None
     params: Path | bytes | None
+    #: The graph came from the folder, not from the caller: the library's own (an export_library
+    #: factory carries it) comes first.
+    graph_from_folder: bool = False
     #: The params came from the folder, not from the caller: used only when the library carries
     #: no weights of its own (as `tvmrt run` does).
     params_from_folder: bool = False
@@ -73,11 +76,13 @@ def locate(
     if not lib_path.is_file():
         raise errors.InvalidValueError(f"{lib_path}: no such library file")
     graph_text: str | None = None
+    graph_from_folder = False
     if graph is not None:
         g = str(graph)
         graph_text = g if g.lstrip().startswith("{") else Path(g).read_text()
     elif folder is not None and (folder / "graph.json").is_file():
         graph_text = (folder / "graph.json").read_text()
+        graph_from_folder = True
     params_src: Path | bytes | None = None
     from_folder = False
     if isinstance(params, (bytes, bytearray, memoryview)):
@@ -90,7 +95,7 @@ def locate(
         names = ("params.bin", "params", "deploy_param.params")
         params_src = next((folder / n for n in names if (folder / n).is_file()), None)
         from_folder = params_src is not None
-    return Artefacts(lib_path, graph_text, params_src, from_folder)
+    return Artefacts(lib_path, graph_text, params_src, graph_from_folder, from_folder)
 
 
 def param_names(blob: bytes) -> list[str]:

@@ -32,7 +32,7 @@ def np_dtype(name: str) -> np.dtype:
         raise errors.InvalidTypeError(f"no numpy dtype for {name}") from None
 
 
-def as_host_array(value: Any, dtype: str) -> np.ndarray:
+def as_host_array(value: Any, dtype: str | np.dtype) -> np.ndarray:
     """`value` as a C-contiguous numpy array over host memory, without a copy when it already is
     one: a numpy array as it is (its dtype the runtime's to check), a DLPack producer on the CPU
     through ``np.from_dlpack``, anything else (lists, scalars) converted to the input's dtype."""
@@ -46,7 +46,7 @@ def as_host_array(value: Any, dtype: str) -> np.ndarray:
             )
         arr = np.from_dlpack(value)
     else:
-        arr = np.asarray(value, dtype=np_dtype(dtype))
+        arr = np.asarray(value, dtype=dtype if isinstance(dtype, np.dtype) else np_dtype(dtype))
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
     return arr

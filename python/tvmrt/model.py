@@ -9,6 +9,7 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Mapping
 
 import numpy as np
@@ -49,14 +50,48 @@ def _device(spec: DeviceSpec, module: _ffi.Handle) -> _ffi.Device:
     raise errors.InvalidValueError(f"device {spec!r}: use 'auto', 'cpu', 'opencl' or 'opencl:N'")
 
 
+class _Slot:
+    """An input or output of an executor as a prepared call: a DLTensor of the tensor's shape and
+    dtype over the caller's array, handed to ``set_input`` / ``get_output`` with its index."""
+
+    __slots__ = ("call", "dtype", "shape", "shape_array", "tensor")
+
+    def __init__(self, fn: _ffi.Function, index: int, info: TensorInfo) -> None:
+        self.shape = tuple(info.shape)
+        self.dtype = _tensors.np_dtype(info.dtype)
+        self.shape_array = _ffi.shape_tuple(self.shape)
+        t = _ffi.DLTensor()
+        t.device = _ffi.DLDevice(_ffi.CPU, 0)
+        t.ndim = len(self.shape)
+        t.dtype = _tensors.dl_dtype(self.dtype)
+        t.shape = ctypes.cast(self.shape_array, ctypes.POINTER(ctypes.c_int64))
+        self.tensor = t
+        self.call = _ffi.PreparedCall(fn, [_ffi.INT, _ffi.DLTENSOR])
+        self.call.values[0].v_int64 = index
+        self.call.values[1].v_handle = ctypes.addressof(t)
+
+
 class _Executor:
     """One executor of the model, used by one caller at a time."""
 
-    __slots__ = ("module", "model", "_set", "_run", "_get_output", "_get_input", "is_set")
+    __slots__ = (
+        "_get_input",
+        "_get_output",
+        "_run",
+        "_set",
+        "inputs",
+        "model",
+        "module",
+        "outputs",
+        "run_call",
+        "unset",
+    )
 
     def __init__(self, model: Model, module: _ffi.Handle) -> None:
         self.module = module
-        self.model = model
+        # Weakly: the model keeps its executors, never the other way round (no cycle, so a model
+        # nobody holds is freed at once, its memory with it).
+        self.model: Model = weakref.proxy(model)  # type: ignore[assignment]
         fn = self._function
         self._set, self._run, self._get_output, self._get_input = (
             fn("set_input"),
@@ -64,37 +99,47 @@ class _Executor:
             fn("get_output"),
             fn("get_input"),
         )
-        self.is_set = [False] * len(model._graph.inputs)
+        self.run_call = _ffi.PreparedCall(self._run, [])
+        self.inputs = [_Slot(self._set, i, t) for i, t in enumerate(model._all_inputs)]
+        self.outputs = [_Slot(self._get_output, i, t) for i, t in enumerate(model.outputs)]
+        # The data inputs not set yet: a run before every one was set is refused.
+        self.unset = set(model._data_input_indices)
 
     def _function(self, name: str) -> _ffi.Function:
         return _ffi.method(self.module, name)
 
     def set_input(self, key: int | str, value: Any) -> None:
         index = self.model._input_index(key)
-        info = self.model._graph.inputs[index] if index is not None else None
-        arr = _tensors.as_host_array(value, info.dtype if info else "float32")
-        view = _tensors.TensorView(arr)
-        # An unknown name goes to the runtime as it is: its error names it.
-        self._set(index if index is not None else key, view.tensor)
-        if index is not None:
-            self.is_set[index] = True
+        if index is None:
+            # An unknown name goes to the runtime as it is: its error names it.
+            self._set(key, _tensors.TensorView(_tensors.as_host_array(value, "float32")).tensor)
+            return
+        slot = self.inputs[index]
+        arr = _tensors.as_host_array(value, slot.dtype)
+        if arr.shape == slot.shape and arr.dtype == slot.dtype:
+            slot.tensor.data = arr.ctypes.data
+            slot.call()
+        else:
+            # Another shape or dtype: the runtime refuses it, saying which (strict inputs).
+            self._set(index, _tensors.TensorView(arr).tensor)
+        self.unset.discard(index)
 
     def run(self) -> None:
-        missing = [self.model._graph.inputs[i].name for i in self.model._data_input_indices if not self.is_set[i]]
-        if missing:
+        if self.unset:
+            missing = sorted(self.model._all_inputs[i].name for i in self.unset)
             raise errors.InvalidKeyError(f"inputs never set: {', '.join(missing)}")
-        self._run()
+        self.run_call()
 
     def output(self, index: int, copy: bool = True) -> np.ndarray:
-        info = self.model.outputs[index]
-        dtype = _tensors.np_dtype(info.dtype)
+        slot = self.outputs[index]
         if copy or self.model.device.type != _ffi.CPU:
-            out = np.empty(info.shape, dtype=dtype)
-            self._get_output(index, _tensors.TensorView(out).tensor)
+            out = np.empty(slot.shape, dtype=slot.dtype)
+            slot.tensor.data = out.ctypes.data
+            slot.call()
             return out
         handle = self._get_output(index)
         t = _ffi.array_tensor(handle)
-        return _tensors.view_of_memory(t.data + t.byte_offset, info.shape, dtype, (handle, self))
+        return _tensors.view_of_memory(t.data + t.byte_offset, slot.shape, slot.dtype, (handle, self))
 
     def input(self, key: int | str) -> np.ndarray:
         index = self.model._input_index(key)
@@ -119,9 +164,12 @@ class Session:
     session's next run. Made by :meth:`Model.session` (a context manager: the executor goes back to
     the model when the ``with`` ends, or when the session is collected)."""
 
-    def __init__(self, model: Model) -> None:
-        self._model = model
-        self._executor: _Executor | None = model._acquire()
+    def __init__(self, model: Model, weak: bool = False) -> None:
+        # A session the model keeps for a thread holds the model weakly (no cycle); one a caller
+        # holds keeps the model alive.
+        self._model: Model = weakref.proxy(model) if weak else model  # type: ignore[assignment]
+        self._executor: _Executor | None = None
+        self._executor = model._acquire()
 
     def _ex(self) -> _Executor:
         if self._executor is None:
@@ -138,11 +186,16 @@ class Session:
 
     def run(self, inputs: Mapping[str, Any] | None = None, *, copy: bool = True, **named: Any) -> list[np.ndarray]:
         """Sets the inputs given (others keep what was set before), runs, and returns the outputs."""
-        ex = self._ex()
-        for k, v in {**(inputs or {}), **named}.items():
+        ex = self._executor
+        if ex is None:
+            raise errors.RuntimeFailure("this session is closed")
+        if inputs:
+            for k, v in inputs.items():
+                ex.set_input(k, v)
+        for k, v in named.items():
             ex.set_input(k, v)
         ex.run()
-        return [ex.output(i, copy) for i in range(len(self._model.outputs))]
+        return [ex.output(i, copy) for i in range(len(ex.outputs))]
 
     def get_output(self, index: int | str, out: np.ndarray | None = None, *, copy: bool = True) -> Tensor:
         """Output `index` (or its name) of the last run: a :class:`Tensor` (``.numpy()``, as TVM's
@@ -202,7 +255,10 @@ class Session:
         from then on)."""
         ex, self._executor = self._executor, None
         if ex is not None:
-            self._model._release(ex)
+            try:
+                self._model._release(ex)
+            except ReferenceError:  # the model is gone: nothing to give back to
+                pass
 
     def __enter__(self) -> Session:
         return self
@@ -261,7 +317,10 @@ class Model:
     ones, are pages shared with every process that maps it). ``concurrency`` is how many runs may
     be in flight at once (default: the machine's CPUs): the activation arenas follow it, a run
     beyond it waits. ``share_weights_with`` is another build of the same model (batch size,
-    sequence length) whose weights this one uses instead of loading its own.
+    sequence length) whose weights this one uses instead of loading its own, and whose pool of
+    activation arenas (and so concurrency) it shares; ``pool_with`` shares the pool alone (builds
+    that each map one prepared file, for instance). :meth:`close` frees the model's memory at once
+    (dropping the last reference does too).
 
     Every method may be called from many threads at once. ``run`` is one call: inputs in, outputs
     out. ``set_input``, ``run()`` and ``get_output`` (as TVM's ``GraphModule``) act on the calling
@@ -281,6 +340,7 @@ class Model:
         map_params: bool = False,
         concurrency: int | None = None,
         share_weights_with: Model | None = None,
+        pool_with: Model | None = None,
     ) -> None:
         art = locate(path, lib, graph, params)
         self._lock = threading.Lock()
@@ -289,16 +349,24 @@ class Model:
         self._local = threading.local()
         self._lib = _ffi.load_module(str(art.lib))
         self.library_path = str(art.lib)
-        if share_weights_with is not None:
-            # A build whose library carries weights of its own: a factory without them, so this
-            # build holds only the other's.
+        # The library's factory (export_library's graph and, usually, weights) comes first; a
+        # folder's graph.json and params.bin serve libraries that carry none.
+        factory = _ffi.module_function(self._lib, "default", True)
+        get_json = _ffi.module_function(self._lib, "get_graph_json", True)
+        has_factory = factory is not None and get_json is not None
+        if art.graph_from_folder and has_factory:
+            art.graph = None
+        if art.params_from_folder and has_factory and art.graph is None and self._factory_param_names():
+            art.params = None
+        if has_factory and art.graph is None and (art.params is not None or share_weights_with is not None):
+            # Weights come from elsewhere: a factory without its own, so they are not held twice.
             remove = _ffi.module_function(self._lib, "remove_params", True)
             if remove is not None:
                 self._lib = remove()
-        self._factory = _ffi.module_function(self._lib, "default", True) if art.graph is None else None
+                factory = _ffi.module_function(self._lib, "default", True)
+        self._factory = factory if art.graph is None else None
         if art.graph is None:
-            get_json = _ffi.module_function(self._lib, "get_graph_json", True)
-            if self._factory is None or get_json is None:
+            if not has_factory or get_json is None:
                 raise errors.InvalidValueError(
                     f"{art.lib} carries no graph (not an export_library factory): give graph= (graph.json)"
                 )
@@ -309,8 +377,6 @@ class Model:
         if len(self._graph.device_types) > 1 and self.device.type != _ffi.CPU:
             self._devices.append(_ffi.Device(_ffi.CPU, 0))
         self._params = art.params
-        if art.params_from_folder and self._factory is not None and self._factory_has_weights():
-            self._params = None
         self._map_params = map_params
         self._source: Model | None = share_weights_with
         weight_names = self._weight_names()
@@ -324,16 +390,32 @@ class Model:
         capacity = concurrency if concurrency is not None else (os.cpu_count() or 1)
         if capacity < 1:
             raise errors.InvalidValueError(f"concurrency {capacity}: at least 1")
-        self.concurrency = capacity
-        self._pool = _ffi.global_function("tvmrt.executor.ArenaPool")(self.device.type, self.device.id, capacity)
+        self._pool: _ffi.Handle
+        self.concurrency: int
+        pooled = pool_with if pool_with is not None else share_weights_with
+        if pooled is not None and pooled.device == self.device:
+            # One pool of arenas for every build of the model: its runs in flight, whichever
+            # build they are on, draw from it (arenas sized for the largest build).
+            self._pool = pooled._pool
+            self.concurrency = pooled.concurrency
+        else:
+            self._pool = _ffi.global_function("tvmrt.executor.ArenaPool")(self.device.type, self.device.id, capacity)
+            self.concurrency = capacity
         # The executor holding the weights (loaded, or the factory's): made now, so a bad file or
         # a missing weight is an error here, not at the first run.
         self._primary = self._make(primary=True)
         self._free.append(self._primary)
 
-    def _factory_has_weights(self) -> bool:
-        params = _ffi.module_function(self._lib, "get_graph_params", True)
-        return params is not None and _ffi.global_function("runtime.MapSize")(params()) > 0
+    def _factory_param_names(self) -> list[str]:
+        """The names of the weights the library's factory carries (none copied)."""
+        names = _ffi.module_function(self._lib, "get_param_names", True)
+        if names is None:
+            return []
+        array = names()
+        size = _ffi.global_function("runtime.ArraySize")(array)
+        get = _ffi.global_function("runtime.ArrayGetItem")
+        text = _ffi.global_function("runtime.GetFFIString")
+        return [text(get(array, i)) for i in range(size)]
 
     def _weight_names(self) -> set[str]:
         if self._source is not None:
@@ -349,13 +431,7 @@ class Model:
                 )
             return set(names)
         if self._factory is not None:
-            params = _ffi.module_function(self._lib, "get_graph_params", True)
-            if params is not None:
-                items = _ffi.global_function("runtime.MapItems")(params())
-                size = _ffi.global_function("runtime.ArraySize")(items)
-                get = _ffi.global_function("runtime.ArrayGetItem")
-                text = _ffi.global_function("runtime.GetFFIString")
-                return {text(get(items, i)) for i in range(0, size, 2)}
+            return set(self._factory_param_names())
         return set()
 
     def _make(self, primary: bool = False) -> _Executor:
@@ -391,6 +467,8 @@ class Model:
         return _Executor(self, module)
 
     def _acquire(self) -> _Executor:
+        if self._primary is None:
+            raise errors.RuntimeFailure("the model is closed")
         with self._lock:
             if self._free:
                 return self._free.pop()
@@ -424,7 +502,7 @@ class Model:
         s: Session | None = getattr(self._local, "session", None)
         if s is None:
             # Collected with the thread's locals when the thread ends: the executor goes back.
-            s = Session(self)
+            s = Session(self, weak=True)
             self._local.session = s
         return s
 
@@ -518,7 +596,9 @@ class Model:
         """Writes this model's weights, with what its weight-only operators derive from them,
         into a file for ``map_params=True`` (and ``tvmrt run --map-params``): every process that
         maps it shares its pages, and nothing is computed at load. Written whole (a temporary
-        file renamed over `path`), so processes making it at once never see it half written."""
+        file renamed over `path`), so processes making it at once never see it half written.
+        A model whose params are a prepared file of the same weights (another build's) adds its
+        own derived weights to that file's: one file serves every build."""
         blob = (
             self._params
             if isinstance(self._params, bytes)
@@ -530,6 +610,7 @@ class Model:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(prepared)
+            os.chmod(tmp, 0o644)  # for every process that maps it, as any file written would be
             os.replace(tmp, target)
         except BaseException:
             os.unlink(tmp)
@@ -547,6 +628,14 @@ class Model:
         weights: ``model.variant("resnet_b8")``."""
         kwargs.setdefault("device", (self.device.type, self.device.id))
         return Model(path, share_weights_with=self, **kwargs)
+
+    def close(self) -> None:
+        """Lets go of the model's executors, weights and library now (outputs taken without a
+        copy keep what they point into); the model cannot run after."""
+        with self._lock:
+            self._free.clear()
+        self._local = threading.local()
+        self._primary = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         ins = ", ".join(repr(t) for t in self.inputs)

@@ -33,6 +33,9 @@ pub(crate) unsafe fn write_return(rv: RetValue, value: *mut TVMValue, code: *mut
         RetValue::Float(f) => (TVMValue { v_float64: f }, kTVMArgFloat),
         other => stored_return(other),
     };
+    if c != kTVMBytes {
+        release_large_bytes();
+    }
     // SAFETY: both checked non-null above.
     unsafe {
         value.write(v);
@@ -58,6 +61,17 @@ fn stored_return(rv: RetValue) -> (TVMValue, i32) {
         }
         Err(_) => unreachable!("into_c_scalar only refuses strings, bytes and dtypes"),
     }
+}
+
+/// Bytes returned earlier live until the next call on the thread; a large buffer (a prepared
+/// params file is the size of the weights) is given back then, not kept until the next bytes.
+#[inline]
+fn release_large_bytes() {
+    RET_BYTES.with(|slot| {
+        if slot.borrow().0.capacity() > 1 << 16 {
+            *slot.borrow_mut() = (Vec::new(), TVMByteArray { data: std::ptr::null(), size: 0 });
+        }
+    });
 }
 
 fn store_str(s: &str) -> TVMValue {

@@ -9,7 +9,7 @@ use crate::dlpack::{kDLDevice, DLDataType, DLDevice};
 use crate::error::{Error, Result};
 use crate::module::{property, Module, ModuleNode};
 use crate::object::ObjRef;
-use crate::packed::{Args, MapObj, PackedFunc, RetValue};
+use crate::packed::{Args, ArrayObj, MapObj, PackedFunc, RetValue, StringObj};
 use crate::params;
 use crate::stream::Reader;
 use crate::tensor::{NDArray, Weight};
@@ -168,6 +168,12 @@ impl ModuleNode for Factory {
                     .map(|p| Ok((p.name.as_str(), p.to_ndarray()?.into_any())))
                     .collect::<Result<Vec<_>>>()?;
                 Ok(MapObj::from_str_pairs(pairs).into())
+            }),
+            // The names of the weights the factory holds, without copying them (an extension:
+            // upstream has only get_graph_params, which copies every weight).
+            "get_param_names" => PackedFunc::native(move |_| {
+                let names = factory(&m).params.iter().map(|p| StringObj::new(&p.name).into_any()).collect();
+                Ok(ArrayObj::new(names).into())
             }),
             "remove_params" => PackedFunc::native(move |_| {
                 let f = factory(&m);

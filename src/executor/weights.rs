@@ -128,18 +128,18 @@ impl GraphExecutor {
     ) -> std::result::Result<Option<DerivedWeights>, String> {
         let Some(stamp) = prepared_params::verified_stamp(records)? else { return Ok(None) };
         let library = self.plan.library_digest().ok_or("the operator library is not a file")?;
-        if stamp.graph != self.plan.graph_digest || stamp.library != library {
+        let Some((_, build)) = stamp.build_for(self.plan.graph_digest, library) else {
+            let made: Vec<String> =
+                stamp.builds.iter().map(|b| format!("graph {:016x} library {:016x}", b.graph, b.library)).collect();
             return Err(format!(
-                "made for another build of the model (graph {:016x}, library {:016x}; this executor's are {:016x}, \
-                 {library:016x})",
-                stamp.graph, stamp.library, self.plan.graph_digest
+                "made for another build of the model ({}; this executor's are graph {:016x} library {library:016x})",
+                made.join(", "),
+                self.plan.graph_digest
             ));
-        }
-        stamp
-            .roots
-            .iter()
-            .map(|&r| {
-                let name = format!("{}{r}", prepared_params::DERIVED_PREFIX);
+        };
+        build
+            .records()
+            .map(|(r, name)| {
                 let (_, rec) = records.iter().find(|(n, _)| *n == name).ok_or(format!("no record '{name}'"))?;
                 if rec.data.as_ptr() as usize % params::DATA_ALIGNMENT != 0 {
                     return Err(format!("'{name}' is not aligned in the file"));

@@ -92,6 +92,9 @@ impl ClientHello {
         // The header first, then (its length known) the key.
         while self.hello.is_none() && !rest.is_empty() {
             let take = rest.len().min(self.wants());
+            if take == 0 {
+                break;
+            }
             self.got.extend_from_slice(&rest[..take]);
             rest = &rest[take..];
             self.hello = self.decide();
@@ -264,6 +267,11 @@ mod tests {
         let mut negative = RPC_MAGIC.to_le_bytes().to_vec();
         negative.extend_from_slice(&(-1i32).to_le_bytes());
         assert_eq!(hello_of(&negative), Hello::NotAClient);
+        // A key of no bytes: whole at once (and no server's key).
+        let mut empty = RPC_MAGIC.to_le_bytes().to_vec();
+        empty.extend_from_slice(&0i32.to_le_bytes());
+        assert_eq!(hello_of(&empty), Hello::Complete(String::new()));
+        assert!(matches!(answer("", "", ""), Verdict::Mismatch { .. }));
         // The longest key taken.
         let key = format!("k{}", " ".repeat(MAX_KEY - "client:k".len()));
         assert!(matches!(hello_of(&client_hello(&key)), Hello::Complete(_)));
@@ -285,6 +293,23 @@ mod tests {
         let mut more = hello.clone();
         more.extend_from_slice(b"first packet");
         assert_eq!(hello_of(&more), Hello::Complete("client:k -timeout=4".into()));
+    }
+
+    #[test]
+    fn a_client_is_told_what_the_server_answered() {
+        for (code, want) in [
+            (RPC_MISMATCH, "cannot find server that matches key=client:k"),
+            (RPC_DUPLICATE, "server already have key=client:k"),
+            (0x1234, "is not TVM RPC server"),
+        ] {
+            let (mut c, mut s) = UnixStream::pair().unwrap();
+            s.write_all(&code.to_le_bytes()).unwrap();
+            let e = connect(&mut c, "k", "u").unwrap_err().to_string();
+            assert!(e.contains(want), "{code:#x}: {e}");
+        }
+        let (mut c, mut s) = UnixStream::pair().unwrap();
+        s.write_all(&[&RPC_MAGIC.to_le_bytes()[..], &(-1i32).to_le_bytes()].concat()).unwrap();
+        assert!(connect(&mut c, "k", "u").unwrap_err().to_string().contains("a server key of -1 bytes"));
     }
 
     #[test]

@@ -307,6 +307,25 @@ pub(crate) mod tests {
         // A GNU long name with no member after it.
         let a = archive(&[(b"././@LongLink", b'L', b"name\0", b"")]);
         assert!(entries(&a).unwrap_err().to_string().contains("no member after it"));
+        // A size in base-256 (GNU's, for sizes octal cannot hold) is read as one.
+        let mut big = header(b"a.o", b'0', 0, b"");
+        let mut size = [0u8; 12];
+        size[0] = 0x80;
+        size[10..].copy_from_slice(&700u16.to_be_bytes());
+        big[124..136].copy_from_slice(&size);
+        big[148..156].copy_from_slice(b"        ");
+        let sum: u32 = big.iter().map(|b| u32::from(*b)).sum();
+        big[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        big.extend_from_slice(&[9u8; 700]);
+        big.resize(big.len().div_ceil(BLOCK) * BLOCK + 2 * BLOCK, 0);
+        let e = entries(&big).unwrap();
+        assert_eq!((e[0].data.len(), e[0].data[699]), (700, 9));
+        assert_eq!(number(&[0xff, 1], "size").unwrap(), 0x7f01, "the marker bit is not part of the value");
+        // Record lengths that leave no room for a key are refused as such.
+        for bad in [&b"2 x"[..], b"1 x", b"2 \n"] {
+            let e = pax_value(bad, "path").unwrap_err().to_string();
+            assert!(e.contains("bad length"), "{bad:?}: {e}");
+        }
         assert!(pax_value(b"99 path=x\n", "path").is_err());
         assert!(pax_value(b"8 path=x\n", "path").is_err(), "no newline where the length ends");
         assert_eq!(pax_value(b"11 path=ab\n", "path").unwrap(), Some(&b"ab"[..]));

@@ -85,6 +85,8 @@ fn memory_line(label: &str, mem: &Value) -> String {
 fn folded_line(label: &str, mem: &Value) -> String {
     let how = if mem["ops_folded"] == 0 {
         "a lone executor runs every operator, as upstream; --fold runs those reading only weights once, at load"
+    } else if mem["prepared_params"] == "used" {
+        "they read only weights: their results mapped from the prepared file, nothing computed at load"
     } else {
         "they read only weights: run once at load"
     };
@@ -195,13 +197,23 @@ fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &GraphExec
         let name = plan.input_name(i);
         let e = &plan.graph.entries[plan.input_entries[i]];
         let (bytes, source, weight) = if let Some(t) = given.iter().find(|t| t.name == name) {
-            if t.dtype != e.dtype || t.shape != *e.shape {
+            if t.shape != *e.shape {
                 return Err(Error::value(format!(
                     "input '{name}' is {} {:?}, the file holds {} {:?}",
                     e.dtype, e.shape, t.dtype, t.shape
                 )));
             }
-            (t.data.clone(), "file", false)
+            if t.dtype != e.dtype && !data.cast {
+                return Err(Error::type_err(format!(
+                    "input '{name}' is {} {:?}, the file holds {}: cast it (numpy: x.astype(\"{}\")) or pass --cast",
+                    e.dtype, e.shape, t.dtype, e.dtype
+                )));
+            }
+            if t.dtype != e.dtype {
+                (tensors::cast(t, e.dtype)?.data, "file, cast", false)
+            } else {
+                (t.data.clone(), "file", false)
+            }
         } else if let Some(path) = recorded.as_ref().and_then(|r| r.iter().find(|(n, _)| n == name)).map(|(_, p)| p) {
             (std::fs::read(path).map_err(|err| Error::io(path.display().to_string(), err))?, "recorded", false)
         } else {
@@ -249,10 +261,12 @@ fn check_writable(path: &Path) -> Result<()> {
     std::fs::remove_file(&probe).map_err(io)
 }
 
-pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
+/// Runs the model; `Ok(false)` when `--expect` found outputs outside the tolerance.
+pub fn run(a: &RunArgs, json_out: bool) -> Result<bool> {
     for path in [&a.outputs, &a.data.save_inputs].into_iter().flatten() {
         check_writable(path)?;
     }
+    let expected = a.expect.as_ref().map(|p| tensors::read_npz(&p.to_string_lossy())).transpose()?;
     let t0 = Instant::now();
     let model = Model::load(a.model.model.as_deref(), &a.model)?;
     let m = model.executor(false)?;
@@ -298,6 +312,7 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
     if let Some(path) = &a.outputs {
         tensors::write_npz(&path.to_string_lossy(), &outputs)?;
     }
+    let shown = if a.print_full { usize::MAX } else { 6 };
     let outs: Vec<Value> = outputs
         .iter()
         .enumerate()
@@ -307,17 +322,39 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
                 .and_then(|r| r.get(k))
                 .and_then(|p| std::fs::read(p).ok())
                 .map(|want| want == t.data);
-            json!({"name": t.name, "dtype": t.dtype.to_string(), "shape": t.shape, "preview": tensors::preview(t, 6),
-                   "matches_reference": matches})
+            let top = a
+                .print_top
+                .map(|n| tensors::top(t, n as usize))
+                .transpose()?
+                .map(|v| v.into_iter().map(|(i, x)| json!([i, x])).collect::<Vec<_>>());
+            Ok(json!({"name": t.name, "dtype": t.dtype.to_string(), "shape": t.shape,
+                   "preview": tensors::preview(t, shown), "matches_reference": matches, "top": top}))
         })
-        .collect();
+        .collect::<Result<_>>()?;
+    // `--expect`: each output against the array of its name (output_k), else the k-th.
+    let expect = match &expected {
+        None => None,
+        Some(want) => {
+            let mut results = Vec::new();
+            for (k, t) in outputs.iter().enumerate() {
+                let w = want.iter().find(|w| w.name == t.name).or_else(|| want.get(k)).ok_or_else(|| {
+                    Error::key(format!("{} has no array for {} (nor a {}-th one)", a.expect_label(), t.name, k + 1))
+                })?;
+                results.push(tensors::compare(t, w, a.rtol, a.atol)?);
+            }
+            Some(results)
+        }
+    };
+    let all_ok = expect.as_ref().is_none_or(|r| r.iter().all(|c| c["ok"] == true));
     let report = json!({
         "model": model_label(&model), "threads": tvm_runtime::backend::thread_pool::num_threads(),
         "load_ms": load_ms, "inputs": inputs, "outputs": outs, "outputs_file": a.outputs,
-        "inputs_file": a.data.save_inputs, "run_ms": stats(&times), "number": number, "memory": memory_json(ex)});
+        "inputs_file": a.data.save_inputs, "run_ms": stats(&times), "number": number, "memory": memory_json(ex),
+        "expect": expect.as_ref().map(|r| json!({"file": a.expect, "rtol": a.rtol, "atol": a.atol, "ok": all_ok,
+                                                  "outputs": r}))});
     if json_out {
         print_json(&report);
-        return Ok(());
+        return Ok(all_ok);
     }
     println!("model    {}", report["model"].as_str().unwrap_or_default());
     println!("threads  {}", report["threads"]);
@@ -339,13 +376,48 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
             None => "",
         };
         let preview: Vec<String> = out["preview"].as_array().unwrap().iter().map(tensors::show).collect();
+        let more = !a.print_full && out["preview"].as_array().unwrap().len() == 6;
         println!(
             "output   {}: {} {} [{}{}]{check}",
             out["name"].as_str().unwrap(),
             out["dtype"].as_str().unwrap(),
             out["shape"],
             preview.join(", "),
-            if out["preview"].as_array().unwrap().len() == 6 { ", ..." } else { "" }
+            if more { ", ..." } else { "" }
+        );
+        if let Some(top) = out["top"].as_array() {
+            let items: Vec<String> = top.iter().map(|p| format!("[{}] {}", p[0], tensors::show(&p[1]))).collect();
+            println!("top {:<4} {}: {}", top.len(), out["name"].as_str().unwrap(), items.join(", "));
+        }
+    }
+    for c in expect.iter().flatten() {
+        let name = c["name"].as_str().unwrap_or("");
+        if let Some(why) = c["why"].as_str() {
+            println!("expect   {name}: DIFFERS ({why})");
+            continue;
+        }
+        println!(
+            "expect   {name}: {} (largest |diff| {:.3e} at [{}], largest relative {:.3e}; {} of {} outside)",
+            if c["ok"] == true { "within tolerance" } else { "DIFFERS" },
+            c["max_abs_diff"].as_f64().unwrap_or(0.0),
+            c["at"],
+            c["max_rel_diff"].as_f64().unwrap_or(0.0),
+            c["outside"],
+            c["values"]
+        );
+    }
+    if expect.is_some() {
+        let differ = expect.iter().flatten().filter(|c| c["ok"] != true).count();
+        println!(
+            "expect   {} (rtol {}, atol {}, {})",
+            if differ == 0 {
+                "every output within tolerance".to_string()
+            } else {
+                format!("{differ} output(s) DIFFER")
+            },
+            a.rtol,
+            a.atol,
+            a.expect_label()
         );
     }
     if let Some(p) = &a.data.save_inputs {
@@ -366,7 +438,7 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<()> {
     );
     println!("{}", memory_line("memory  ", &report["memory"]));
     println!("{}", folded_line("folded  ", &report["memory"]));
-    Ok(())
+    Ok(all_ok)
 }
 
 fn arg_desc(ex: &GraphExecutor, node: usize) -> (Vec<String>, String) {
@@ -408,11 +480,14 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
         _ => 0.0,
     };
     runs.sort_by(|x, y| total(&x.0).total_cmp(&total(&y.0)));
-    let (report, timeline) = runs.swap_remove(runs.len() / 2);
+    let (full, timeline) = runs.swap_remove(runs.len() / 2);
+    // The table to show: the N longest functions, argument shapes shortened (the JSON, the CSV
+    // and the trace keep everything).
+    let report = shown_report(&full, a.top.map(|n| n as usize), a.wide);
     if let Some(path) = &a.trace {
         let events: Vec<Value> = timeline
             .iter()
-            .zip(&report.calls)
+            .zip(&full.calls)
             .map(|((node, start), call)| {
                 let text = |k: &str| match profiling::metric(call, k) {
                     Some(Metric::Str(s)) => s.clone(),
@@ -432,11 +507,11 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
         tvm_runtime::files::write_whole(path, serde_json::to_string(&trace).expect("serialisable").as_bytes())?;
     }
     if let Some(path) = &a.csv {
-        tvm_runtime::files::write_whole(path, profiling::format::csv(&report).as_bytes())?;
+        tvm_runtime::files::write_whole(path, profiling::format::csv(&full).as_bytes())?;
     }
     if json_out {
         // Upstream's report JSON: `Report.from_json` in TVM's Python reads it.
-        println!("{}", profiling::json::to_json(&report));
+        println!("{}", profiling::json::to_json(&full));
         return Ok(());
     }
     print!("{}", profiling::format::table(&report, !a.in_order, !a.in_order, true)?);
@@ -452,6 +527,49 @@ pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
         notes.iter().for_each(|n| println!("{n}"));
     }
     Ok(())
+}
+
+/// Argument shapes longer than this are shortened in the table (unless --wide).
+const SHAPES_SHOWN: usize = 48;
+
+/// The report as the table shows it: the calls of the `top` functions that took longest in all
+/// (every call when `None`), argument shapes cut to [`SHAPES_SHOWN`] characters unless `wide`.
+fn shown_report(full: &Report, top: Option<usize>, wide: bool) -> Report {
+    let mut report = full.clone();
+    if let Some(n) = top {
+        let mut totals: Vec<(String, f64)> = Vec::new();
+        for call in &report.calls {
+            let name = match profiling::metric(call, "Name") {
+                Some(Metric::Str(s)) => s.clone(),
+                _ => continue,
+            };
+            let d = match profiling::metric(call, "Duration (us)") {
+                Some(Metric::Duration(d)) => *d,
+                _ => 0.0,
+            };
+            match totals.iter_mut().find(|(k, _)| *k == name) {
+                Some((_, t)) => *t += d,
+                None => totals.push((name, d)),
+            }
+        }
+        totals.sort_by(|a, b| b.1.total_cmp(&a.1));
+        totals.truncate(n);
+        report.calls.retain(|call| {
+            matches!(profiling::metric(call, "Name"), Some(Metric::Str(s)) if totals.iter().any(|(k, _)| k == s))
+        });
+    }
+    if !wide {
+        for call in &mut report.calls {
+            for (key, value) in call.iter_mut() {
+                if let (true, Metric::Str(s)) = (key == "Argument Shapes", &mut *value) {
+                    if s.chars().count() > SHAPES_SHOWN {
+                        *s = format!("{}...", s.chars().take(SHAPES_SHOWN - 3).collect::<String>());
+                    }
+                }
+            }
+        }
+    }
+    report
 }
 
 pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {

@@ -25,6 +25,9 @@ struct Cli {
     /// Print one JSON document on stdout, errors included
     #[arg(long, global = true)]
     json: bool,
+    /// Threads the kernels run on (default: TVM_NUM_THREADS, else the physical cores)
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
     #[command(subcommand)]
     command: Command,
 }
@@ -112,8 +115,9 @@ pub struct PrepareArgs {
     /// The params file (default: MODEL/params.bin, else the weights the library carries)
     #[arg(long, value_name = "FILE")]
     pub params: Option<PathBuf>,
-    /// The device the derived weights are computed on: cpu, or opencl[:ID]
-    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    /// The device the derived weights are computed on: auto (the one the model was built for),
+    /// cpu, or opencl[:ID]
+    #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device)]
     pub device: DeviceArg,
     /// Where to write the prepared params file (written whole or not at all)
     #[arg(long, value_name = "OUT")]
@@ -167,30 +171,28 @@ pub struct ModelArgs {
     /// default they fold once a second executor shares the weights
     #[arg(long)]
     pub fold: bool,
-    /// The device to run on: cpu, or opencl[:ID] for models built for OpenCL
-    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    /// The device to run on: auto (the one the model was built for: OpenCL for models built
+    /// for it), cpu, or opencl[:ID]
+    #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device)]
     pub device: DeviceArg,
 }
 
-/// A device as the command line names it.
-#[derive(Clone, Copy, Debug)]
-pub struct DeviceArg(pub tvm_runtime::dlpack::DLDevice);
-
-impl Default for DeviceArg {
-    fn default() -> Self {
-        DeviceArg(tvm_runtime::dlpack::DLDevice::CPU)
-    }
-}
+/// A device as the command line names it: a device, or the one the model was built for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceArg(pub Option<tvm_runtime::dlpack::DLDevice>);
 
 fn parse_device(s: &str) -> Result<DeviceArg, String> {
+    if s == "auto" {
+        return Ok(DeviceArg(None));
+    }
     let (kind, id) = s.split_once(':').unwrap_or((s, "0"));
     let device_type = match kind {
         "cpu" => 1,
         "opencl" | "cl" => 4,
-        _ => return Err(format!("unknown device '{kind}' (cpu or opencl[:ID])")),
+        _ => return Err(format!("unknown device '{kind}' (auto, cpu or opencl[:ID])")),
     };
     let device_id = id.parse().map_err(|_| format!("device id '{id}' is not a number"))?;
-    Ok(DeviceArg(tvm_runtime::dlpack::DLDevice { device_type, device_id }))
+    Ok(DeviceArg(Some(tvm_runtime::dlpack::DLDevice { device_type, device_id })))
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +226,10 @@ pub struct InputArgs {
     /// Write the inputs used to an .npz archive (to edit them, or to pass them back with --inputs)
     #[arg(long, value_name = "FILE.npz")]
     pub save_inputs: Option<PathBuf>,
+    /// Convert input files of another numeric dtype to the input's (float64 to float32, int64 to
+    /// int32, ...), instead of refusing them
+    #[arg(long)]
+    pub cast: bool,
 }
 
 #[derive(Args)]
@@ -241,6 +247,28 @@ pub struct RunArgs {
     /// Runs per timed repeat
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub number: u32,
+    /// Compare the outputs with the arrays of an .npz (output_0, output_1, ... or in order): a
+    /// summary of the largest differences; exit status 3 when any is outside the tolerance
+    #[arg(long, value_name = "REF.npz")]
+    pub expect: Option<PathBuf>,
+    /// Relative tolerance of --expect (|got - want| <= atol + rtol * |want|, as numpy's allclose)
+    #[arg(long, default_value_t = 1e-5, requires = "expect")]
+    pub rtol: f64,
+    /// Absolute tolerance of --expect
+    #[arg(long, default_value_t = 1e-8, requires = "expect")]
+    pub atol: f64,
+    /// Print each output's N largest values with their indices (the classes of a classifier)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub print_top: Option<u32>,
+    /// Print every value of every output (the default shows the first six)
+    #[arg(long)]
+    pub print_full: bool,
+}
+
+impl RunArgs {
+    fn expect_label(&self) -> String {
+        self.expect.as_ref().map_or_else(String::new, |p| p.display().to_string())
+    }
 }
 
 #[derive(Args)]
@@ -263,6 +291,12 @@ pub struct ProfileArgs {
     /// Write a Chrome / Perfetto trace of the reported run
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<PathBuf>,
+    /// Only the N functions that took longest (the totals stay the whole run's)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub top: Option<u32>,
+    /// Argument shapes in full (by default long ones are shortened to fit a terminal)
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Args)]
@@ -277,8 +311,9 @@ pub struct ShareArgs {
     /// Map each params file and use its weights in place (see run --help)
     #[arg(long)]
     pub map_params: bool,
-    /// The device the executors run on: cpu, or opencl[:ID]
-    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    /// The device the executors run on: auto (the one the models were built for), cpu, or
+    /// opencl[:ID]
+    #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device)]
     pub device: DeviceArg,
     /// Draw the executors' activations from one pool of at most C arenas (as many as runs in
     /// flight), instead of an arena each
@@ -291,6 +326,20 @@ fn parse_named_file(s: &str) -> Result<(String, PathBuf), String> {
         Some((name, file)) if !name.is_empty() && !file.is_empty() => Ok((name.to_string(), file.into())),
         _ => Err(format!("expected NAME=FILE.npy, got '{s}'")),
     }
+}
+
+/// Exit codes: 0 success; 1 a failure while running (a kernel, a device, the runtime); 2 the
+/// user's mistake (the command line, or a model, file, name, shape, dtype or device that does not
+/// fit); 3 `run --expect` found outputs outside the tolerance.
+const EXIT_FAILURE: u8 = 1;
+const EXIT_MISTAKE: u8 = 2;
+const EXIT_DIFFERS: u8 = 3;
+
+/// Whether an error is about what the user asked (a file that is not there, a name, a shape, a
+/// dtype, a device that does not fit) rather than a failure while running.
+fn is_users_mistake(e: &tvm_runtime::Error) -> bool {
+    use tvm_runtime::error::ErrorKind::*;
+    e.is_io() || matches!(e.kind(), ValueError | TypeError | KeyError | IndexError | AttributeError)
 }
 
 /// An error as `--json` prints it: on stdout, with its kind.
@@ -317,27 +366,36 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
+    if let Some(n) = cli.threads {
+        // Before the runtime's thread pool first reads it (at init, one thread).
+        std::env::set_var("TVM_NUM_THREADS", n.to_string());
+    }
     tvm_runtime::init();
     let json = cli.json;
     let result = match cli.command {
         Command::Run(a) => commands::run(&a, json),
-        Command::Profile(a) => commands::profile(&a, json),
-        Command::Inspect(a) => commands::inspect(&a, json),
-        Command::Share(a) => commands::share(&a, json),
-        Command::AlignParams { input, output } => commands::align_params(&input, &output, json),
-        Command::PrepareParams(a) => commands::prepare_params(&a, json),
-        Command::RpcServer(a) => rpc_server::run(&a),
+        Command::Profile(a) => commands::profile(&a, json).map(|()| true),
+        Command::Inspect(a) => commands::inspect(&a, json).map(|()| true),
+        Command::Share(a) => commands::share(&a, json).map(|()| true),
+        Command::AlignParams { input, output } => commands::align_params(&input, &output, json).map(|()| true),
+        Command::PrepareParams(a) => commands::prepare_params(&a, json).map(|()| true),
+        Command::RpcServer(a) => rpc_server::run(&a).map(|()| true),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        // `run --expect`: outputs outside the tolerance (the summary said which).
+        Ok(false) => ExitCode::from(EXIT_DIFFERS),
         Err(e) => {
+            let mistake = is_users_mistake(&e);
             if json {
                 // The runtime's own kind of failure (the C API reports upstream's class instead).
                 println!("{}", json_error(&e.kind().to_string(), &e.to_string()));
+            } else if mistake {
+                eprintln!("error: {e}");
             } else {
-                eprintln!("tvmrt: {}", e.to_c_message());
+                eprintln!("error: {e} (a failure while running, not the command line's: {})", e.kind());
             }
-            ExitCode::FAILURE
+            ExitCode::from(if mistake { EXIT_MISTAKE } else { EXIT_FAILURE })
         }
     }
 }

@@ -85,6 +85,7 @@ impl Model {
         };
         let params = params_path.as_deref().map(read).transpose()?;
         let name = dir.file_name().and_then(|s| s.to_str()).unwrap_or("model").to_string();
+        let device = args.device.0.unwrap_or_else(|| built_for(&lib));
         Ok(Model {
             name,
             dir,
@@ -101,7 +102,7 @@ impl Model {
             } else {
                 None
             },
-            device: args.device.0,
+            device,
         })
     }
 
@@ -109,7 +110,7 @@ impl Model {
     /// from the graph; then the params file, if any. Names in the params file that are not inputs
     /// of the graph are an error: a mismatch would otherwise leave weights unset.
     pub fn executor(&self, debug: bool) -> Result<ObjRef<Module>> {
-        let m = self.bound_executor(debug)?;
+        let m = self.bound_executor(debug).map_err(name_the_flag)?;
         if let Some(fold) = self.fold {
             exec(&m).set_fold_weights(fold)?;
         }
@@ -181,6 +182,30 @@ impl Model {
     /// Whether anything gives this model weights: the library's factory or a params file.
     pub fn has_weight_source(&self) -> bool {
         self.params.is_some() || self.lib.node::<Factory>().is_some_and(|f| !f.params().is_empty())
+    }
+}
+
+/// The device a model's library was built for: OpenCL device 0 when it has OpenCL kernels (its
+/// CPU operators, if any, run on the CPU beside it), else the CPU.
+pub fn built_for(lib: &ObjRef<Module>) -> DLDevice {
+    fn has_opencl(m: &ObjRef<Module>, depth: usize) -> bool {
+        m.type_key() == "opencl" || (depth < 8 && m.imports().iter().any(|i| has_opencl(i, depth + 1)))
+    }
+    if has_opencl(lib, 0) {
+        DLDevice { device_type: 4, device_id: 0 }
+    } else {
+        DLDevice::CPU
+    }
+}
+
+/// An error about the device a model runs on, in the command line's words.
+fn name_the_flag(e: Error) -> Error {
+    let text = e.to_string();
+    match text.split_once(": create the executor on that device") {
+        Some((what, rest)) => {
+            Error::new(e.kind(), format!("{what}{rest}: run it there with --device (or --device auto)"))
+        }
+        None => e,
     }
 }
 

@@ -251,3 +251,107 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 }
+
+/// Every value of a tensor as f64 (for comparisons and rankings; int64 beyond 2^53 rounds).
+pub fn values(t: &HostTensor) -> Result<Vec<f64>> {
+    fn le<const N: usize>(c: &[u8]) -> [u8; N] {
+        c.try_into().expect("chunks of the element size")
+    }
+    let b = &t.data;
+    Ok(match t.dtype.to_string().as_str() {
+        "float32" => b.chunks_exact(4).map(|c| f32::from_le_bytes(le(c)) as f64).collect(),
+        "float64" => b.chunks_exact(8).map(|c| f64::from_le_bytes(le(c))).collect(),
+        "float16" => b.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes(le(c))) as f64).collect(),
+        "int8" => b.iter().map(|&x| x as i8 as f64).collect(),
+        "int16" => b.chunks_exact(2).map(|c| i16::from_le_bytes(le(c)) as f64).collect(),
+        "int32" => b.chunks_exact(4).map(|c| i32::from_le_bytes(le(c)) as f64).collect(),
+        "int64" => b.chunks_exact(8).map(|c| i64::from_le_bytes(le(c)) as f64).collect(),
+        "uint8" | "bool" => b.iter().map(|&x| x as f64).collect(),
+        "uint16" => b.chunks_exact(2).map(|c| u16::from_le_bytes(le(c)) as f64).collect(),
+        "uint32" => b.chunks_exact(4).map(|c| u32::from_le_bytes(le(c)) as f64).collect(),
+        "uint64" => b.chunks_exact(8).map(|c| u64::from_le_bytes(le(c)) as f64).collect(),
+        other => return Err(Error::type_err(format!("no values of dtype {other}"))),
+    })
+}
+
+/// `t` converted to `dtype`, as numpy's `astype` does for numbers (floats to integers truncated),
+/// refusing a value the new dtype cannot hold rather than wrapping it.
+pub fn cast(t: &HostTensor, dtype: DLDataType) -> Result<HostTensor> {
+    let name = dtype.to_string();
+    let vals = values(t)?;
+    let range = |lo: f64, hi: f64| -> Result<()> {
+        match vals.iter().find(|v| v.is_nan() || v.trunc() < lo || v.trunc() > hi) {
+            Some(v) => {
+                Err(Error::value(format!("cannot cast input '{}' to {name}: the value {v} does not fit it", t.name)))
+            }
+            None => Ok(()),
+        }
+    };
+    let mut data = Vec::with_capacity(vals.len() * dtype.element_bytes());
+    match name.as_str() {
+        "float32" => vals.iter().for_each(|v| data.extend_from_slice(&(*v as f32).to_le_bytes())),
+        "float64" => vals.iter().for_each(|v| data.extend_from_slice(&v.to_le_bytes())),
+        "float16" => vals.iter().for_each(|v| data.extend_from_slice(&f32_to_f16(*v as f32).to_le_bytes())),
+        "bool" => vals.iter().for_each(|v| data.push(u8::from(*v != 0.0))),
+        "int8" => {
+            range(i8::MIN as f64, i8::MAX as f64)?;
+            vals.iter().for_each(|v| data.push(*v as i8 as u8));
+        }
+        "uint8" => {
+            range(0.0, u8::MAX as f64)?;
+            vals.iter().for_each(|v| data.push(*v as u8));
+        }
+        "int16" => {
+            range(i16::MIN as f64, i16::MAX as f64)?;
+            vals.iter().for_each(|v| data.extend_from_slice(&(*v as i16).to_le_bytes()));
+        }
+        "int32" => {
+            range(i32::MIN as f64, i32::MAX as f64)?;
+            vals.iter().for_each(|v| data.extend_from_slice(&(*v as i32).to_le_bytes()));
+        }
+        "int64" => {
+            range(i64::MIN as f64, i64::MAX as f64)?;
+            vals.iter().for_each(|v| data.extend_from_slice(&(*v as i64).to_le_bytes()));
+        }
+        other => return Err(Error::type_err(format!("--cast: no conversion to {other}"))),
+    }
+    Ok(HostTensor { name: t.name.clone(), dtype, shape: t.shape.clone(), data })
+}
+
+/// How an output compares with the expected array: the largest differences and how many values
+/// are outside the tolerance (numpy's `allclose`: |got - want| <= atol + rtol * |want|; NaN equals
+/// NaN).
+pub fn compare(got: &HostTensor, want: &HostTensor, rtol: f64, atol: f64) -> Result<serde_json::Value> {
+    if got.shape != want.shape {
+        return Ok(serde_json::json!({"name": got.name, "ok": false,
+            "why": format!("shape {:?}, expected {:?}", got.shape, want.shape)}));
+    }
+    let (g, w) = (values(got)?, values(want)?);
+    let (mut max_abs, mut at_abs, mut max_rel, mut outside) = (0.0f64, 0usize, 0.0f64, 0usize);
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        if a.is_nan() && b.is_nan() {
+            continue;
+        }
+        let d = (a - b).abs();
+        let d = if d.is_nan() { f64::INFINITY } else { d };
+        if d > max_abs {
+            (max_abs, at_abs) = (d, i);
+        }
+        if b.abs() > 0.0 {
+            max_rel = max_rel.max(d / b.abs());
+        }
+        if d > atol + rtol * b.abs() {
+            outside += 1;
+        }
+    }
+    Ok(serde_json::json!({"name": got.name, "ok": outside == 0, "max_abs_diff": max_abs, "at": at_abs,
+        "max_rel_diff": max_rel, "outside": outside, "values": g.len()}))
+}
+
+/// The `n` largest values with their flat indices, largest first.
+pub fn top(t: &HostTensor, n: usize) -> Result<Vec<(usize, f64)>> {
+    let mut v: Vec<(usize, f64)> = values(t)?.into_iter().enumerate().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v.truncate(n);
+    Ok(v)
+}

@@ -305,7 +305,7 @@ fn an_unwritable_output_fails_before_any_run() {
 fn with_json_errors_are_json_on_stdout() {
     let (code, out, _) = tvmrt_in(None, &["run", "/nonexistent", "--json"]);
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "the user's mistake");
     assert_eq!(v["error"]["kind"], "ValueError");
     assert!(v["error"]["message"].as_str().unwrap().contains("no operator library at /nonexistent"));
     let (code, out, _) = tvmrt_in(None, &["run", "--repeat", "0", "--json"]);

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Ray Serve: ResNet-18 by tvmrt.serve (builds for batch 1, 2, 4, 8) against the usual way (TVM's
+# Python on upstream's runtime v0.16, each replica loading its model): 4 replicas, 16 clients, node
+# memory (sum of the replicas' PSS), requests/s, p50/p99 (bench/serve_bench.py).
+# usage: bench/serve_bench.sh [ROUNDS] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(scripts/tvm_env.sh)"
+upstream=${TVM_UPSTREAM_SHARED:-$PWD/../shared/upstream}
+need=()
+for m in resnet18_unbound resnet18_unbound_b2 resnet18_unbound_b4 resnet18_unbound_b8; do
+  [ -f target/bench-models/$m/lib.so ] || need+=($m)
+done
+[ ${#need[@]} -eq 0 ] || scripts/make_fixtures.sh --bench --only "$(IFS=,; echo "${need[*]}")"
+venv=target/serve-bench-venv
+if [ ! -f $venv/.complete ]; then
+  py=$( (command -v pyenv >/dev/null && pyenv prefix 3.11 2>/dev/null | head -1) || true)
+  "${py:+$py/bin/}python3" -m venv $venv
+  # The usual side runs TVM's Python (the hhb wheel, numpy<2) in the same interpreter.
+  $venv/bin/pip install -q --upgrade pip
+  $venv/bin/pip install -q "ray[serve]" "numpy<2" decorator attrs psutil typing_extensions cloudpickle tornado scipy
+  touch $venv/.complete
+fi
+$venv/bin/pip wheel -q ./python --no-deps -w target/serve-bench-dist
+$venv/bin/pip install -q --force-reinstall --no-deps target/serve-bench-dist/tvmrt-*.whl
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GB; TVM_NUM_THREADS=1 in every replica"
+env -u PYTHONPATH -u TVMRT_LIBRARY RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 $venv/bin/python bench/serve_bench.py \
+  target/bench-models "$upstream" "$TVM_WHEEL_DIR" "${1:-3}" "${2:-20}"

@@ -1,0 +1,236 @@
+"""The Ray Serve deployment on one local Ray instance, every address on 127.0.0.1: requests of
+random sizes from 8 client threads, by handle and by HTTP (JSON and .npy), each answer checked
+against a direct run of the same rows on the build that served them; malformed requests among
+good ones; a replica killed while requests are in flight. Needs ``tvmrt[serve]`` (skipped without
+Ray)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import FIXTURES
+
+ray = pytest.importorskip("ray")
+serve = pytest.importorskip("ray.serve")
+requests = pytest.importorskip("requests")
+
+import tvmrt  # noqa: E402
+import tvmrt.serve as tserve  # noqa: E402
+
+B1, B8 = FIXTURES / "mlp_unbound_b1", FIXTURES / "mlp_unbound_b8"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    prepared = tmp_path_factory.mktemp("prepared")
+    port = free_port()
+    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=2, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    handle = serve.run(
+        tserve.deployment([str(B1), str(B8)], name="mlp", num_replicas=2, concurrency=2, prepared_dir=str(prepared)),
+        name="mlp",
+        route_prefix="/mlp",
+    )
+    yield handle, f"http://127.0.0.1:{port}/mlp", prepared
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def direct():
+    """The builds run here, directly: what every served row is compared with."""
+    b1 = tvmrt.Model(B1, concurrency=1)
+    return {"mlp_unbound_b1": b1, "mlp_unbound_b8": b1.variant(B8)}
+
+
+def check_answer(direct, x, outputs, runs):
+    """Each run's rows equal the same rows run directly on that build at the same place in the
+    batch (padding changes no row), and the batch-1 run within the model's tolerance."""
+    assert sum(r[2] for r in runs) == len(x), runs
+    at = 0
+    for build, offset, take, batch in runs:
+        m = direct[build]
+        feed = np.zeros((batch, *x.shape[1:]), x.dtype)
+        feed[offset : offset + take] = x[at : at + take]
+        [want] = m.run(data=feed)
+        assert outputs[at : at + take].tobytes() == want[offset : offset + take].tobytes(), (build, offset, take)
+        at += take
+    single = np.concatenate([direct["mlp_unbound_b1"].run(data=x[i : i + 1])[0] for i in range(len(x))])
+    np.testing.assert_allclose(outputs, single, rtol=1e-5, atol=1e-6)
+
+
+def test_requests_of_random_sizes_by_handle_and_http(app, direct):
+    handle, url, prepared = app
+    rng = np.random.default_rng(11)
+    jobs = []
+    for i in range(240):
+        rows = int(rng.integers(1, 9))
+        jobs.append((("handle", "json", "npy")[i % 3], rng.standard_normal((rows, 1, 28, 28)).astype("float32")))
+    results: list = [None] * len(jobs)
+    errors: list = []
+
+    def client(k):
+        session = requests.Session()
+        for j in range(k, len(jobs), 8):
+            how, x = jobs[j]
+            try:
+                if how == "handle":
+                    a = handle.infer.remote({"data": x}, details=True).result()
+                    results[j] = (a.outputs[0], a.runs)
+                elif how == "json":
+                    r = session.post(url, json={"inputs": {"data": x.tolist()}}, timeout=60)
+                    assert r.status_code == 200, r.text
+                    doc = r.json()
+                    results[j] = (np.asarray(doc["outputs"][0], np.float32), [tuple(r) for r in doc["runs"]])
+                else:
+                    buf = io.BytesIO()
+                    np.save(buf, x)
+                    npy = {"content-type": "application/x-npy"}
+                    r = session.post(url, data=buf.getvalue(), headers=npy, timeout=60)
+                    assert r.status_code == 200, r.text
+                    assert r.headers["content-type"] == "application/x-npy"
+                    runs = [tuple(x) for x in json.loads(r.headers["x-tvmrt-runs"])]
+                    results[j] = (np.load(io.BytesIO(r.content)), runs)
+            except Exception as e:
+                errors.append((j, how, e))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert all(r is not None for r in results), "a request was lost"
+    for (how, x), (out, runs) in zip(jobs, results):
+        if how == "json":
+            # JSON carries float32 through decimal text: the values round-trip exactly.
+            out = out.astype(np.float32)
+        check_answer(direct, x, out, runs)
+    used = {r[0] for _, runs in results for r in runs}
+    assert used == {"mlp_unbound_b1", "mlp_unbound_b8"}, used
+    # Both replicas mapped the node's one prepared file, made once.
+    made = list(prepared.rglob("made.log"))
+    assert len(made) == 1 and len(made[0].read_text().splitlines()) == 1, [m.read_text() for m in made]
+
+
+def test_a_bad_request_fails_alone(app, direct):
+    handle, url, _ = app
+    rng = np.random.default_rng(5)
+    good = [rng.standard_normal((int(rng.integers(1, 9)), 1, 28, 28)).astype("float32") for _ in range(24)]
+    bad_json = [
+        {"inputs": {"nope": [[1.0]]}},
+        {"inputs": {"data": [[1.0, 2.0]]}},
+        {"inputs": {"data": "text"}},
+        {"inputs": {"data": np.zeros((9, 1, 28, 28)).tolist()}},
+        {"no inputs": 1},
+    ]
+    statuses: dict[int, int] = {}
+    answers: dict[int, tuple] = {}
+
+    def good_client(k):
+        for j in range(k, len(good), 4):
+            a = handle.infer.remote({"data": good[j]}, details=True).result()
+            answers[j] = (a.outputs[0], a.runs)
+
+    def bad_client():
+        for j, body in enumerate(bad_json):
+            statuses[j] = requests.post(url, json=body, timeout=60).status_code
+        statuses[100] = requests.post(url, data=b"{not json", timeout=60).status_code
+        buf = io.BytesIO()
+        np.save(buf, np.zeros((2, 1, 28, 28), np.float64))
+        r = requests.post(url, data=buf.getvalue(), headers={"content-type": "application/x-npy"}, timeout=60)
+        statuses[101] = r.status_code
+        assert "float32" in r.json()["error"], r.text
+
+    threads = [threading.Thread(target=good_client, args=(k,)) for k in range(4)]
+    threads.append(threading.Thread(target=bad_client))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(statuses.values()) == {400}, statuses
+    assert len(answers) == len(good)
+    for j, x in enumerate(good):
+        check_answer(direct, x, *answers[j])
+    with pytest.raises(Exception, match="unknown nope"):
+        handle.infer.remote({"nope": good[0]}).result()
+
+
+def replica_pids(handle, want=2, within=60):
+    pids: set[int] = set()
+    deadline = time.time() + within
+    while len(pids) < want and time.time() < deadline:
+        pids.add(handle.stats.remote().result()["pid"])
+    assert len(pids) == want, pids
+    return pids
+
+
+def test_a_replica_killed_in_flight_is_replaced_and_nothing_is_dropped(app):
+    handle = app[0]
+    victim = sorted(replica_pids(handle))[0]
+    x = np.random.default_rng(1).standard_normal((2, 1, 28, 28)).astype("float32")
+    sent = answered = failed = 0
+    lock = threading.Lock()
+    stop = time.time() + 6
+
+    def client():
+        nonlocal sent, answered, failed
+        while time.time() < stop:
+            with lock:
+                sent += 1
+            try:
+                handle.infer.remote({"data": x}).result(timeout_s=60)
+                with lock:
+                    answered += 1
+            except Exception:  # the client sees the error: counted
+                with lock:
+                    failed += 1
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    os.kill(victim, signal.SIGKILL)
+    for t in threads:
+        t.join()
+    assert sent == answered + failed, (sent, answered, failed)
+    assert answered > 0
+    # Serve replaces the replica: two again, the killed one not among them, both answering.
+    deadline = time.time() + 90
+    while True:
+        try:
+            pids = replica_pids(handle, within=10)
+            if victim not in pids:
+                break
+        except AssertionError:
+            pass
+        assert time.time() < deadline, "the killed replica was not replaced"
+        time.sleep(1)
+    assert handle.infer.remote({"data": x}).result()[0].shape == (2, 10)
+    print(f"in flight when killed: {sent} sent, {answered} answered, {failed} failed (seen by the client)")
+
+
+def test_health_metrics_and_stats(app):
+    handle, _, prepared = app
+    s = handle.stats.remote().result()
+    assert s["prepared"] and s["prepared"].startswith(str(prepared))
+    assert s["builds"] == {"mlp_unbound_b1": 1, "mlp_unbound_b8": 8}
+    mem = s["memory"]
+    assert mem["weights_mapped"] > 0, mem
+    assert mem["arena_pool"]["members"] >= 2, mem["arena_pool"]
+    st = serve.status().applications["mlp"]
+    assert st.status == "RUNNING", st
