@@ -25,6 +25,17 @@ REPLICAS, CLIENTS = 4, 16
 
 
 @serve.deployment
+class Empty:
+    """A replica with nothing in it: what Ray and Python cost before any model."""
+
+    def __call__(self, request: dict) -> int:
+        return 0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@serve.deployment
 class UsualTVM:
     """A replica as people write one for TVM's Python: its own module, weights loaded from
     params.bin, set_input / run / get_output per request (locked: one GraphModule)."""
@@ -126,6 +137,11 @@ def main() -> None:
             ray_actor_options={"num_cpus": 0.5, "runtime_env": {"env_vars": usual_env}},
         ).bind(builds[0]),
     }
+    empty = serve.run(Empty.options(num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0.5}).bind(), name="bench",
+                      route_prefix="/bench")
+    floor = sum(pss_mb(p) for p in pids(empty, usual=True))
+    serve.delete("bench")
+    print(f"{REPLICAS} empty replicas (Ray and Python alone): {floor:.0f} MB", flush=True)
     results: dict[str, list[tuple[float, float, float, float, int]]] = {k: [] for k in sides}
     for r in range(rounds):
         for name, make in sides.items():
@@ -145,7 +161,11 @@ def main() -> None:
         print(f"| {name} | {mb:.0f} | {rps:.1f} | {p50:.1f} | {p99:.1f} |")
     keys = list(med)
     ours, nob, usual = med[keys[0]], med[keys[1]], med[keys[2]]
-    print(f"\nnode memory: tvmrt {ours[0] / usual[0]:.2f}x the usual way's; throughput: batching "
+    print(f"\nabove {REPLICAS} empty replicas ({floor:.0f} MB): tvmrt batching {ours[0] - floor:.0f} MB, no batching "
+          f"{nob[0] - floor:.0f} MB, usual {usual[0] - floor:.0f} MB: {(ours[0] - floor) / (usual[0] - floor):.2f}x and "
+          f"{(nob[0] - floor) / (usual[0] - floor):.2f}x the usual way's")
+    print(f"node memory: tvmrt {ours[0] / usual[0]:.2f}x the usual way's ({nob[0] / usual[0]:.2f}x without the "
+          f"batch builds); throughput: batching "
           f"{ours[1] / usual[1]:.2f}x the usual way's, {ours[1] / nob[1]:.2f}x no batching; p99: "
           f"{ours[3] / usual[3]:.2f}x the usual way's")
     serve.shutdown()

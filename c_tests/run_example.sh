@@ -6,5 +6,5 @@ src=$1 build=$2 prefix=$3
 shift 3
 cmake -S "$src" -B "$build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$build" >/dev/null
-exe=$(find "$build" -maxdepth 1 -type f -perm -u+x -name 'share_example*' | head -n 1)
+exe=$(find "$build" -maxdepth 1 -type f -perm -u+x -name 'run_model*' | head -n 1)
 "$exe" "$@"

@@ -211,6 +211,8 @@ class RetValue {
     return NDArray(static_cast<TVMArrayHandle>(v_.v_handle));
   }
   inline Module to_module() &&;
+  /// The value as an argument of another call (borrowed: this RetValue keeps owning it).
+  Value as_arg() const { return Value::raw(v_, code_); }
 
  private:
   void expect(int code, const char* what) const {
@@ -355,6 +357,22 @@ class GraphExecutor {
   NDArray get_output(int index) const { return get_output_(int64_t(index)).to_ndarray(); }
   int num_outputs() const { return int(mod_.function("get_num_outputs")().to_int()); }
   int num_inputs() const { return int(mod_.function("get_num_inputs")().to_int()); }
+  /// The inputs `get_input_info` lists: once `load_params` has said which inputs are weights, the
+  /// others (the data a host sets). As upstream: before it, and on an executor that got its weights
+  /// from `share_params` or a factory, the weights are listed too.
+  std::vector<std::string> input_names() const {
+    RetValue info = mod_.function("get_input_info")();
+    RetValue shapes = Function::global("runtime.MapGetItem")(info.as_arg(), "shape");
+    RetValue items = Function::global("runtime.MapItems")(shapes.as_arg());  // key, value, key, value, ...
+    int64_t n = Function::global("runtime.ArraySize")(items.as_arg()).to_int();
+    Function item = Function::global("runtime.ArrayGetItem"), text = Function::global("runtime.GetFFIString");
+    std::vector<std::string> names;
+    for (int64_t k = 0; k < n; k += 2) {
+      RetValue key = item(items.as_arg(), k);
+      names.push_back(key.code() == kTVMStr ? key.to_string() : text(key.as_arg()).to_string());
+    }
+    return names;
+  }
 
   MemoryUsage memory_usage() const {
     std::string json = mod_.function("get_memory_usage")().to_string();

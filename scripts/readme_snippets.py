@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Runs the README's snippets as written, from the repository's root.
 
-A fenced block right after `<!-- snippet: FILE -->` is written to FILE; one after
-`<!-- snippet: run -->` (or `<!-- snippet: run, expect: TEXT -->`) runs in bash, stops at the first
-failing command, and must print TEXT when given. The files the snippets create are removed after;
+A fenced block right after a line naming a file in bold code (**`FILE`**, what a reader sees as
+its name) is written to FILE; one after `<!-- snippet: run -->` (or `<!-- snippet: run, expect:
+TEXT -->`) runs in bash, stops at the first failing command, and must print TEXT when given. The files the snippets create are removed after;
 the script refuses to start where one of them exists already (it is not ours to overwrite).
 """
 import os
@@ -13,14 +13,17 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MARK = re.compile(r"<!-- snippet: ([^,>]+?)(?:, expect: (.*?))? -->\n```[a-z]*\n(.*?)```", re.S)
+MARK = re.compile(
+    r"(?:<!-- snippet: (run)(?:, expect: (.*?))? -->|\*\*`([^`\n]+)`\*\*)\n```[a-z]*\n(.*?)```", re.S)
 # What the run snippets leave besides the files written (the programs they build).
 BUILT = ["app", "my_model", ".venv-tvmrt"]
+# The files the README's tvmrt examples write (tvmrt/tests/readme.rs runs them elsewhere; a reader
+# running them here gets these, which .gitignore lists).
 
 
 def main():
     readme = open(os.path.join(REPO, "README.md")).read()
-    snippets = MARK.findall(readme)
+    snippets = [(run or name, expect, body) for run, expect, name, body in MARK.findall(readme)]
     files = [name for name, _, _ in snippets if name != "run"]
     clash = [f for f in files + BUILT if os.path.exists(os.path.join(REPO, f))]
     if clash:

@@ -7,8 +7,9 @@
 # cross compilers and qemu via apt; TVM's wheel and a Python venv via pip; the Rust target via rustup).
 #
 #   scripts/test.sh           everything (what CI runs)
-#   scripts/test.sh --quick   formatting, lints, the Rust tests and the C and C++ suite on the host:
-#                             no valgrind, old ABI, differential test, snippets, Python or qemu
+#   scripts/test.sh --quick   the Rust tests and the C and C++ suite on the host, nothing else: no
+#                             fmt or clippy, valgrind, old ABI, differential test, snippets, Python
+#                             (neither TVM's venv nor the wheel), CMake install matrix or qemu
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -25,6 +26,8 @@ command -v valgrind >/dev/null || need_apt+=(valgrind)
 command -v cc >/dev/null || need_apt+=(gcc)
 command -v c++ >/dev/null || need_apt+=(g++)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# Ninja: the CMake install test builds with both generators.
+[ $quick = 1 ] || command -v ninja >/dev/null || need_apt+=(ninja-build)
 # A CPU OpenCL device (pocl) and the ICD loader, for the OpenCL tests (skipped without a device,
 # unless TVM_RT_REQUIRE_OPENCL=1, as CI sets).
 [ -e /etc/OpenCL/vendors/pocl.icd ] || need_apt+=(pocl-opencl-icd)
@@ -38,13 +41,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-echo "== TVM 0.16 (hhb-tvm wheel: upstream's headers and Python package, with a venv to run it)"
-eval "$(scripts/tvm_env.sh)"
-
-echo "== cargo fmt --check"
-cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --all-targets --quiet --features tvm-runtime/fuzzing -- -D warnings
+if [ $quick = 1 ]; then
+  echo "== TVM 0.16's headers (the hhb-tvm wheel, fetched once; no venv)"
+  eval "$(scripts/tvm_env.sh --no-venv)"
+else
+  echo "== TVM 0.16 (hhb-tvm wheel: upstream's headers and Python package, with a venv to run it)"
+  eval "$(scripts/tvm_env.sh)"
+  echo "== cargo fmt --check"
+  cargo fmt --all -- --check
+  echo "== cargo clippy"
+  cargo clippy --all-targets --quiet --features tvm-runtime/fuzzing -- -D warnings
+fi
 echo "== cargo test"
 cargo test --quiet --features tvm-runtime/fuzzing 2>&1 | tee target/cargo-test.log
 # Upstream's own library (v0.16 with OpenCL, new std::string ABI), for the tests that run the same
@@ -63,20 +70,20 @@ else
 fi
 if [ $quick = 1 ]; then
   echo "== C tests (CTest, host only, no valgrind)"
-  cmake -S . -B build-quick -DTVM_RT_VALGRIND=OFF -DTVM_RT_REQUIRE_UPSTREAM=ON \
+  cmake -S . -B build-quick -DBUILD_TESTING=ON -DTVM_RT_WERROR=ON -DTVM_RT_VALGRIND=OFF -DTVM_RT_REQUIRE_UPSTREAM=ON \
     -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib -DTVM_UPSTREAM_SHARED="$upstream_dir" \
     -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
   cmake --build build-quick -j2
-  ctest --test-dir build-quick --output-on-failure
+  ctest --test-dir build-quick --output-on-failure --no-tests=error
   echo "== quick run passed (scripts/test.sh without --quick runs everything, as CI does)"
   exit 0
 fi
 echo "== C tests (CTest, plain and under valgrind)"
-cmake -S . -B build -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib \
+cmake -S . -B build -DBUILD_TESTING=ON -DTVM_RT_WERROR=ON -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib \
   -DTVM_UPSTREAM_SHARED="$upstream_dir" -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" \
   -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
 cmake --build build -j2
-ctest --test-dir build --output-on-failure
+ctest --test-dir build --output-on-failure --no-tests=error
 echo "== C++ hosts with the old std::string ABI (TVM_RT_CXX_OLD_ABI=1), on ours and on the wheel's runtime"
 TVM_RT_CXX_OLD_ABI=1 CARGO_TARGET_DIR=target/old-abi cargo build --release --lib --quiet
 wheel=$TVM_WHEEL_DIR/tvm
@@ -91,7 +98,15 @@ echo "== the same, every executor of ours in a pool of activation arenas (TVM_RT
 OURS_ENV="TVM_RT_ARENA_POOL=2" TVM_UPSTREAM_SHARED=$upstream_dir scripts/difftest.sh 101 30 400 0123
 echo "== the README's C, C++ and Python snippets, as written"
 scripts/readme_snippets.py
+echo "== the recipes in docs/, as written (scripts/doc_recipes.py)"
+scripts/doc_recipes.py
 echo "== TVM's Python package on this runtime (pytest)"
 scripts/test_python.sh
+echo "== the CMake route: configure, build and install with each build type (then the suite in Release, -Werror)"
+scripts/test_cmake_install.sh
+echo "== the Python package: the wheel, checked, installed into fresh venvs (3.9 and 3.13, numpy 1.x and 2.x), its tests"
+scripts/test_wheel.sh
+echo "== its Ray Serve module (tvmrt[serve]) on a local Ray instance and on two Ray nodes, all on 127.0.0.1"
+scripts/test_serve.sh
 echo "== aarch64: cross-built with GNU ld, the C and C++ suites under qemu-aarch64 (and GNU ld on x86_64)"
 scripts/aarch64.sh

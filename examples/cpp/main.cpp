@@ -1,43 +1,96 @@
-// The C example in C++ with the header-only wrapper: batch 1 and batch 8 of one MLP share one copy
-// of the weights, and take turns in one activation arena (a pool of one).
-// usage: share_example_cpp MODEL_B1_DIR MODEL_B8_DIR
+// The C example through the header-only wrapper include/tvm_runtime.hpp: runs a model TVM compiled
+// for the graph executor, and other builds of it sharing its weights and one activation arena.
+//
+//   run_model_cpp MODEL_DIR [OTHER_BUILD_DIR...]
+//
+// MODEL_DIR holds lib.so, graph.json and params.bin. The model's inputs beyond its weights (names
+// from input_names(); shapes and dtypes from get_input) are filled with a fixed pattern, the model
+// runs, and every output is printed. Each OTHER_BUILD_DIR (another batch size, say) shares the first
+// executor's weights, one copy for all, and takes turns with it in one activation arena.
 #include <cstdio>
 #include <tvm_runtime.hpp>
 
-static void run_and_print(const tvmrt::GraphExecutor& ex, const char* label, int64_t batch) {
-  std::vector<float> data(size_t(batch) * 784);
-  for (size_t i = 0; i < data.size(); i++) data[i] = float(i % 17) / 17.0f;
-  ex.set_input("data", data);
+// Calls f with a typed pointer to the array's host copy, for the dtypes a model's tensors have.
+template <typename F>
+static void with_typed(tvmrt::DataType t, void* data, F&& f) {
+  switch (t.code * 1000 + t.bits) {
+    case kDLFloat * 1000 + 32: return f(static_cast<float*>(data));
+    case kDLFloat * 1000 + 64: return f(static_cast<double*>(data));
+    case kDLInt * 1000 + 8: return f(static_cast<int8_t*>(data));
+    case kDLInt * 1000 + 16: return f(static_cast<int16_t*>(data));
+    case kDLInt * 1000 + 32: return f(static_cast<int32_t*>(data));
+    case kDLInt * 1000 + 64: return f(static_cast<int64_t*>(data));
+    case kDLUInt * 1000 + 1:  // bool: a byte per element
+    case kDLUInt * 1000 + 8: return f(static_cast<uint8_t*>(data));
+    case kDLUInt * 1000 + 16: return f(static_cast<uint16_t*>(data));
+    case kDLUInt * 1000 + 32: return f(static_cast<uint32_t*>(data));
+    case kDLUInt * 1000 + 64: return f(static_cast<uint64_t*>(data));
+    default: throw tvmrt::Error("unsupported dtype code " + std::to_string(t.code) + " bits " + std::to_string(t.bits));
+  }
+}
+
+static size_t element_bytes(tvmrt::DataType t) { return t.bits < 8 ? 1 : t.bits / 8; }
+
+static void print(const std::string& label, const tvmrt::NDArray& a) {
+  std::vector<unsigned char> host(a.num_elements() * element_bytes(a.dtype()) + 1);
+  a.copy_to(host.data(), host.size() - 1);
+  std::printf("%s [", label.c_str());
+  auto shape = a.shape();
+  for (size_t i = 0; i < shape.size(); i++) std::printf(i ? ",%lld" : "%lld", (long long)shape[i]);
+  std::printf("]");
+  with_typed(a.dtype(), host.data(), [&](auto* v) {
+    for (size_t i = 0; i < a.num_elements() && i < 6; i++) std::printf(" %.6g", double(v[i]));
+  });
+  std::printf(a.num_elements() > 6 ? " ...\n" : "\n");
+}
+
+static void run_and_print(const tvmrt::GraphExecutor& ex, const std::string& label,
+                          const std::vector<std::string>& inputs) {
+  for (const std::string& name : inputs) {
+    tvmrt::NDArray in = ex.get_input(name);  // the executor's own input: its shape and dtype
+    std::vector<unsigned char> host(in.num_elements() * element_bytes(in.dtype()) + 1);
+    bool is_float = in.dtype().code == kDLFloat;
+    with_typed(in.dtype(), host.data(), [&](auto* v) {
+      using T = std::remove_pointer_t<decltype(v)>;
+      for (size_t i = 0; i < in.num_elements(); i++)
+        v[i] = is_float ? T(double(i % 17) / 17.0) : T(i % (in.dtype().bits == 1 ? 2 : 7));
+    });
+    in.copy_from(host.data(), host.size() - 1);
+    print(label + " input " + name, in);
+  }
   ex.run();
-  std::vector<float> out = ex.get_output(0).to_vector<float>();
-  std::printf("%s output[0]:", label);
-  for (int i = 0; i < 10; i++) std::printf(" %.4f", out[i]);
+  for (int i = 0; i < ex.num_outputs(); i++) print(label + " output " + std::to_string(i), ex.get_output(i));
   tvmrt::MemoryUsage m = ex.memory_usage();
-  std::printf("\n%s memory: weights owned %lld, shared %lld, activations %lld\n", label, (long long)m.weights_owned,
-              (long long)m.weights_shared, (long long)m.activations);
+  std::printf("%s memory: weights owned %lld, shared %lld, activations %lld, shared %lld\n", label.c_str(),
+              (long long)m.weights_owned, (long long)m.weights_shared, (long long)m.activations,
+              (long long)m.activations_shared);
 }
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s MODEL_B1_DIR MODEL_B8_DIR\n", argv[0]);
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s MODEL_DIR [OTHER_BUILD_DIR...]\n", argv[0]);
     return 2;
   }
   try {
-    std::string d1 = argv[1], d8 = argv[2];
-    auto b1 = tvmrt::GraphExecutor::create(tvmrt::GraphExecutor::read_file(d1 + "/graph.json"),
-                                           tvmrt::Module::load(d1 + "/lib.so"));
-    auto b8 = tvmrt::GraphExecutor::create(tvmrt::GraphExecutor::read_file(d8 + "/graph.json"),
-                                           tvmrt::Module::load(d8 + "/lib.so"));
-    std::string params = tvmrt::GraphExecutor::read_file(d1 + "/params.bin");
-    b1.load_params(params);
-    b8.share_params(b1, params);
+    auto load = [](const std::string& dir) {
+      return tvmrt::GraphExecutor::create(tvmrt::GraphExecutor::read_file(dir + "/graph.json"),
+                                          tvmrt::Module::load(dir + "/lib.so"));
+    };
+    std::string params = tvmrt::GraphExecutor::read_file(std::string(argv[1]) + "/params.bin");
+    tvmrt::GraphExecutor first = load(argv[1]);
+    first.load_params(params);
+    std::vector<std::string> inputs = first.input_names();  // after load_params: the data inputs
     tvmrt::Module pool = tvmrt::GraphExecutor::arena_pool(1);
-    b1.join_pool(pool);
-    b8.join_pool(pool);
-    run_and_print(b1, "batch 1", 1);
-    run_and_print(b8, "batch 8", 8);
+    first.join_pool(pool);
+    run_and_print(first, "executor 0", inputs);
+    for (int k = 2; k < argc; k++) {
+      tvmrt::GraphExecutor other = load(argv[k]);
+      other.share_params(first, params);  // one copy of the weights for all
+      other.join_pool(pool);              // and one activation arena, taken in turns
+      run_and_print(other, "executor " + std::to_string(k - 1), inputs);
+    }
     try {
-      b1.set_input("no_such_input", std::vector<float>(4));
+      first.get_input("no_such_input");
     } catch (const tvmrt::Error& e) {
       std::printf("expected error: %s\n", e.what());
     }

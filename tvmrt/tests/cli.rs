@@ -436,3 +436,163 @@ fn texture_builds_run_and_share_on_opencl() {
     assert!(images.iter().any(|s| s["image"]["scope"] == "global.texture"), "{i}");
     assert!(images.iter().all(|s| s["image"]["channels"] == 4 && s["image"]["width"].as_u64() > Some(0)), "{i}");
 }
+
+/// Writes `t` (float32 or float64 values of `shape`) as a .npy file.
+fn write_npy(path: &std::path::Path, descr: &str, shape: &[usize], bytes: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let tuple = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(bytes);
+    std::fs::write(path, out).unwrap();
+}
+
+/// A user's mistakes read as such: "error: <message>" (no runtime class names), exit status 2;
+/// every message names what to change.
+#[test]
+fn a_users_mistakes_are_errors_with_exit_status_2() {
+    let dir = temp_dir("mistakes");
+    let data: Vec<u8> = (0..784).flat_map(|i| (i as f32 / 784.0).to_le_bytes()).collect();
+    let wrong_shape = dir.join("shape.npy");
+    write_npy(&wrong_shape, "<f4", &[1, 784], &data);
+    let doubles: Vec<u8> = (0..784).flat_map(|i| (i as f64 / 784.0).to_le_bytes()).collect();
+    let wrong_dtype = dir.join("dtype.npy");
+    write_npy(&wrong_dtype, "<f8", &[1, 1, 28, 28], &doubles);
+    let mlp = fixture("mlp_b1");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["run".into(), "/nonexistent".into()], "no operator library at /nonexistent"),
+        (vec!["run".into(), mlp.clone(), "--input".into(), format!("data={}", wrong_shape.display())], "[1, 784]"),
+        (
+            vec!["run".into(), mlp.clone(), "--input".into(), format!("nope={}", wrong_shape.display())],
+            "no input named 'nope'",
+        ),
+        (vec!["run".into(), mlp.clone(), "--input".into(), format!("data={}", wrong_dtype.display())], "--cast"),
+        (vec!["run".into(), mlp.clone(), "--inputs".into(), "/nonexistent.npz".into()], "/nonexistent.npz"),
+        (vec!["inspect".into(), fixture("opencl/mlp_cl"), "--device".into(), "cpu".into()], "--device"),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = tvmrt_in(None, &args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.starts_with("error: ") && err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("InternalError") && !err.contains("ValueError"), "{args:?}: {err}");
+    }
+    // --cast converts the file (float64 to float32) instead.
+    let (ok, out, err) = tvmrt(&["run", &mlp, "--input", &format!("data={}", wrong_dtype.display()), "--cast"]);
+    assert!(ok && out.contains("(file, cast)"), "{out}{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A model built for OpenCL runs there with no --device (auto: from the library's kernels).
+#[test]
+fn the_device_is_the_one_the_model_was_built_for() {
+    let model = fixture("opencl/mlp_cl");
+    let (ok, out, err) = tvmrt(&["run", &model, "--json", "--repeat", "1"]);
+    if !ok && err.contains("OpenCL") && std::env::var("TVM_RT_REQUIRE_OPENCL").as_deref() != Ok("1") {
+        eprintln!("no OpenCL device: skipping ({err})");
+        return;
+    }
+    assert!(ok, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["memory"]["device"], "opencl(0)", "{r}");
+    assert!(r["outputs"].as_array().unwrap().iter().all(|o| o["matches_reference"] == true), "{r}");
+    let r = json(&["run", &fixture("mlp_b1"), "--repeat", "1"]);
+    assert_eq!(r["memory"]["device"], "cpu(0)");
+}
+
+#[test]
+fn threads_are_chosen_on_the_command_line() {
+    for n in ["1", "2"] {
+        let r = json(&["run", &fixture("convnet"), "--threads", n, "--repeat", "1"]);
+        assert_eq!(r["threads"].to_string(), n, "{r}");
+    }
+    let p = json(&["profile", &fixture("convnet"), "--threads", "1"]);
+    assert_eq!(p["configuration"]["Number of threads"]["count"], 1, "{p}");
+    let (code, _, err) = tvmrt_in(None, &["run", "--threads", "0"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+/// `run --expect REF.npz`: within the tolerance, exit 0; outside it, the largest differences and
+/// exit status 3; --rtol / --atol widen it.
+#[test]
+fn expect_compares_outputs_with_a_reference() {
+    let dir = temp_dir("expect");
+    let good = dir.join("good.npz");
+    let model = fixture("mlp_b1");
+    let (ok, _, err) = tvmrt(&["run", &model, "--outputs", good.to_str().unwrap(), "--repeat", "1"]);
+    assert!(ok, "{err}");
+    let (code, out, err) = tvmrt_in(None, &["run", &model, "--expect", good.to_str().unwrap(), "--repeat", "1"]);
+    assert!(code == 0 && out.contains("every output within tolerance"), "{out}{err}");
+    // The same values, one nudged by 1e-3: outside the default tolerance, inside --atol 1e-2.
+    let reference: Vec<f32> = std::fs::read(format!("{model}/out_0.bin"))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let mut nudged = reference.clone();
+    nudged[3] += 1e-3;
+    let bytes: Vec<u8> = nudged.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let npy = dir.join("output_0.npy");
+    write_npy(&npy, "<f4", &[1, 10], &bytes);
+    let bad = dir.join("bad.npz");
+    let zipped = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1], 'w'); z.write(sys.argv[2], 'output_0.npy')",
+        ])
+        .arg(&bad)
+        .arg(&npy)
+        .status()
+        .unwrap();
+    assert!(zipped.success());
+    let (code, out, _) = tvmrt_in(None, &["run", &model, "--expect", bad.to_str().unwrap(), "--repeat", "1"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("DIFFERS") && out.contains("at [3]") && out.contains("1 of 10 outside"), "{out}");
+    let (code, out, _) =
+        tvmrt_in(None, &["run", &model, "--expect", bad.to_str().unwrap(), "--atol", "1e-2", "--repeat", "1"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = tvmrt_in(None, &["run", &model, "--expect", bad.to_str().unwrap(), "--repeat", "1", "--json"]);
+    assert_eq!(code, 3, "{out}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["expect"]["ok"], false);
+    assert_eq!(r["expect"]["outputs"][0]["outside"], 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn outputs_print_in_full_or_their_top_values() {
+    let model = fixture("mlp_b1");
+    let reference: Vec<f32> = std::fs::read(format!("{model}/out_0.bin"))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let (ok, out, _) = tvmrt(&["run", &model, "--print-full", "--repeat", "1"]);
+    let line = out.lines().find(|l| l.starts_with("output   output_0")).unwrap();
+    assert!(ok && !line.contains("...") && line.matches(", ").count() == 9, "{line}");
+    let (ok, out, _) = tvmrt(&["run", &model, "--print-top", "3", "--repeat", "1"]);
+    let mut order: Vec<usize> = (0..10).collect();
+    order.sort_by(|&a, &b| reference[b].total_cmp(&reference[a]));
+    let line = out.lines().find(|l| l.starts_with("top 3")).unwrap();
+    let want = format!("[{}] {:.6}", order[0], reference[order[0]]);
+    assert!(ok && line.contains(&want) && line.contains(&format!("[{}]", order[2])), "{line} vs {want}");
+}
+
+#[test]
+fn profile_fits_a_terminal_unless_wide() {
+    let convnet = fixture("convnet");
+    let (ok, out, _) = tvmrt(&["profile", &convnet]);
+    assert!(ok && out.contains("..."), "argument shapes shortened: {out}");
+    let (ok, wide, _) = tvmrt(&["profile", &convnet, "--wide"]);
+    assert!(ok && !wide.contains("...") && wide.contains("float32[1, 1, 16, 16, 3], float32[1, 1, 3, 3, 3, 8]"));
+    let (ok, top, _) = tvmrt(&["profile", &convnet, "--top", "2"]);
+    let rows = top.lines().take_while(|l| !l.starts_with("---")).filter(|l| l.starts_with("tvmgen")).count();
+    assert!(ok && rows == 2, "{top}");
+    assert!(top.contains("Total"), "the totals stay: {top}");
+}
