@@ -109,6 +109,9 @@
 
 #define kDLBfloat 4
 
+// Every block is at least this aligned (TVM's kAllocAlignment); devices align to it too.
+#define ALIGNMENT 64
+
 #define BINARY_SERIALIZABLE 1
 
 #define RUNNABLE 2
@@ -147,9 +150,6 @@
 
 // What `align` aligns tensor data to: what kernels assume of their buffers.
 #define DATA_ALIGNMENT 64
-
-// Every buffer is at least this aligned (TVM's kAllocAlignment).
-#define ALIGNMENT 64
 
 // An NDArray handle (`DLTensor*`, type code 13) is its object's header address plus this: the
 // tensor is the payload's first field, right after the 16-byte header.

@@ -1,49 +1,54 @@
 //! A drop-in `libtvm_runtime.so` for TVM graph-executor models, written in Rust.
 //!
-//! Architecture, from the C boundary inwards:
+//! Architecture: the top-level modules form layers, each using only its own and those below;
+//! [docs/ARCHITECTURE.md](../docs/ARCHITECTURE.md) states the order (and `tests/layers.rs` holds
+//! the crate to it). From the bottom:
 //!
-//! - [`capi`]: every exported `extern "C"` function of TVM's classic C API. Thin: it checks and
-//!   converts arguments, calls the core, and maps errors to `-1` + `TVMGetLastError`. Panics
-//!   never cross it.
-//! - [`packed`]: packed-call values, the PackedFunc object, containers, the global registry.
-//! - [`object`]: reference-counted objects with TVM's C layout, so handles cross freely.
-//! - [`library`]: loading compiled operator libraries (`dlopen`, context slots, module blob).
+//! - base: [`error`], [`dlpack`], [`dtype`], [`files`] (paths confined beneath a directory),
+//!   [`host_memory`], [`cxx_abi`] (what the C++ layer defines and every object carries), ...;
+//! - [`backend`]: what kernels call back into (thread pool, workspaces);
+//! - [`device`]: one `DeviceApi` per device type (the CPU, OpenCL): allocation, copies,
+//!   synchronisation, attributes, kernel scratch, OpenCL's programs and launches; OpenCL's
+//!   library is opened at first use. Everything above speaks to the trait, never to a device's
+//!   library;
+//! - [`object`]: reference-counted objects with TVM's C layout, so handles cross freely; each
+//!   family declares its own payload types;
+//! - [`tensor`]: buffers, weights and the NDArray object, on the host or on a device;
+//! - [`packed`]: packed-call values, the PackedFunc object, containers, the global registry;
+//! - [`module`], then the formats ([`graph`], [`memory_plan`], [`params`], [`prepared_params`]),
+//!   parsed and validated up front;
+//! - [`library`]: loading compiled operator libraries (`dlopen`, context slots, the module blob
+//!   and its module kinds, the `opencl` one among them);
+//! - [`time_evaluator`], [`profiling`]: timing, and upstream's Report objects and their formats;
 //! - [`executor`]: the graph executor, split into an immutable, shared [`executor::plan::Plan`]
 //!   and per-executor [`executor::instance::Instance`] state (safe code choosing each entry's
-//!   memory; [`executor::kernels`] holds it and calls the kernels); weights bind per storage slot,
-//!   so executors (and factories) share one copy, and activations may come from a pool of arenas
-//!   ([`executor::pool`]) that runs lease.
-//! - [`graph`], [`memory_plan`], [`params`]: the formats, parsed and validated up front.
-//! - [`backend`]: what kernels call back into (thread pool, workspaces).
-//! - [`globals`]: the built-in global functions, by what they serve; [`init`] (the one init point,
-//!   in the C boundary) puts them in the registry and gives the library loader the callbacks that
-//!   compiled code calls. Layers only call downwards: the registry is a table, the loader takes
-//!   its callback table from `init`, and nothing below the C boundary imports it.
-//! - [`tensor`]: buffers, weights and the NDArray object, on the host or on a device.
+//!   memory; `executor::kernels` holds the tensors and calls the kernels); weights bind per
+//!   storage slot, so executors (and factories) share one copy, and activations may come from a
+//!   pool of arenas ([`executor::pool`]) that runs lease; the debug executor fills a Report;
 //! - [`rpc`]: TVM's RPC both ways: the wire format and a serving session with no socket in them,
-//!   the client's session, remote devices behind the device layer's trait (installed at `init`).
-//! - [`profiling`]: upstream's Report objects and their formats; the debug executor fills one.
-//! - [`device`]: one `DeviceApi` per device type (the CPU, OpenCL): allocation, copies,
-//!   synchronisation, attributes, kernel scratch; OpenCL's library is opened at first use and its
-//!   module (`opencl` in the module blob) builds and launches kernels. Everything above speaks to
-//!   the trait, never to a device's library.
-//!
+//!   the client's session, remote devices behind the device layer's trait (installed at `init`);
+//! - the faces: `globals` (the built-in global functions), [`capi`] (every exported `extern "C"`
+//!   function of TVM's classic C API: thin, it checks and converts arguments, calls the core, and
+//!   maps errors to `-1` + `TVMGetLastError`; panics never cross it; [`init`] is the one init
+//!   point), `cxx` (what the C++ layer calls).
+
 //! ## Where `unsafe` lives
 //!
 //! In these files and no others (`tests/unsafe_map.rs` keeps the list true both ways):
 //! - the C boundary: `src/capi/`, `src/last_error.rs`;
-//! - objects and memory in TVM's layouts: `src/object/mod.rs`, `src/object/types.rs`,
-//!   `src/tensor/buffer.rs`, `src/tensor/ndarray.rs`, `src/tensor/raw.rs`, `src/tensor/weight.rs`,
-//!   `src/packed/args.rs`, `src/packed/containers.rs`, `src/packed/function.rs`,
-//!   `src/packed/value.rs`;
-//! - the C++ bridge's Rust side: `src/cxx/`;
+//! - objects and memory in TVM's layouts: `src/object/mod.rs`, `src/object/native.rs`,
+//!   `src/host_memory.rs`, `src/tensor/buffer.rs`, `src/tensor/ndarray.rs`, `src/tensor/raw.rs`,
+//!   `src/tensor/weight.rs`, `src/packed/args.rs` (also the typed accessors whose functions'
+//!   contracts promise more than a call: zero-copy tensors, files to map),
+//!   `src/packed/containers.rs`, `src/packed/function.rs`, `src/packed/value.rs`;
+//! - the C++ layer: what it defines (`src/cxx_abi.rs`) and what it calls (`src/cxx/`);
 //! - loading compiled code: `src/library/mod.rs`, `src/library/context.rs`,
-//!   `src/library/symbols.rs`, `src/python_env.rs`;
+//!   `src/library/symbols.rs`, `src/library/linked.rs` (weights linked into a library),
+//!   `src/library/opencl.rs` (a packed call's buffer handles launched as OpenCL kernels),
+//!   `src/python_env.rs`;
 //! - calling kernels: `src/executor/kernels.rs` (the executor's one unsafe room: the tensor
-//!   table, the memory each entry points at, the calls and copies), `src/executor/functions.rs`
-//!   (the executor behind a packed function, the host's zero-copy promise),
-//!   `src/executor/plan.rs` (weights a library links in), `src/contrib_sort.rs` and
-//!   `src/cache_flush.rs` (kernels of ours);
+//!   table, the calls, the copies into and out of entry memory and the views of it),
+//!   `src/contrib_sort.rs` and `src/cache_flush.rs` (kernels of ours);
 //! - files a caller names, resolved beneath a directory without following links:
 //!   `src/files/beneath.rs`;
 //! - RPC: `src/rpc/memory.rs` (copies into and out of the memory a session handed out, checked
@@ -92,6 +97,8 @@ mod contrib_sort;
 /// cbindgen:ignore
 mod cxx;
 /// cbindgen:ignore
+pub mod cxx_abi;
+/// cbindgen:ignore
 pub mod device;
 /// cbindgen:ignore
 pub mod digest;
@@ -104,6 +111,7 @@ pub mod files;
 pub mod fuzzing;
 mod globals;
 pub mod graph;
+pub mod host_memory;
 pub(crate) mod last_error;
 pub mod library;
 pub mod memory_plan;

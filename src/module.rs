@@ -1,9 +1,10 @@
 //! The Module object: a node (library, factory, executor, ...) plus its imports. Functions are
 //! looked up by name in the node, then, when asked, depth-first in the imports.
 
-#![forbid(unsafe_code)]
+// No unsafe code of its own: `object_type!`'s deleter is the one exception, which it allows.
+#![deny(unsafe_code)]
 
-use crate::cxx::imports::CxxImports;
+use crate::cxx_abi::CxxImports;
 use crate::error::{Error, Result};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
@@ -20,6 +21,18 @@ pub mod property {
 /// Reads one module of a type key from a module blob's stream (`__tvm_dev_mblob`): what the
 /// library layer calls for modules it does not interpret itself.
 pub type Loader = fn(&mut crate::stream::Reader<'_>) -> crate::error::Result<ObjRef<Module>>;
+
+/// A module argument of a packed call (`args.module(i)`): the module layer's typed accessor over
+/// the packed layer's arguments, which know objects but not modules.
+pub trait ModuleArg {
+    fn module(&self, i: usize) -> Result<ObjRef<Module>>;
+}
+
+impl ModuleArg for crate::packed::Args<'_> {
+    fn module(&self, i: usize) -> Result<ObjRef<Module>> {
+        self.typed_object(i, "Module")
+    }
+}
 
 pub trait ModuleNode: Send + Sync + 'static {
     fn type_key(&self) -> &str;
@@ -44,6 +57,13 @@ pub struct Module {
     node: Box<dyn ModuleNode>,
     imports: RwLock<Vec<ObjRef<Module>>>,
 }
+
+crate::object::object_type!(
+    Module,
+    crate::object::type_index::MODULE,
+    crate::cxx_abi::ModulePrefix,
+    crate::cxx_abi::ModulePrefix::default()
+);
 
 // The payload starts right after the header (`object`), so the mirror is at header + 16 as
 // upstream's `imports_` (cxx/runtime.h checks the C++ side).

@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::module::Module;
+use crate::module::ModuleArg;
 use crate::packed::{registry, Args, PackedFunc, RetValue};
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
-//! The modules of `src/` import each other without cycles: layers call downwards only. Each file is
-//! a module; an import is any `crate::...` or `super::...` path in its code (unit tests aside),
-//! resolved to the deepest file it names.
+//! The files of `src/` import each other without cycles, at the finest grain: each file is a
+//! module; an import is any `crate::...` or `super::...` path in its code (unit tests aside),
+//! resolved to the deepest file it names. The order of the top-level modules is
+//! docs/ARCHITECTURE.md's, checked by `tests/layers.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -136,73 +137,4 @@ fn src_modules_import_each_other_without_cycles() {
     }
     // The check sees imports at all: the executor's plan imports the graph.
     assert!(edges["executor::plan"].contains("graph"), "{:?}", edges.get("executor::plan"));
-}
-
-/// Layers that must not name each other, in every path form a file can use (`crate::`, and
-/// `super::` chains resolved from the file's place), whatever the file-level graph says: the file
-/// graph treats a parent and its children as one, which hid `library` naming the executor through
-/// `library::blob` (the blob's loaders now come from the layers above, installed at init).
-#[test]
-fn lower_layers_never_name_the_layers_above_them() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mods = modules(&src);
-    const FORBIDDEN: &[(&str, &[&str])] = &[
-        ("library", &["executor", "device", "globals", "capi", "rpc", "profiling", "time_evaluator"]),
-        ("device", &["executor", "library", "globals", "capi", "rpc", "profiling"]),
-        ("executor", &["capi", "globals", "rpc"]),
-        ("tensor", &["executor", "library", "globals", "capi", "rpc"]),
-        ("params", &["executor", "library", "globals", "capi", "device"]),
-        ("graph", &["executor", "library", "globals", "capi", "device", "tensor"]),
-    ];
-    let mut found = Vec::new();
-    for (name, code) in &mods {
-        let layer = name.split("::").next().unwrap();
-        let Some((_, banned)) = FORBIDDEN.iter().find(|(l, _)| *l == layer) else { continue };
-        let is_dir_module = src.join(name.replace("::", "/")).join("mod.rs").exists();
-        let mut here: Vec<&str> = name.split("::").collect();
-        if !is_dir_module {
-            here.pop();
-        }
-        let mut targets: Vec<String> = paths_after(code, "crate::");
-        for p in paths_after(code, "super::") {
-            // `super::super::x` climbs once per `super`.
-            let mut base = here.clone();
-            let mut rest = p.as_str();
-            base.pop();
-            while let Some(r) = rest.strip_prefix("super::") {
-                base.pop();
-                rest = r;
-            }
-            targets.push(base.iter().map(|s| s.to_string()).chain([rest.to_string()]).collect::<Vec<_>>().join("::"));
-        }
-        for t in targets {
-            let top = t.split("::").next().unwrap_or("");
-            if banned.contains(&top) {
-                found.push(format!("{name} names {t}"));
-            }
-        }
-    }
-    assert!(found.is_empty(), "lower layers naming upper ones:\n{}", found.join("\n"));
-}
-
-/// Rooms a newcomer can hold: no file under `src/` over 600 lines (a file that grows past it is
-/// split by what its parts decide, or its unit tests move to a `tests.rs` beside it).
-#[test]
-fn no_source_file_is_over_600_lines() {
-    fn walk(dir: &Path, out: &mut Vec<(usize, String)>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let lines = std::fs::read_to_string(&path).unwrap().lines().count();
-                if lines > 600 {
-                    out.push((lines, path.display().to_string()));
-                }
-            }
-        }
-    }
-    let mut long = Vec::new();
-    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut long);
-    assert!(long.is_empty(), "files over 600 lines: {long:?}");
 }

@@ -236,7 +236,7 @@ fn opencl_module_bytes(source: &str, tags: &[&str]) -> Vec<u8> {
 /// A kernel that does not compile fails its call with the build log; a good one runs.
 #[test]
 fn kernel_build_errors_are_errors() {
-    use tvm_runtime::device::opencl::module::OpenClModule;
+    use tvm_runtime::library::opencl::OpenClModule;
     use tvm_runtime::module::Module;
     use tvm_runtime::packed::ArgsBuilder;
     use tvm_runtime::tensor::NDArray;

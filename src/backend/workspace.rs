@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};
-use crate::tensor::Buffer;
+use crate::host_memory::HostBlock;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -19,13 +19,13 @@ pub fn pooled_bytes() -> usize {
 
 #[derive(Default)]
 struct Pool {
-    free: Vec<Buffer>,
-    in_use: Vec<Buffer>,
+    free: Vec<HostBlock>,
+    in_use: Vec<HostBlock>,
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        let n: usize = self.free.iter().chain(&self.in_use).map(Buffer::len).sum();
+        let n: usize = self.free.iter().chain(&self.in_use).map(HostBlock::len).sum();
         POOLED_BYTES.fetch_sub(n, Ordering::Relaxed);
     }
 }
@@ -50,7 +50,7 @@ pub fn alloc(nbytes: u64) -> Result<*mut u8> {
                     let dropped = p.free.swap_remove(i);
                     POOLED_BYTES.fetch_sub(dropped.len(), Ordering::Relaxed);
                 }
-                let b = Buffer::zeroed(size)?;
+                let b = HostBlock::zeroed(size)?;
                 POOLED_BYTES.fetch_add(b.len(), Ordering::Relaxed);
                 b
             }
@@ -65,7 +65,7 @@ pub fn alloc(nbytes: u64) -> Result<*mut u8> {
 pub fn release_idle() {
     let _ = POOL.try_with(|p| {
         if let Ok(mut p) = p.try_borrow_mut() {
-            let n: usize = p.free.iter().map(Buffer::len).sum();
+            let n: usize = p.free.iter().map(HostBlock::len).sum();
             p.free.clear();
             POOLED_BYTES.fetch_sub(n, Ordering::Relaxed);
         }

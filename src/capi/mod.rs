@@ -38,7 +38,7 @@ pub fn init() {
             let _ = crate::packed::registry::register(name, f, false);
         });
         crate::library::install_callbacks(&backend::context_functions());
-        for (key, loader) in crate::executor::factory::LOADERS.iter().chain(crate::device::opencl::module::LOADERS) {
+        for (key, loader) in crate::executor::factory::LOADERS.iter().chain(crate::library::opencl::LOADERS) {
             crate::library::blob::install_loader(key, *loader);
         }
         crate::rpc::install();

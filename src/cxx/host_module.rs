@@ -12,7 +12,7 @@ use crate::packed::PackedFunc;
 use std::any::Any;
 use std::ffi::{c_int, c_void, CStr, CString};
 
-use crate::cxx::{tvmrt_cxx_host_module_get_function, tvmrt_cxx_host_module_type_key};
+use crate::cxx_abi::{tvmrt_cxx_host_module_get_function, tvmrt_cxx_host_module_type_key};
 
 struct HostModule {
     /// The host's object; this holds one count of it.

@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, c_void};
 #[no_mangle]
 pub unsafe extern "C" fn tvmrt_object_is_native(obj: *const c_void) -> c_int {
     // SAFETY: the C++ layer passes live object handles.
-    std::panic::catch_unwind(|| unsafe { crate::object::types::is_native(obj.cast()) } as c_int).unwrap_or(0)
+    std::panic::catch_unwind(|| unsafe { crate::object::native::is_native(obj.cast()) } as c_int).unwrap_or(0)
 }
 
 /// The index of a host's object type, allocated on first use with upstream's rules (the C++

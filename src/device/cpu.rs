@@ -6,8 +6,7 @@ use std::ffi::c_void;
 
 pub struct Cpu;
 
-/// TVM's allocation alignment.
-const ALIGNMENT: usize = 64;
+use crate::host_memory::ALIGNMENT;
 
 impl DeviceApi for Cpu {
     fn name(&self) -> &'static str {

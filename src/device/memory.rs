@@ -32,7 +32,7 @@ impl DeviceMemory {
     /// `len` zeroed bytes on `device`.
     pub fn zeroed(device: DLDevice, len: usize) -> Result<DeviceMemory> {
         let api = api_of(device)?;
-        let data = api.alloc(device.device_id, len, crate::tensor::ALIGNMENT)?;
+        let data = api.alloc(device.device_id, len, crate::host_memory::ALIGNMENT)?;
         Ok(DeviceMemory { device, api, data, len, regions: Mutex::new(HashMap::new()), texture: None })
     }
 

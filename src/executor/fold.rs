@@ -4,7 +4,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::kernels::{Mem, Ops};
+use super::bindings::{Mem, Ops};
 use super::layout::{Home, Layout};
 use super::plan::{OpKind, Plan};
 use crate::error::{Error, Result};

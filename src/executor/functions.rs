@@ -1,9 +1,10 @@
 //! The executor's packed-function table, as upstream 0.16 names and calls it.
 
-use super::{GraphExecutor, Key, ZeroCopy};
+use super::{GraphExecutor, Key};
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
 use crate::module::Module;
+use crate::module::ModuleArg;
 use crate::object::ObjRef;
 use crate::packed::{Args, ArrayObj, MapObj, PackedFunc, RetValue, ShapeTupleObj, StringObj};
 
@@ -40,37 +41,19 @@ fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
     usize::try_from(v).map(Key::Index).map_err(|_| Error::index(format!("negative index {v}")))
 }
 
-/// An executor function's hold on its executor: the module keeps the executor alive, and the
-/// executor is found once, not per call.
-struct Target {
-    module: ObjRef<Module>,
-    executor: *const GraphExecutor,
-}
-
-// SAFETY: `executor` points into `module`, which is Send + Sync and kept alive here.
-unsafe impl Send for Target {}
-// SAFETY: as above.
-unsafe impl Sync for Target {}
-
-impl Target {
-    fn get(&self) -> &GraphExecutor {
-        // SAFETY: the module owns the executor in a box that never moves and lives as long as
-        // `self.module`, which this struct holds.
-        unsafe { &*self.executor }
-    }
-}
-
 /// Makes executor function `name` from `body`; the body is inlined, so a call costs one
-/// indirect jump.
+/// indirect jump and the executor's downcast (a type check).
 pub(crate) fn wrap<F>(this: &ObjRef<Module>, body: F, name: &'static str) -> ObjRef<PackedFunc>
 where
     F: Fn(&GraphExecutor, &Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
 {
-    let executor: *const GraphExecutor = this.node::<GraphExecutor>().expect("functions are only made for executors");
-    let target = Target { module: this.clone(), executor };
+    // The function holds the module, which owns the executor.
+    let module = this.clone();
     PackedFunc::native(move |args| {
-        let _ = &target.module;
-        body(target.get(), args).map_err(|e| e.context(name))
+        let executor = module
+            .node::<GraphExecutor>()
+            .ok_or_else(|| Error::internal("an executor function of a module that is not an executor"))?;
+        body(executor, args).map_err(|e| e.context(name))
     })
 }
 
@@ -85,8 +68,7 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 let Some(i) = target(ex, a, 0, false)? else {
                     return Ok(RetValue::None);
                 };
-                // SAFETY: the host's zero-copy contract: the tensor's memory outlives the binding.
-                ex.set_input_zero_copy(i, unsafe { ZeroCopy::new(a.tensor(1)?) }).map(Into::into)
+                ex.set_input_zero_copy(i, a.zero_copy(1)?).map(Into::into)
             },
             "set_input_zero_copy",
         ),
@@ -97,8 +79,7 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 let Some(i) = target(ex, a, 0, true)? else {
                     return Ok(RetValue::None);
                 };
-                // SAFETY: as above.
-                ex.set_output_zero_copy(i, unsafe { ZeroCopy::new(a.tensor(1)?) }).map(Into::into)
+                ex.set_output_zero_copy(i, a.zero_copy(1)?).map(Into::into)
             },
             "set_output_zero_copy",
         ),
@@ -165,12 +146,8 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
             this,
             |ex, a| {
                 a.expect_count("load_params_from_file", 1, 1)?;
-                // A path a caller names (confined, in a process serving RPC sessions).
-                let path = crate::files::existing_file(std::path::Path::new(a.str(0)?))?;
-                // SAFETY: the packed function's documented contract (include/tvm_runtime.h): the
-                // caller keeps the file unchanged while executors use weights mapped from it.
-                let map = unsafe { crate::tensor::FileMap::open(&path.to_string_lossy()) }?;
-                let (mapped, _) = ex.load_params_mapped(&map)?;
+                // Mapped, the caller keeping the file unchanged: this function's contract.
+                let (mapped, _) = ex.load_params_mapped(&a.mapped_file(0)?)?;
                 Ok(RetValue::Int(mapped as i64))
             },
             "load_params_from_file",
@@ -305,10 +282,7 @@ fn run_from_inputs(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
     let outputs = (0..ex.plan.num_outputs())
         .map(|i| {
             let view = ex.output(i)?;
-            let copy = crate::tensor::NDArray::empty(view.shape(), view.dtype(), device)?;
-            // SAFETY: `copy` is a fresh array nobody else holds yet.
-            unsafe { crate::tensor::raw::copy_tensor(view.raw(), copy.raw()) }?;
-            Ok(copy.into_any())
+            Ok(crate::tensor::NDArray::copy_of(view.raw(), device)?.into_any())
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(ArrayObj::new(outputs).into())

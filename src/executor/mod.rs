@@ -2,6 +2,7 @@
 //! per-executor state behind a mutex (calls from several threads serialise; use one executor per
 //! thread to run in parallel — they can share weights).
 
+mod bindings;
 pub mod debug;
 pub mod factory;
 mod fold;
@@ -19,9 +20,9 @@ use crate::error::{Error, Result};
 use crate::module::{property, Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
+pub use crate::tensor::raw::ZeroCopy;
 use crate::tensor::{NDArray, RawTensor};
 use instance::Instance;
-pub use kernels::ZeroCopy;
 pub use layout::Folding;
 use plan::Plan;
 pub use report::{MemoryUsage, SlotUse};

@@ -7,7 +7,7 @@ use crate::graph::{Graph, NodeKind};
 use crate::memory_plan::{SlotRole, StoragePlan};
 use crate::module::Module;
 use crate::object::ObjRef;
-use crate::packed::{ArgsBuilder, PackedFunc, RetValue};
+use crate::packed::PackedFunc;
 use crate::tensor::Weight;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -102,43 +102,6 @@ pub struct Part {
     pub len: usize,
 }
 
-/// Asks the library's `_lookup_linked_param(storage_id)` (present in link-params builds of TVM 0.8
-/// and older) for constant data of each input slot: a pointer into the library, or nothing. Each
-/// weight holds the library, so the data stays mapped for as long as any executor uses it.
-fn linked_params(library: &ObjRef<Module>, storage: &StoragePlan) -> Result<Vec<Option<Arc<Weight>>>> {
-    let Some(lookup) = Module::get_function(library, "_lookup_linked_param", true)? else {
-        return Ok(vec![None; storage.slots.len()]);
-    };
-    // Its pointers become weights: only a function that vouches for them (compiled code, a C host,
-    // or Rust code that said so with `unsafe`) may provide them.
-    if !lookup.trusted_pointers() {
-        return Err(Error::type_err(
-            "_lookup_linked_param must be compiled code or a function made with PackedFunc::native_trusted",
-        ));
-    }
-    (0..storage.slots.len())
-        .map(|sid| {
-            // Operators write activation slots: those can never be constants.
-            if storage.slots[sid].role != SlotRole::Input {
-                return Ok(None);
-            }
-            let mut args = ArgsBuilder::new();
-            args.int(sid as i64);
-            match lookup.call(&args.args()).map_err(|e| e.context("_lookup_linked_param"))? {
-                RetValue::None => Ok(None),
-                RetValue::Handle(p) if p.is_null() => Ok(None),
-                // SAFETY: a trusted function's pointer (checked above): the library's constant for
-                // this slot, at least as big as the slot's largest entry (what the compiler
-                // linked), read-only; the weight keeps the library loaded.
-                RetValue::Handle(p) => Ok(Some(Arc::new(unsafe {
-                    Weight::linked(p.cast(), storage.slots[sid].bytes, Box::new(library.clone()))
-                }?))),
-                other => Err(Error::type_err(format!("_lookup_linked_param({sid}) returned {other:?}, not a pointer"))),
-            }
-        })
-        .collect()
-}
-
 /// Each entry's alias root, and whether the graph's aliasing is simple enough to lay out by
 /// liveness (Relay's always is).
 fn aliases(graph: &Graph, storage: &StoragePlan, ops: &[OpPlan], input_entries: &[usize]) -> (Vec<usize>, bool) {
@@ -201,6 +164,35 @@ fn has_module_of(module: &ObjRef<Module>, key: &str) -> bool {
 }
 
 impl Plan {
+    /// The `DLTensor` of each graph entry, on its device, with no data yet; shapes point at the
+    /// plan's own (kernels never write them), so the plan must outlive the tensors.
+    pub fn entry_tensors(&self) -> Vec<crate::dlpack::DLTensor> {
+        self.graph
+            .entries
+            .iter()
+            .zip(&self.entry_device)
+            .map(|(e, &device)| crate::dlpack::DLTensor {
+                data: std::ptr::null_mut(),
+                device,
+                ndim: e.shape.len() as i32,
+                dtype: e.dtype,
+                shape: e.shape.as_ptr().cast_mut(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            })
+            .collect()
+    }
+
+    /// `e` as the failure of operator node `node`, named.
+    pub fn operator_error(&self, node: usize, e: Error) -> Error {
+        let n = &self.graph.nodes[node];
+        let func = match &n.kind {
+            NodeKind::Op(a) => a.func_name.as_str(),
+            _ => "",
+        };
+        e.context(format!("operator {func} (node {node} '{}') failed", n.name))
+    }
+
     pub fn new(graph_json: &str, library: ObjRef<Module>, device: DLDevice) -> Result<Arc<Plan>> {
         Plan::with_devices(graph_json, library, &[device])
     }
@@ -276,7 +268,7 @@ impl Plan {
         for (eid, e) in graph.entries.iter().enumerate() {
             assert!(storage.slots[e.storage_id].bytes >= entry_bytes[eid], "entry {eid} is larger than its slot");
         }
-        let linked = linked_params(&library, &storage)?;
+        let linked = crate::library::linked::linked_params(&library, &storage)?;
         let (alias_root, liveness_layout) = aliases(&graph, &storage, &ops, &input_entries);
         let mut root_bytes = vec![0usize; graph.num_entries()];
         for (e, &r) in alias_root.iter().enumerate() {

@@ -19,6 +19,7 @@
 use super::GraphExecutor;
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
+use crate::module::ModuleArg;
 use crate::module::{Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::{PackedFunc, RetValue};

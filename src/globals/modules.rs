@@ -9,6 +9,7 @@ use crate::executor::pool::{self, ArenaPool, PoolModule};
 use crate::executor::GraphExecutor;
 use crate::library;
 use crate::module::Module;
+use crate::module::ModuleArg;
 use crate::packed::{Args, RetValue};
 
 pub(super) fn register(reg: &mut Register<'_>) {

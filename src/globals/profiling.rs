@@ -5,6 +5,7 @@
 use super::{def, Register};
 use crate::error::{Error, Result};
 use crate::module::Module;
+use crate::module::ModuleArg;
 use crate::object::{type_key_of, AnyObject, ObjRef};
 use crate::packed::{ArrayObj, MapObj, PackedFunc, RetValue, ShapeTupleObj};
 use crate::profiling::objects::{CountObj, DeviceWrapperObj, DurationObj, PercentObj, RatioObj, ReportObj};

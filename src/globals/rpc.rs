@@ -6,6 +6,7 @@
 use super::{def, Register};
 use crate::error::{Error, Result};
 use crate::module::Module;
+use crate::module::ModuleArg;
 use crate::packed::{registry, Args, ArgsBuilder, RetValue};
 use crate::rpc::client;
 use crate::rpc::session::ClientSession;

@@ -4,6 +4,8 @@
 pub mod blob;
 mod context;
 mod elf;
+pub mod linked;
+pub mod opencl;
 pub(crate) mod symbols;
 
 use crate::dlpack::TVMBackendPackedCFunc;

@@ -4,7 +4,6 @@
 //!
 //! `ObjRef<T>` is the owning smart pointer (like `Arc`), `AnyObject` its type-erased form.
 
-use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
@@ -52,11 +51,13 @@ const _: () = {
 
 /// A payload type of runtime objects, identified by its type index. Sealed: [`payload_of`] and the
 /// downcasts trust the index in an object's header to name the payload's type, so each index must
-/// belong to one type, which only this crate can promise.
+/// belong to one type, which only this crate can promise. Each family declares its own types where
+/// it defines them, with `object_type!`; [`native`] learns them as their first objects are made.
 pub trait ObjectType: sealed::Sealed + Send + Sync + 'static {
     const TYPE_INDEX: u32;
-    /// The deleter of this type's cells: a function of its own (made by [`object_type!`]), not a
-    /// generic instance, so its address is one and the same in every crate that makes objects.
+    /// The deleter of this type's cells: a function of its own (made by `object_type!`), not a
+    /// generic instance, so its address is one and the same wherever objects are made and
+    /// recognised.
     const DELETER: Deleter;
     /// What a cell holds in front of the header (C++ hosts read a module's vtable pointer there).
     type Prefix: Send + Sync;
@@ -66,10 +67,13 @@ pub trait ObjectType: sealed::Sealed + Send + Sync + 'static {
 /// What an object header holds to free the object.
 pub type Deleter = unsafe extern "C" fn(*mut ObjectHeader);
 
-/// Declares `$t` an object payload of type index `$index`, with a deleter of its own.
+/// Declares `$t` an object payload of type index `$index` (an index of its own: TVM's static one,
+/// or the one upstream registers for its key, `type_table::upstream_index`), with a deleter of its
+/// own. The deleter is the expansion's only unsafe code: a module that forbids unsafe code
+/// denies it instead, and the expansion allows it for itself.
 macro_rules! object_type {
     ($t:ty, $index:expr) => {
-        object_type!($t, $index, (), ());
+        $crate::object::object_type!($t, $index, (), ());
     };
     ($t:ty, $index:expr, $prefix:ty, $make_prefix:expr) => {
         impl $crate::object::sealed::Sealed for $t {}
@@ -79,6 +83,7 @@ macro_rules! object_type {
             fn prefix() -> $prefix {
                 $make_prefix
             }
+            #[allow(unsafe_code)]
             const DELETER: $crate::object::Deleter = {
                 unsafe extern "C" fn delete(obj: *mut $crate::object::ObjectHeader) {
                     // SAFETY: installed only by `ObjRef::new` for cells of this type.
@@ -89,42 +94,14 @@ macro_rules! object_type {
         }
     };
 }
+pub(crate) use object_type;
 
-/// Declares every payload type of the runtime, in one place (type indices must stay unique), and
-/// the list of their deleters, by which [`types::is_native`] knows this runtime's cells.
-macro_rules! object_types {
-    ($(($t:ty, $($rest:tt)*)),* $(,)?) => {
-        $(object_type!($t, $($rest)*);)*
-        const NATIVE_DELETERS: &[Deleter] = &[$(<$t as ObjectType>::DELETER),*];
-    };
-}
-
-// The payload types are declared in `types`, which names them all in one place.
-pub mod types;
+/// Which deleters are this runtime's: what tells its cells from a host's.
+pub mod native;
 
 pub(crate) mod sealed {
     /// Implemented by the crate's own object payload types only.
     pub trait Sealed {}
-}
-
-/// Upstream's ModuleNode starts with a vtable pointer, 8 bytes before the object header that
-/// handles point at: C++ hosts make virtual calls (`mod->type_key()`) through it. Module cells carry
-/// the vtable of `cxx/modules.cc`'s module class, whose methods call back through the C API.
-#[repr(C)]
-pub struct ModulePrefix {
-    vptr: *const c_void,
-}
-
-// SAFETY: the address of static, immutable data.
-unsafe impl Send for ModulePrefix {}
-// SAFETY: as above.
-unsafe impl Sync for ModulePrefix {}
-
-impl ModulePrefix {
-    fn new() -> ModulePrefix {
-        // SAFETY: returns the address of a static vtable; no arguments, no state.
-        ModulePrefix { vptr: unsafe { crate::cxx::tvmrt_cxx_module_vptr() } }
-    }
 }
 
 #[repr(C)]
@@ -169,6 +146,7 @@ impl<T: ObjectType> ObjRef<T> {
     pub fn new(value: T) -> ObjRef<T> {
         #[allow(clippy::let_unit_value)]
         let () = Self::PAYLOAD_AFTER_HEADER;
+        native::note(T::TYPE_INDEX, T::DELETER);
         let cell = Box::new(ObjectCell {
             prefix: T::prefix(),
             header: ObjectHeader {
@@ -350,7 +328,7 @@ impl AnyObject {
         self.clone().downcast().ok()
     }
 
-    pub fn as_c_handle(&self) -> *mut c_void {
+    pub fn as_c_handle(&self) -> *mut std::ffi::c_void {
         self.ptr.as_ptr().cast()
     }
 }

@@ -5,11 +5,12 @@ use super::containers::StringObj;
 use super::value::object_to_value;
 use crate::dlpack::*;
 use crate::error::{Error, Result};
-use crate::module::Module;
 use crate::object::{AnyObject, ObjRef, ObjectHeader, ObjectType};
 use crate::tensor::ndarray::NDARRAY_TENSOR_OFFSET;
-use crate::tensor::{NDArray, RawTensor};
+use crate::tensor::raw::ZeroCopy;
+use crate::tensor::{FileMap, NDArray, RawTensor};
 use std::ffi::{c_void, CStr, CString};
+use std::sync::Arc;
 
 pub fn type_code_name(code: i32) -> &'static str {
     match code {
@@ -278,6 +279,26 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// A tensor argument to bind with zero-copy. Only for the functions whose documented
+    /// contract is TVM's zero-copy one (`set_input_zero_copy`, `set_output_zero_copy`): their
+    /// callers promise what [`ZeroCopy::new`] asks.
+    pub(crate) fn zero_copy(&self, i: usize) -> Result<ZeroCopy<'a>> {
+        let t = self.tensor(i)?;
+        // SAFETY: the calling function's contract, as above: the caller keeps the tensor's memory
+        // valid while bound and leaves it alone while the holder runs.
+        Ok(unsafe { ZeroCopy::new(t) })
+    }
+
+    /// The file a path argument names (confined beneath the session's directory in a process
+    /// serving RPC), mapped. Only for the functions whose documented contract is to map the file
+    /// they are given (`load_params_from_file`, include/tvm_runtime.h): their callers keep it
+    /// unchanged while anything mapped from it is in use.
+    pub(crate) fn mapped_file(&self, i: usize) -> Result<Arc<FileMap>> {
+        let path = crate::files::existing_file(std::path::Path::new(self.str(i)?))?;
+        // SAFETY: the calling function's contract, as above.
+        unsafe { FileMap::open(&path.to_string_lossy()) }
+    }
+
     /// An object-like argument (codes 8, 9, 10, 13, 14), with a new count.
     pub fn object(&self, i: usize) -> Result<Option<AnyObject>> {
         let (_, c) = self.get(i)?;
@@ -315,10 +336,6 @@ impl<'a> Args<'a> {
             .map_err(|_| self.mismatch(i, want))?
             .ok_or_else(|| Error::type_err(format!("argument {i}: expected {want}, got a null handle")))?;
         obj.downcast::<T>().map_err(|_| self.mismatch(i, want))
-    }
-
-    pub fn module(&self, i: usize) -> Result<ObjRef<Module>> {
-        self.typed(i, "Module")
     }
 
     pub fn ndarray(&self, i: usize) -> Result<ObjRef<NDArray>> {

@@ -11,6 +11,8 @@ pub struct StringObj {
     value: Box<str>,
 }
 
+crate::object::object_type!(StringObj, crate::object::type_index::STRING);
+
 // SAFETY: `data` points into `value`, immutable after construction.
 unsafe impl Send for StringObj {}
 // SAFETY: as above.
@@ -34,6 +36,8 @@ pub struct ShapeTupleObj {
     dims: Box<[i64]>,
 }
 
+crate::object::object_type!(ShapeTupleObj, crate::object::type_index::SHAPE_TUPLE);
+
 // SAFETY: `data` points into `dims`, immutable after construction.
 unsafe impl Send for ShapeTupleObj {}
 // SAFETY: as above.
@@ -54,6 +58,8 @@ pub struct ArrayObj {
     items: Vec<AnyObject>,
 }
 
+crate::object::object_type!(ArrayObj, crate::object::type_index::ARRAY);
+
 impl ArrayObj {
     pub fn new(items: Vec<AnyObject>) -> ObjRef<ArrayObj> {
         ObjRef::new(ArrayObj { items })
@@ -69,6 +75,8 @@ impl ArrayObj {
 pub struct MapObj {
     entries: Vec<(AnyObject, AnyObject)>,
 }
+
+crate::object::object_type!(MapObj, crate::object::type_index::MAP);
 
 fn key_str(k: &AnyObject) -> Option<ObjRef<StringObj>> {
     k.downcast_ref::<StringObj>()

@@ -38,8 +38,10 @@ pub struct PackedFunc {
     trusted_pointers: bool,
 }
 
-use crate::cxx::tvmrt_cxx_call_packed;
-pub use crate::cxx::CxxArgs;
+crate::object::object_type!(PackedFunc, crate::object::type_index::PACKED_FUNC);
+
+use crate::cxx_abi::tvmrt_cxx_call_packed;
+pub use crate::cxx_abi::CxxArgs;
 
 type CxxCall = unsafe extern "C" fn(*const c_void, CxxArgs, *mut c_void);
 

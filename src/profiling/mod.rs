@@ -2,9 +2,10 @@
 //! the configuration), with its formats beside it (`format`: upstream's table and CSV; `json`:
 //! upstream's JSON both ways), and the objects TVM's Python and C++ see (`objects`:
 //! `runtime.profiling.Report`, `Duration`, `Percent`, `Count`, `Ratio`, `DeviceWrapper`, with
-//! upstream's type keys and field layouts). The debug executor fills one (`executor::debug`).
+//! upstream's type keys and field layouts). The debug executor (`executor::debug`, a layer above) fills one.
 
-#![forbid(unsafe_code)]
+// No unsafe code of its own: `object_type!`'s deleter (in `objects`) is the one exception, which it allows.
+#![deny(unsafe_code)]
 
 pub mod format;
 pub mod json;

@@ -15,6 +15,8 @@ pub struct ReportObj {
     configuration: ObjRef<MapObj>,
 }
 
+crate::object::object_type!(ReportObj, crate::object::type_table::upstream_index("runtime.profiling.Report"));
+
 impl ReportObj {
     pub fn new(calls: ObjRef<ArrayObj>, device_metrics: ObjRef<MapObj>, configuration: ObjRef<MapObj>) -> ReportObj {
         ReportObj { calls, device_metrics, configuration }
@@ -42,11 +44,15 @@ pub struct DurationObj {
     pub microseconds: f64,
 }
 
+crate::object::object_type!(DurationObj, crate::object::type_table::upstream_index("runtime.profiling.Duration"));
+
 /// `runtime.profiling.Percent`: out of 100.
 #[repr(C)]
 pub struct PercentObj {
     pub percent: f64,
 }
+
+crate::object::object_type!(PercentObj, crate::object::type_table::upstream_index("runtime.profiling.Percent"));
 
 /// `runtime.profiling.Count`.
 #[repr(C)]
@@ -54,14 +60,23 @@ pub struct CountObj {
     pub value: i64,
 }
 
+crate::object::object_type!(CountObj, crate::object::type_table::upstream_index("runtime.profiling.Count"));
+
 /// `runtime.profiling.Ratio`.
 #[repr(C)]
 pub struct RatioObj {
     pub ratio: f64,
 }
 
+crate::object::object_type!(RatioObj, crate::object::type_table::upstream_index("runtime.profiling.Ratio"));
+
 /// `runtime.profiling.DeviceWrapper`: a device as an object (a map key).
 #[repr(C)]
 pub struct DeviceWrapperObj {
     pub device: DLDevice,
 }
+
+crate::object::object_type!(
+    DeviceWrapperObj,
+    crate::object::type_table::upstream_index("runtime.profiling.DeviceWrapper")
+);

@@ -4,13 +4,15 @@
 //! session. Remote devices are the device types `type + 128 * (session + 1)`, served by
 //! `remote_device` through the session.
 
-#![forbid(unsafe_code)]
+// No unsafe code of its own: `object_type!`'s deleter is the one exception, which it allows.
+#![deny(unsafe_code)]
 
 use super::packet::{code, Packet};
 use super::session::ClientSession;
 use super::wire::{Value, WireTensor, RPC_OBJECT_TYPE_INDEX};
 use crate::dlpack::*;
 use crate::error::{Error, Result};
+use crate::module::ModuleArg;
 use crate::module::{Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::{Args, PackedFunc, RetValue, StringObj};
@@ -236,6 +238,8 @@ pub struct RpcObjectRef {
     session: Arc<ClientSession>,
     handle: u64,
 }
+
+crate::object::object_type!(RpcObjectRef, crate::object::type_index::RPC_OBJECT_REF);
 
 impl Drop for RpcObjectRef {
     fn drop(&mut self) {

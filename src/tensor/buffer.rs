@@ -1,29 +1,19 @@
-//! Aligned memory: host memory, or memory on a device (see [`Buffer::zeroed_on`]). Large host buffers are mapped and unmapped directly, so freeing a model returns
-//! its memory to the system at once instead of leaving it in the heap (glibc raises its mmap
-//! threshold after frees and would otherwise keep big blocks in the arena).
+//! Aligned memory: host memory (a [`HostBlock`]), or memory on a device (see
+//! [`Buffer::zeroed_on`]); and files mapped read-only.
 
 use crate::device::texture::Texture;
 use crate::device::{self, DeviceMemory, Place};
 use crate::dlpack::{DLDataType, DLDevice};
 use crate::error::{Error, Result};
-use std::alloc::Layout;
+pub use crate::host_memory::ALIGNMENT;
+use crate::host_memory::{HostBlock, MAX_ALLOCATION};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// Allocations at least this large come straight from `mmap`.
-const MMAP_THRESHOLD: usize = 128 * 1024;
-/// Buffers at least this large ask for transparent huge pages.
-const HUGE_PAGE: usize = 2 << 20;
-/// Every buffer is at least this aligned (TVM's kAllocAlignment).
-pub const ALIGNMENT: usize = 64;
-/// Refuse single allocations above this before asking the system (a corrupt size, not a model).
-const MAX_ALLOCATION: usize = 1 << 40;
-
 enum Backing {
-    Heap(Layout),
-    Mapped(usize),
-    Empty,
+    /// Host memory, `ptr` its address: held for the memory, freed as the buffer drops.
+    Host { _memory: HostBlock },
     /// Memory on a device: `ptr` is its handle, never dereferenced here.
     Device(DeviceMemory),
 }
@@ -133,43 +123,9 @@ unsafe impl Sync for Buffer {}
 impl Buffer {
     /// A zeroed buffer of `len` bytes.
     pub fn zeroed(len: usize) -> Result<Buffer> {
-        if len > MAX_ALLOCATION {
-            return Err(Error::value(format!("refusing to allocate {len} bytes")));
-        }
-        if len == 0 {
-            return Ok(Buffer { ptr: NonNull::<[u8; ALIGNMENT]>::dangling().cast(), len, backing: Backing::Empty });
-        }
-        let buf = if len >= MMAP_THRESHOLD {
-            // SAFETY: an anonymous private mapping; the result is checked before use.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(Error::tvm(format!("out of memory: mmap of {len} bytes failed")));
-            }
-            if len >= HUGE_PAGE {
-                // Large activations and weights are streamed through by every operator: transparent
-                // huge pages (where the system offers them on request) spare TLB misses. Advice only:
-                // failure changes nothing.
-                // SAFETY: advice on the mapping just made.
-                unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
-            }
-            Buffer { ptr: NonNull::new(p.cast()).expect("mmap never returns null"), len, backing: Backing::Mapped(len) }
-        } else {
-            let layout = Layout::from_size_align(len, ALIGNMENT).map_err(|e| Error::value(e.to_string()))?;
-            // SAFETY: the layout has a non-zero size.
-            let p = unsafe { std::alloc::alloc_zeroed(layout) };
-            let ptr = NonNull::new(p).ok_or_else(|| Error::tvm(format!("out of memory allocating {len} bytes")))?;
-            Buffer { ptr, len, backing: Backing::Heap(layout) }
-        };
-        Ok(buf)
+        let block = HostBlock::zeroed(len)?;
+        let ptr = NonNull::new(block.as_ptr()).expect("host blocks are never null");
+        Ok(Buffer { ptr, len, backing: Backing::Host { _memory: block } })
     }
 
     /// A zeroed buffer of `len` bytes on `device` (host memory for the CPU).
@@ -315,20 +271,6 @@ impl Buffer {
     }
 }
 
-impl Drop for Buffer {
-    fn drop(&mut self) {
-        match self.backing {
-            // SAFETY: allocated by `alloc_zeroed` with this layout.
-            Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) },
-            Backing::Mapped(len) => {
-                // SAFETY: mapped by us with this length, unmapped once.
-                unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
-            }
-            Backing::Empty | Backing::Device(_) => {}
-        }
-    }
-}
-
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Buffer({} bytes at {:p})", self.len, self.ptr)
@@ -341,7 +283,7 @@ mod tests {
 
     #[test]
     fn aligned_and_zeroed() {
-        for len in [1, 100, 4096, MMAP_THRESHOLD + 3] {
+        for len in [1, 100, 4096, 128 * 1024 + 3] {
             let b = Buffer::zeroed(len).unwrap();
             assert_eq!(b.as_ptr() as usize % ALIGNMENT, 0);
             let mut out = vec![1u8; len];

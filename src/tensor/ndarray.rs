@@ -32,6 +32,8 @@ pub struct NDArray {
     owner: Owner,
 }
 
+crate::object::object_type!(NDArray, crate::object::type_index::NDARRAY);
+
 // SAFETY: the raw pointers address memory the `owner` keeps alive (or memory a caller bound to an
 // executor, see `retarget`); only the tensor's data pointer changes after construction, by
 // `retarget`, under its contract.
@@ -238,9 +240,14 @@ impl NDArray {
 
     /// A new array with the same shape, dtype and contents, on the same device.
     pub fn deep_copy(&self) -> Result<ObjRef<NDArray>> {
-        let copy = NDArray::empty(&self.shape, self.dtype(), self.device())?;
+        NDArray::copy_of(self.raw(), self.device())
+    }
+
+    /// A new array on `device` with `src`'s shape, dtype and contents.
+    pub fn copy_of(src: RawTensor<'_>, device: DLDevice) -> Result<ObjRef<NDArray>> {
+        let copy = NDArray::empty(src.shape(), src.dtype(), device)?;
         // SAFETY: `copy` is new: nobody else reaches its memory.
-        unsafe { raw::copy_tensor(self.raw(), copy.raw()) }?;
+        unsafe { raw::copy_tensor(src, copy.raw()) }?;
         Ok(copy)
     }
 

@@ -12,6 +12,27 @@ pub struct RawTensor<'a> {
     t: &'a DLTensor,
 }
 
+/// A caller's tensor to bind with zero-copy (`set_input_zero_copy`, `set_output_zero_copy`), and
+/// the caller's promise about its memory.
+#[derive(Clone, Copy)]
+pub struct ZeroCopy<'a> {
+    tensor: RawTensor<'a>,
+}
+
+impl<'a> ZeroCopy<'a> {
+    /// # Safety
+    /// The tensor's data must stay valid for reading and writing its bytes for as long as it is
+    /// bound (until the binding is replaced or its holder is freed), and the caller must not use
+    /// it while the holder runs: TVM's zero-copy contract.
+    pub unsafe fn new(tensor: RawTensor<'a>) -> ZeroCopy<'a> {
+        ZeroCopy { tensor }
+    }
+
+    pub fn tensor(&self) -> RawTensor<'a> {
+        self.tensor
+    }
+}
+
 impl<'a> RawTensor<'a> {
     /// # Safety
     /// `ptr` must be null or point at a `DLTensor` whose `shape` (and `strides`, when set) hold

@@ -81,7 +81,7 @@ impl State {
                     name: string(sys::CL_DEVICE_NAME)?,
                     version: string(sys::CL_DEVICE_VERSION)?,
                     driver: string(sys::CL_DRIVER_VERSION)?,
-                    base_align: (bits as usize / 8).max(crate::tensor::ALIGNMENT).next_power_of_two(),
+                    base_align: (bits as usize / 8).max(crate::host_memory::ALIGNMENT).next_power_of_two(),
                     workspaces: Mutex::new(Vec::new()),
                 });
             }

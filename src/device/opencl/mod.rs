@@ -7,7 +7,7 @@
 
 mod discovery;
 mod images;
-pub mod module;
+pub mod kernels;
 mod program_cache;
 mod programs;
 pub use images::{alloc_scratch, free_scratch};
@@ -498,7 +498,7 @@ impl DeviceApi for OpenCl {
             // which keeps it until they finish), no longer listed.
             unsafe { self.free(id, w.handle as *mut c_void) }?;
         }
-        let handle = self.alloc(id, size, crate::tensor::ALIGNMENT)? as usize;
+        let handle = self.alloc(id, size, crate::host_memory::ALIGNMENT)? as usize;
         pool.push(Workspace { handle, size, in_use: true, queue });
         Ok(handle as *mut c_void)
     }

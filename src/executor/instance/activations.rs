@@ -6,7 +6,7 @@
 
 use super::Instance;
 use crate::error::{Error, Result};
-use crate::executor::kernels::Mem;
+use crate::executor::bindings::Mem;
 use crate::executor::layout::Layout;
 use crate::executor::plan::Part;
 use crate::executor::pool::{ArenaPool, Lease, Member};

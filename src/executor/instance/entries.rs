@@ -7,7 +7,7 @@
 use super::slots::SlotMemory;
 use super::Instance;
 use crate::error::{Error, Result};
-use crate::executor::kernels::Ops;
+use crate::executor::bindings::Ops;
 use crate::executor::layout::Home;
 use crate::memory_plan::SlotRole;
 use crate::object::ObjRef;

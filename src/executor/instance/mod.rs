@@ -23,8 +23,9 @@ mod journal;
 mod slots;
 mod zero_copy;
 
+use super::bindings::{Mem, Ops};
 use super::fold;
-use super::kernels::{External, Mem, Ops};
+use super::kernels::External;
 use super::layout::{self, Folding, Home, Layout};
 use super::plan::Plan;
 use crate::error::Result;

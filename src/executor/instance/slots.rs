@@ -7,7 +7,7 @@
 
 use super::Instance;
 use crate::error::{Error, Result};
-use crate::executor::kernels::Mem;
+use crate::executor::bindings::Mem;
 use crate::executor::layout::Home;
 use crate::memory_plan::SlotRole;
 use crate::tensor::{Buffer, Weight};

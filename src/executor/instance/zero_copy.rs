@@ -6,8 +6,9 @@
 use super::slots::SlotMemory;
 use super::Instance;
 use crate::error::{Error, Result};
-use crate::executor::kernels::ZeroCopy;
+use crate::executor::kernels::External;
 use crate::executor::layout::Home;
+use crate::tensor::raw::ZeroCopy;
 use crate::tensor::RawTensor;
 
 impl Instance {
@@ -16,7 +17,7 @@ impl Instance {
         self.check_external(eid, src.tensor())?;
         let sid = self.plan.graph.entries[eid].storage_id;
         let before = (self.slot_override[sid], self.entry_override.clone(), self.stale);
-        self.slot_override[sid] = Some(src.memory());
+        self.slot_override[sid] = Some(External::of(&src));
         // The latest binding wins: outputs that alias this input (a `__nop` of it) bound to caller
         // memory before now read the input's new memory, as upstream's do.
         for (e, entry) in self.plan.graph.entries.iter().enumerate() {
@@ -41,7 +42,7 @@ impl Instance {
     pub fn bind_output_external(&mut self, eid: usize, dst: ZeroCopy<'_>) -> Result<()> {
         self.check_external(eid, dst.tensor())?;
         let before = (self.entry_override.clone(), self.stale);
-        let ptr = dst.memory();
+        let ptr = External::of(&dst);
         let graph = &self.plan.graph;
         let mut stack = vec![eid];
         while let Some(e) = stack.pop() {
