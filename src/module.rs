@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
 use std::any::Any;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// Property bits reported by `runtime.ModuleGetPropertyMask`.
 pub mod property {
@@ -34,7 +34,7 @@ impl ModuleArg for crate::packed::Args<'_> {
     }
 }
 
-pub trait ModuleNode: Send + Sync + 'static {
+pub trait ModuleNode: Any + Send + Sync + 'static {
     fn type_key(&self) -> &str;
 
     /// The function `name` of this node alone; `this` is the module that owns the node, for
@@ -54,7 +54,7 @@ pub trait ModuleNode: Send + Sync + 'static {
 #[repr(C)]
 pub struct Module {
     cxx_imports: CxxImports,
-    node: Box<dyn ModuleNode>,
+    node: Arc<dyn ModuleNode>,
     imports: RwLock<Vec<ObjRef<Module>>>,
 }
 
@@ -73,7 +73,7 @@ impl Module {
     pub fn new(node: impl ModuleNode) -> ObjRef<Module> {
         ObjRef::new(Module {
             cxx_imports: CxxImports::default(),
-            node: Box::new(node),
+            node: Arc::new(node),
             imports: RwLock::new(Vec::new()),
         })
     }
@@ -89,6 +89,13 @@ impl Module {
     /// The node as its concrete type.
     pub fn node<T: 'static>(&self) -> Option<&T> {
         self.node.as_any().downcast_ref::<T>()
+    }
+
+    /// The node, shared, when it is a `T`: for what must reach it without going through the
+    /// module at every use (an executor's functions).
+    pub fn shared_node<T: ModuleNode>(&self) -> Option<Arc<T>> {
+        let any: Arc<dyn Any + Send + Sync> = self.node.clone();
+        any.downcast::<T>().ok()
     }
 
     pub fn imports(&self) -> Vec<ObjRef<Module>> {

@@ -42,19 +42,13 @@ fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
 }
 
 /// Makes executor function `name` from `body`; the body is inlined, so a call costs one
-/// indirect jump and the executor's downcast (a type check).
+/// indirect jump. The function shares the executor (and its module, which a body may hand out).
 pub(crate) fn wrap<F>(this: &ObjRef<Module>, body: F, name: &'static str) -> ObjRef<PackedFunc>
 where
     F: Fn(&GraphExecutor, &Args<'_>) -> Result<RetValue> + Send + Sync + 'static,
 {
-    // The function holds the module, which owns the executor.
-    let module = this.clone();
-    PackedFunc::native(move |args| {
-        let executor = module
-            .node::<GraphExecutor>()
-            .ok_or_else(|| Error::internal("an executor function of a module that is not an executor"))?;
-        body(executor, args).map_err(|e| e.context(name))
-    })
+    let executor = this.shared_node::<GraphExecutor>().expect("functions are only made for executors");
+    PackedFunc::native(move |args| body(&executor, args).map_err(|e| e.context(name)))
 }
 
 /// The executor function `name`, or `None` when there is no such function.
