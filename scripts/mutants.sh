@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Mutation tests of the core that plans memory and reads the formats: cargo-mutants changes one
+# Mutation tests of the core that plans memory, reads the formats and what a hostile RPC client
+# sends (handshakes, archives, paths): cargo-mutants changes one
 # thing at a time in these files (a condition, an operator, a return value) and runs the tests that
 # cover them; a mutant the tests do not catch is a gap, or an equivalent change to argue for in
 # writing. Slow (each mutant rebuilds): run it when the planner changes, not in the test script.
@@ -13,7 +14,8 @@ files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(src/executor/layout.rs src/memory_plan.rs src/tensor/weight.rs src/params.rs src/graph.rs
   src/executor/fold.rs src/executor/instance/*.rs src/device/memory.rs src/prepared_params.rs src/digest.rs
   src/device/opencl/programs.rs src/device/opencl/program_cache.rs src/executor/pool.rs src/device/texture.rs
-  src/device/opencl/images.rs)
+  src/device/opencl/images.rs src/rpc/handshake.rs src/rpc/tar.rs src/files/beneath.rs src/rpc/workdir.rs
+  src/object/native.rs src/host_memory.rs)
 args=()
 for f in "${files[@]}"; do args+=(--file "$f"); done
 # The tests that cover these files (the Rust suites; the C and Python suites add little here and
@@ -21,4 +23,4 @@ for f in "${files[@]}"; do args+=(--file "$f"); done
 cargo mutants --no-shuffle -j 1 --features fuzzing "${args[@]}" -- \
   --lib --test layout_oracle --test folding --test sharing --test errors --test header --test fuzz --test models \
   --test fold_cache --test mapped --test opencl --test opencl_memory --test opencl_devices --test opencl_programs \
-  --test arena_pool --test opencl_textures
+  --test arena_pool --test opencl_textures --test rpc
