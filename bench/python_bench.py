@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -128,8 +129,9 @@ def overhead(side: str, model_dir: Path) -> None:
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.inter_op_num_threads = 1
-        path = onnx_mlp(model_dir, Path("/tmp") / f"tvmrt-bench-mlp-{id(so)}.onnx")
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        with tempfile.TemporaryDirectory(prefix="tvmrt-bench-") as tmp:
+            path = onnx_mlp(model_dir, Path(tmp) / "mlp.onnx")
+            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
         def req():
             return sess.run(None, {"data": x})[0]

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = re.compile(
@@ -29,13 +30,18 @@ def main():
     if clash:
         sys.exit(f"readme snippets: {', '.join(clash)} exist in {REPO}; move them away first")
     failed = 0
+    # The serving snippet's node-local prepared files go to a folder of the run's, not the
+    # machine's shared default (/tmp/tvmrt-prepared).
+    prepared = tempfile.mkdtemp(prefix="readme-prepared-")
+    env = dict(os.environ, TVMRT_PREPARED_DIR=prepared)
     try:
         for name, expect, body in snippets:
             if name != "run":
                 with open(os.path.join(REPO, name), "w") as f:
                     f.write(body)
                 continue
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=REPO, capture_output=True, text=True)
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=REPO, env=env, capture_output=True,
+                                  text=True)
             first = body.strip().splitlines()[-1]
             if done.returncode != 0 or (expect and expect not in done.stdout):
                 failed += 1
@@ -44,6 +50,7 @@ def main():
             else:
                 print(f"ok: {first}  ->  {done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ''}")
     finally:
+        shutil.rmtree(prepared, ignore_errors=True)
         for f in files + BUILT:
             path = os.path.join(REPO, f)
             if os.path.isdir(path):

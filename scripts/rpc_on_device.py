@@ -5,6 +5,7 @@ aarch64 libraries to it, runs them there (outputs byte-equal to the x86_64 twins
 outputs), times them with time_evaluator and profiles them with the debug executor. Run by
 scripts/aarch64.sh. Usage: rpc_on_device.py TVMRT LIBDIR FIXTURES"""
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -92,8 +93,13 @@ def main(tvmrt, libdir, fixtures):
             line += f", profiled ({len(calls)} operators)"
             print(line, flush=True)
     finally:
-        os.killpg(server.pid, 9)
-        server.wait()
+        # SIGTERM: the server removes its work directory and exits; SIGKILL if it does not.
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
 
 
 if __name__ == "__main__":

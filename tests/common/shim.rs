@@ -19,12 +19,16 @@ pub fn shim() -> Option<&'static libloading::Library> {
             .expect("a C compiler");
         assert!(built.success(), "building the OpenCL shim");
         std::env::set_var("TVM_RT_OPENCL_LIBRARY", &out);
-        if !super::have_opencl() {
-            return None;
-        }
-        // SAFETY: the shim this test just built, which the runtime has loaded already (the same
-        // file, so the same instance).
-        Some(unsafe { libloading::Library::new(&out) }.unwrap())
+        let lib = if super::have_opencl() {
+            // SAFETY: the shim this test just built, which the runtime has loaded already (the
+            // same file, so the same instance).
+            Some(unsafe { libloading::Library::new(&out) }.unwrap())
+        } else {
+            None
+        };
+        // Both have it open now (the runtime opens OpenCL once): the file can go.
+        let _ = std::fs::remove_file(&out);
+        lib
     })
     .as_ref()
 }

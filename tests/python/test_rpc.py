@@ -11,6 +11,7 @@
 Every server is a process of its own; every loop is bounded in count and time."""
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -70,11 +71,18 @@ class Server:
             raise
 
     def stop(self):
-        try:
-            os.killpg(self.proc.pid, 9)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=30)
+        # SIGTERM first: a server cleans up (its work directory) and exits at once; SIGKILL only
+        # for one that does not.
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 30)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
 
     def __enter__(self):
         return self

@@ -330,7 +330,8 @@ fn save_inputs_writes_what_inputs_reads_back() {
 #[test]
 fn fold_weights_follows_the_environment() {
     let model = fixture("mlp_unbound_b1");
-    let aligned = temp_dir("fold").join("params.aligned");
+    let dir = temp_dir("fold");
+    let aligned = dir.join("params.aligned");
     assert!(tvmrt(&["align-params", &format!("{model}/params.bin"), aligned.to_str().unwrap()]).0);
     let folded = |env: Option<&str>, mapped: bool| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tvmrt"));
@@ -354,6 +355,7 @@ fn fold_weights_follows_the_environment() {
     assert!(asked > 0);
     assert_eq!((folded(None, false), folded(Some("0"), false)), (0, 0));
     assert_eq!((folded(None, true), folded(Some("1"), true)), (0, asked), "mapped weights fold only when asked");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `prepare-params` writes the weights with what folding derives; `run --map-params` on it folds
