@@ -108,7 +108,7 @@ def client(library, port):
                           text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(done.stdout[-2000:] + done.stderr[-3000:])
-    return json.loads([l for l in done.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
+    return json.loads([line for line in done.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
 
 
 def main():

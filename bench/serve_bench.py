@@ -157,12 +157,13 @@ def main() -> None:
     print(f"| {REPLICAS} replicas, {CLIENTS} clients | node memory (sum of PSS), MB | requests/s | p50, ms | p99, ms |")
     print("|---|---|---|---|---|")
     med = {k: [statistics.median(col) for col in zip(*v)] for k, v in results.items()}
-    for name, (mb, rps, p50, p99, errors) in med.items():
+    for name, (mb, rps, p50, p99, _errors) in med.items():
         print(f"| {name} | {mb:.0f} | {rps:.1f} | {p50:.1f} | {p99:.1f} |")
     keys = list(med)
     ours, nob, usual = med[keys[0]], med[keys[1]], med[keys[2]]
-    print(f"\nabove {REPLICAS} empty replicas ({floor:.0f} MB): tvmrt batching {ours[0] - floor:.0f} MB, no batching "
-          f"{nob[0] - floor:.0f} MB, usual {usual[0] - floor:.0f} MB: {(ours[0] - floor) / (usual[0] - floor):.2f}x and "
+    print(f"\nabove {REPLICAS} empty replicas ({floor:.0f} MB): tvmrt batching {ours[0] - floor:.0f} MB, "
+          f"no batching {nob[0] - floor:.0f} MB, usual {usual[0] - floor:.0f} MB: "
+          f"{(ours[0] - floor) / (usual[0] - floor):.2f}x and "
           f"{(nob[0] - floor) / (usual[0] - floor):.2f}x the usual way's")
     print(f"node memory: tvmrt {ours[0] / usual[0]:.2f}x the usual way's ({nob[0] / usual[0]:.2f}x without the "
           f"batch builds); throughput: batching "

@@ -14,7 +14,8 @@ for block in re.split(r"^== ", txt, flags=re.M)[1:]:
             vals[m.group(1).strip()] = (int(m.group(2)), int(m.group(3)))
     res[head] = vals
 
-print("| K | ours: VmData after create | upstream | ours: VmRSS after run | upstream | ours: VmRSS after free | upstream |")
+print("| K | ours: VmData after create | upstream | ours: VmRSS after run | upstream "
+      "| ours: VmRSS after free | upstream |")
 print("|---|---|---|---|---|---|---|")
 for k in (1, 2, 4, 8):
     o, u = res[f"ours, K={k}, resnet18 (batch 1)"], res[f"upstream, K={k}, resnet18 (batch 1)"]

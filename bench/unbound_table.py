@@ -48,8 +48,8 @@ def main():
             allowed = weights + first["weights_derived"] + 8 * 1.15 * last["activation_bound"]
             targets.append((net, ks[3], weights, first["weights_derived"], last["activation_bound"], allowed))
     print()
-    print("| model (ours, batch 1) | K=8 VmData | weights | derived weights | bound | weights + derived + 8 x 1.15 x bound "
-          "| K=8 / that |")
+    print("| model (ours, batch 1) | K=8 VmData | weights | derived weights | bound "
+          "| weights + derived + 8 x 1.15 x bound | K=8 / that |")
     print("|---|---|---|---|---|---|---|")
     for net, k8, w, d, b, allowed in targets:
         print(f"| {net} | {k8 / MIB:.1f} | {w / MIB:.1f} | {d / MIB:.1f} | {b / MIB:.2f} | {allowed / MIB:.1f} "

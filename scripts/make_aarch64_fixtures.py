@@ -11,11 +11,11 @@ os.environ.setdefault("TVM_NUM_THREADS", "1")
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tvm  # noqa: E402
-from tvm import relay  # noqa: E402
-from tvm.contrib import cc  # noqa: E402
+import tvm
+from tvm import relay
+from tvm.contrib import cc
 
-import make_fixtures as mf  # noqa: E402
+import make_fixtures as mf
 
 TARGET = "llvm -mtriple=aarch64-linux-gnu"
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")

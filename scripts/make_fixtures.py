@@ -20,18 +20,17 @@ another folder on demand.
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
 
 os.environ.setdefault("TVM_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
-import tvm  # noqa: E402
-from tvm import relay  # noqa: E402
-from tvm.contrib import graph_executor  # noqa: E402
-import tvm.relay.testing  # noqa: E402,F401
+import numpy as np
+import tvm
+import tvm.relay.testing
+from tvm import relay
+from tvm.contrib import graph_executor
 
 TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
 

@@ -21,8 +21,8 @@ import sys
 os.environ.setdefault("TVM_NUM_THREADS", "1")
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
-import numpy as np  # noqa: E402
-import tvm  # noqa: E402
+import numpy as np
+import tvm
 
 HOST = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
 
@@ -36,7 +36,7 @@ def register_gpu_elementwise():
     from tvm.relay.op.strategy import generic
 
     for name in ("add", "subtract", "multiply", "divide"):
-        def strategy(attrs, inputs, out_type, target, compute=getattr(topi, name), name=name):
+        def strategy(attrs, inputs, out_type, target, compute=getattr(topi, name), name=name):  # noqa: B008 (bound per loop turn)
             s = _op.OpStrategy()
             s.add_implementation(generic.wrap_topi_compute(compute),
                                  generic.wrap_topi_schedule(topi.cuda.schedule_injective), name=name + ".gpu")
@@ -59,7 +59,7 @@ def register_adreno_elementwise():
             topi.layout_transform(inputs[0], attrs.src_layout, attrs.dst_layout)],
     }
     for name in ("add", "subtract", "multiply", "divide"):
-        computes[name] = lambda attrs, inputs, out_type, f=getattr(topi, name): [f(inputs[0], inputs[1])]
+        computes[name] = lambda attrs, inputs, out_type, f=getattr(topi, name): [f(inputs[0], inputs[1])]  # noqa: B008 (bound per loop turn)
     for name, compute in computes.items():
         def strategy(attrs, inputs, out_type, target, compute=compute, name=name):
             s = _op.OpStrategy()
@@ -92,8 +92,8 @@ def texture_convnet(rng):
 def bench_models():
     """Benchmark models (never committed): the MLP (runtime overhead per run), MobileNet, and
     ResNet-18 with params unbound at batch 1 and 4 (one set of weights)."""
-    from tvm import relay
     import tvm.relay.testing  # noqa: F401
+    from tvm import relay
 
     register_gpu_elementwise()
     t = relay.testing
@@ -115,8 +115,8 @@ def bench_models():
 
 
 def small_models():
+    import tvm.relay.testing
     from tvm import relay
-    import tvm.relay.testing  # noqa: F401
 
     rng = np.random.default_rng(31)
     models = {}
@@ -162,9 +162,9 @@ def small_models():
     models["hetero_cl"] = (mod, {"w": tvm.nd.array(rng.uniform(-1, 1, (8, 16)).astype("float32"))}, False)
 
     # Texture memory (TVM's Adreno target): unbound, so executors share the texture weights.
-    models["convnet_tex_cl"] = texture_convnet(rng) + (False,)
+    models["convnet_tex_cl"] = (*texture_convnet(rng), False)
     # Bound: the factory's weights, some of them in texture scopes (a bias as `global.texture-weight`).
-    models["convnet_tex_bound_cl"] = texture_convnet(rng) + (True,)
+    models["convnet_tex_bound_cl"] = (*texture_convnet(rng), True)
     return models, rng
 
 

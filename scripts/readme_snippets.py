@@ -3,8 +3,9 @@
 
 A fenced block right after a line naming a file in bold code (**`FILE`**, what a reader sees as
 its name) is written to FILE; one after `<!-- snippet: run -->` (or `<!-- snippet: run, expect:
-TEXT -->`) runs in bash, stops at the first failing command, and must print TEXT when given. The files the snippets create are removed after;
-the script refuses to start where one of them exists already (it is not ours to overwrite).
+TEXT -->`) runs in bash, stops at the first failing command, and must print TEXT when given. The
+files the snippets create are removed after; the script refuses to start where one of them exists
+already (it is not ours to overwrite).
 """
 import os
 import re

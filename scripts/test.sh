@@ -2,8 +2,10 @@
 # Runs every test on a fresh machine: formatting and lints, the Rust tests, the C and C++ suite under
 # CTest (also under valgrind; hosts built against upstream TVM 0.16's C and C++ headers, the C++ one
 # also run on upstream's own library), models built for OpenCL on pocl's CPU device, the old-ABI
-# build with its C++ host, TVM's own Python package driving this runtime under pytest, and the
-# aarch64 suite under qemu (scripts/aarch64.sh). Installs what is missing (cmake, valgrind, pocl,
+# build with its C++ host, the differential test, the README's snippets and docs' recipes, TVM's
+# own Python package driving this runtime under pytest, the CMake install matrix, our wheel
+# (scripts/test_wheel.sh), Ray Serve (scripts/test_serve.sh) and the aarch64 suite under qemu
+# (scripts/aarch64.sh). Installs what is missing (cmake, valgrind, pocl,
 # cross compilers and qemu via apt; TVM's wheel and a Python venv via pip; the Rust target via rustup).
 #
 #   scripts/test.sh           everything (what CI runs)

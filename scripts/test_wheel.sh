@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Python package as users get it: builds the wheel (pip wheel ./python), checks it (ruff, mypy,
-# the stripped library inside, its size), then installs it into fresh venvs of the oldest and the
+# The Python package as users get it: builds the wheel (pip wheel ./python), checks it (ruff over
+# all the repository's Python, mypy, the stripped library inside, its size), then installs it into fresh venvs of the oldest and the
 # newest CPython the machine has (pyenv's 3.9 and 3.13 where present) with numpy 1.x and 2.x, and
 # runs python/tests against the installed package (TVM's own package beside it, from tvm_env.sh).
 #   scripts/test_wheel.sh              everything
@@ -65,8 +65,10 @@ assert "tvmrt/py.typed" in names
 print(f"   library {len(data) / 1e6:.2f} MB, tool {z.getinfo([n for n in names if n.endswith('scripts/tvmrt')][0]).file_size / 1e6:.2f} MB")
 EOF
 echo "== ruff and mypy"
-(cd python && "$out/build-venv/bin/ruff" check . && "$out/build-venv/bin/ruff" format --check . >/dev/null \
-  && "$out/build-venv/bin/mypy" tvmrt)
+# The package with its own settings (python/pyproject.toml), the rest of the repository's Python
+# (scripts, benchmarks, TVM-side tests) with .ruff.toml's.
+"$out/build-venv/bin/ruff" check --quiet .
+(cd python && "$out/build-venv/bin/ruff" format --check . >/dev/null && "$out/build-venv/bin/mypy" tvmrt)
 
 # (python version, numpy requirement) pairs: numpy 2 needs 3.9+ (2.0 is the last for 3.9), and
 # 3.13 has no numpy 1.x.

@@ -1,6 +1,7 @@
 """The graph executor from TVM 0.16's own Python package, on this runtime; outputs are compared
 with upstream's, recorded by scripts/make_fixtures.py."""
 import json
+
 import numpy as np
 import pytest
 
@@ -288,7 +289,8 @@ def test_aligned_params_load_in_upstream_tvm(tvm, tmp_path):
 import os, numpy as np, tvm
 from tvm.contrib import graph_executor
 assert os.path.realpath(tvm._ffi.base._LIB._name).startswith(os.path.realpath({upstream!r})), tvm._ffi.base._LIB._name
-g = graph_executor.create(open({str(fx.dir / 'graph.json')!r}).read(), tvm.runtime.load_module({fx.lib_path!r}), tvm.cpu())
+lib = tvm.runtime.load_module({fx.lib_path!r})
+g = graph_executor.create(open({str(fx.dir / 'graph.json')!r}).read(), lib, tvm.cpu())
 g.load_params(open({str(path)!r}, 'rb').read())
 g.set_input('data', np.fromfile({str(fx.dir / 'in_0.bin')!r}, dtype='float32').reshape(1, 1, 28, 28))
 g.run()

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, Fixture
+from conftest import Fixture
 
 CPU_MODELS = ["convnet", "mlp_unbound_b1", "lstm_seq8"]
 
@@ -116,7 +116,7 @@ def compare_with_upstream(ours, theirs):
     theirs_table = theirs["table"].splitlines()
     assert ours_table[0] == theirs_table[0], "the same columns"
     assert len(ours_table) == len(theirs_table)
-    first = lambda lines: [l.split()[0] if l.strip() else "" for l in lines]  # noqa: E731
+    first = lambda lines: [line.split()[0] if line.strip() else "" for line in lines]  # noqa: E731
     assert first(ours_table) == first(theirs_table)
     assert ours.csv().splitlines()[0] == theirs["csv"].splitlines()[0]
 
@@ -188,7 +188,7 @@ def test_profile_function_runs_and_refuses_what_it_lacks(tvm):
     fx = Fixture("mlp_unbound_b1")
     root = tvm.runtime.load_module(str(fx.dir / "lib.so"))
     # The kernels are in the library module (the factory's import).
-    lib = next(m for m in [root] + list(root.imported_modules) if m.type_key == "library")
+    lib = next(m for m in [root, *root.imported_modules] if m.type_key == "library")
     name = "tvmgen_default_fused_nn_softmax"
     prof = profiling.profile_function(lib, tvm.cpu(), [], func_name=name, warmup_iters=2)
     a = tvm.nd.array(np.random.rand(1, 10).astype("float32"))

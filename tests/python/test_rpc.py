@@ -177,7 +177,7 @@ def wheel_client(port, fx, device="cpu", load_by_global=False):
                            "1" if load_by_global else "0"],
                           env=env_for(None), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
 
 
@@ -299,7 +299,7 @@ def test_remote_streams_and_texture_builds(tvm):
         done = subprocess.run([sys.executable, "-c", WHEEL_STREAM_CLIENT, str(srv.port), str(fx.dir)],
                               env=env_for(None), capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-        out = json.loads([l for l in done.stdout.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):])
+        out = json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1][len("RESULT "):])
         assert out["stream"], "a stream of the server's own, not the default"
         got = np.frombuffer(bytes.fromhex(out["output"]), dtype="float32")
         np.testing.assert_allclose(got, fx.outputs[0].ravel(), rtol=0, atol=1e-4)
