@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python package as users get it: builds the wheel (pip wheel ./python), checks it (ruff over
-# all the repository's Python, mypy, the stripped library inside, its size), then installs it into fresh venvs of the oldest and the
-# newest CPython the machine has (pyenv's 3.9 and 3.13 where present) with numpy 1.x and 2.x, and
-# runs python/tests against the installed package (TVM's own package beside it, from tvm_env.sh).
+# all the repository's Python, mypy, the stripped library inside, its size), then installs it into
+# fresh venvs of the oldest and the newest CPython the machine has (pyenv's 3.9 and 3.13 where
+# present) with numpy 1.x and 2.x, and runs python/tests against the installed package (TVM's own
+# package beside it, from tvm_env.sh).
 #   scripts/test_wheel.sh              everything
 #   scripts/test_wheel.sh --one        the newest Python only (quicker)
 #   TVMRT_WHEEL=dist/...whl scripts/test_wheel.sh    a wheel built before (scripts/build_wheels.sh)

@@ -118,12 +118,106 @@ mod tests {
     fn blocks_are_aligned_and_zeroed_at_every_size() {
         for len in [0, 1, 63, 4096, MMAP_THRESHOLD, HUGE_PAGE + 1] {
             let b = HostBlock::zeroed(len).unwrap();
-            assert_eq!(b.len(), len);
+            assert_eq!((b.len(), b.is_empty()), (len, len == 0));
             assert_eq!(b.as_ptr() as usize % ALIGNMENT, 0, "{len}");
             // SAFETY: `len` bytes of the block just made.
             let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr(), len) };
             assert!(bytes.iter().all(|&x| x == 0), "{len}");
         }
-        assert!(HostBlock::zeroed(MAX_ALLOCATION + 1).is_err());
+    }
+
+    #[test]
+    fn sizes_beyond_the_limit_are_refused_before_asking_the_system() {
+        let refused = |len: usize| match HostBlock::zeroed(len) {
+            Err(e) => e.to_string().contains("refusing to allocate"),
+            Ok(_) => false,
+        };
+        assert!(refused(MAX_ALLOCATION + 1));
+        assert!(refused(usize::MAX));
+        // The limit itself goes to the system (which may well say no, in its own words).
+        assert!(!refused(MAX_ALLOCATION));
+    }
+
+    #[test]
+    fn large_blocks_are_mapped_and_small_ones_come_from_the_heap() {
+        let backing = |len: usize| match HostBlock::zeroed(len).unwrap().backing {
+            Backing::Heap(_) => "heap",
+            Backing::Mapped => "mapped",
+            Backing::Empty => "empty",
+        };
+        assert_eq!(backing(0), "empty");
+        for len in [1, 4096, MMAP_THRESHOLD - 1] {
+            assert_eq!(backing(len), "heap", "{len}");
+        }
+        for len in [MMAP_THRESHOLD, HUGE_PAGE + 1] {
+            assert_eq!(backing(len), "mapped", "{len}");
+        }
+    }
+
+    /// The flags /proc/self/smaps gives the mapping holding `addr`.
+    fn vm_flags(addr: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = range.split_once('-') {
+                if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) {
+                    inside = (lo..hi).contains(&addr);
+                    continue;
+                }
+            }
+            if let Some(flags) = line.strip_prefix("VmFlags:").filter(|_| inside) {
+                return flags.trim().to_string();
+            }
+        }
+        panic!("no mapping holds {addr:#x}")
+    }
+
+    #[test]
+    fn huge_blocks_ask_for_huge_pages_and_smaller_mapped_ones_do_not() {
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        if !thp.contains("[madvise]") && !thp.contains("[always]") {
+            eprintln!("no transparent huge pages here ({thp:?}): the advice is not visible");
+            return;
+        }
+        let asked = |len: usize| {
+            let b = HostBlock::zeroed(len).unwrap();
+            vm_flags(b.as_ptr() as usize).split_whitespace().any(|f| f == "hg")
+        };
+        assert!(asked(HUGE_PAGE));
+        assert!(!asked(HUGE_PAGE - 1));
+        assert!(!asked(MMAP_THRESHOLD));
+    }
+
+    /// Freeing a large block gives its pages back to the system at once (the reason blocks are
+    /// mapped). Checked in a child process, which has no other thread that could map the same
+    /// addresses between the free and the look.
+    #[test]
+    fn a_freed_large_block_is_unmapped() {
+        const LEN: usize = 4 * HUGE_PAGE;
+        // SAFETY: the child calls only mmap, madvise, munmap and mincore (through HostBlock and
+        // below) and leaves with _exit, nothing that takes a lock another thread may hold.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let b = HostBlock::zeroed(LEN).unwrap();
+            let addr = b.as_ptr();
+            let before = {
+                let mut pages = [0u8; LEN / 4096];
+                // SAFETY: `pages` holds a byte per 4 KiB page of the range (at least one per page).
+                unsafe { libc::mincore(addr.cast(), LEN, pages.as_mut_ptr()) }
+            };
+            drop(b);
+            let mut pages = [0u8; LEN / 4096];
+            // SAFETY: as above; ENOMEM when any of the range is not mapped.
+            let after = unsafe { libc::mincore(addr.cast(), LEN, pages.as_mut_ptr()) };
+            let code = if before == 0 && after == -1 { 0 } else { 1 };
+            // SAFETY: leaving the child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the block was still mapped after its drop");
     }
 }
