@@ -134,6 +134,24 @@ fn rename_at(dir: RawFd, from: &OsStr, to: &OsStr) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How many names [`create_new`] tries: with unpredictable names, a collision is someone else's
+/// file planted there, and a few of those in a row are an attack, not bad luck.
+const CREATE_ATTEMPTS: usize = 9;
+
+/// A new file in `dir`, made exclusively (never an existing file or a link) under the first free
+/// name of up to [`CREATE_ATTEMPTS`] that `names` gives, with that name.
+fn create_new(dir: RawFd, mut names: impl FnMut() -> OsString) -> std::io::Result<(OsString, OwnedFd)> {
+    let mut attempt = 1;
+    loop {
+        let name = names();
+        match open_at(dir, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o644) {
+            Ok(fd) => return Ok((name, fd)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < CREATE_ATTEMPTS => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Removes the tree under directory `dir` (its entries, not itself), descending by descriptor.
 fn empty_tree(dir: &OwnedFd, depth: usize) -> std::io::Result<()> {
     if depth > MAX_DEPTH {
@@ -275,15 +293,7 @@ impl Root {
     pub fn write_whole(&self, path: &Path, bytes: &[u8], create_dirs: bool) -> Result<()> {
         let (dir, name) = self.parent_of(path, create_dirs)?;
         let shown = || self.resolved(&self.names(path).unwrap_or_default()).display().to_string();
-        let mut attempt = 0;
-        let (temp, fd) = loop {
-            let temp = super::temp_name(name);
-            match open_at(dir.as_raw_fd(), &temp, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o644) {
-                Ok(fd) => break (temp, fd),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
-                Err(e) => return Err(Error::io(shown(), e)),
-            }
-        };
+        let (temp, fd) = create_new(dir.as_raw_fd(), || super::temp_name(name)).map_err(|e| Error::io(shown(), e))?;
         let written = std::fs::File::from(fd).write_all(bytes).and_then(|()| rename_at(dir.as_raw_fd(), &temp, name));
         if let Err(e) = written {
             let _ = unlink_at(dir.as_raw_fd(), &temp, 0);
@@ -423,5 +433,89 @@ mod tests {
         root.remove(Path::new("esc")).unwrap();
         assert!(s.0.join("outside/secret").exists(), "nothing outside removed");
         assert!(!s.0.join("root/tree").exists() && !s.0.join("root/esc").exists());
+    }
+
+    #[test]
+    fn the_systems_refusals_come_back_as_errors() {
+        let s = Scratch::new("errors");
+        let root = s.root();
+        let at = root.fd.as_raw_fd();
+        let kind = |r: std::io::Result<()>| r.unwrap_err().kind();
+        assert_eq!(kind_at(at, OsStr::new("missing")).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(kind_at(at, OsStr::new("sub")).unwrap(), libc::S_IFDIR);
+        assert_eq!(kind(unlink_at(at, OsStr::new("missing"), 0)), std::io::ErrorKind::NotFound);
+        assert_eq!(kind(mkdir_at(at, OsStr::new("sub"))), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(kind(rename_at(at, OsStr::new("missing"), OsStr::new("other"))), std::io::ErrorKind::NotFound);
+        // A root is a directory, held by a descriptor no child process inherits.
+        assert!(Root::open(&s.0.join("root/sub/in.txt")).is_err(), "a file is no root");
+        // SAFETY: a query of a descriptor of ours.
+        let flags = unsafe { libc::fcntl(at, libc::F_GETFD) };
+        assert!(flags >= 0 && flags & libc::FD_CLOEXEC != 0, "close-on-exec");
+        refused(root.dir(Path::new("sub/in.txt"), false), "a file is no directory");
+    }
+
+    #[test]
+    fn a_new_file_takes_the_first_free_name_of_a_few() {
+        let s = Scratch::new("create");
+        let root = s.root();
+        let at = root.fd.as_raw_fd();
+        for taken in 0..CREATE_ATTEMPTS {
+            std::fs::write(s.0.join(format!("root/t{taken}")), b"theirs").unwrap();
+        }
+        // Names `t0`, `t1`, ... counted as they are asked for.
+        let asked = std::cell::Cell::new(0);
+        let names = || {
+            asked.set(asked.get() + 1);
+            OsString::from(format!("t{}", asked.get() - 1))
+        };
+        std::fs::remove_file(s.0.join("root/t3")).unwrap();
+        let (name, _) = create_new(at, names).unwrap();
+        assert_eq!((name.to_str().unwrap(), asked.get()), ("t3", 4));
+        assert_eq!(std::fs::read(s.0.join("root/t2")).unwrap(), b"theirs", "taken names left alone");
+        // Every name taken: refused after the last attempt.
+        asked.set(0);
+        std::fs::write(s.0.join("root/t3"), b"theirs").unwrap();
+        assert_eq!(create_new(at, names).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(asked.get(), CREATE_ATTEMPTS);
+        // Any other failure at once.
+        asked.set(0);
+        let bad = || {
+            asked.set(asked.get() + 1);
+            OsString::from("no-such-dir/t")
+        };
+        assert_eq!(create_new(at, bad).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(asked.get(), 1);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let s = Scratch::new("fifo");
+        let fifo = CString::new(s.0.join("root/pipe").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let root = s.root();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // A thread of its own: an open that blocks (no O_NONBLOCK) would wait for a writer forever.
+        std::thread::spawn(move || tx.send(root.read(Path::new("pipe")).map_err(|e| e.to_string())));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("reading a FIFO returned");
+        assert!(got.unwrap_err().contains("not a regular file"));
+    }
+
+    #[test]
+    fn removal_descends_as_deep_as_the_limit_and_no_further() {
+        let s = Scratch::new("deep");
+        let root = s.root();
+        // `tree` with a chain of `n` directories under it.
+        let chain = |n: usize| -> PathBuf {
+            let path = std::iter::once("tree").chain(std::iter::repeat_n("d", n)).collect::<PathBuf>();
+            std::fs::create_dir_all(s.0.join("root").join(&path)).unwrap();
+            path
+        };
+        chain(MAX_DEPTH);
+        root.remove(Path::new("tree")).unwrap();
+        assert!(!s.0.join("root/tree").exists());
+        chain(MAX_DEPTH + 1);
+        let e = root.remove(Path::new("tree")).unwrap_err().to_string();
+        assert!(e.contains("too deep"), "{e}");
     }
 }
