@@ -88,7 +88,7 @@ fn link_if_needed(path: &Path) -> Result<PathBuf> {
 /// its object files, by name.
 fn unpack(path: &Path) -> Result<Vec<PathBuf>> {
     let bytes = files::read(path)?;
-    let bytes = if bytes.starts_with(&[0x1f, 0x8b]) { gunzip(&bytes)? } else { bytes };
+    let bytes = if bytes.starts_with(&[0x1f, 0x8b]) { gunzip(&bytes, MAX_UNPACKED)? } else { bytes };
     let members = tar::entries(&bytes).map_err(|e| e.context(format!("'{}'", path.display())))?;
     let dir = path.with_extension("parts");
     if files::directory(&dir, false).is_ok() {
@@ -115,8 +115,8 @@ fn unpack(path: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Inflates a gzip stream with the system's `gzip` over pipes (it touches no file), refusing
-/// one that inflates past [`MAX_UNPACKED`].
-fn gunzip(bytes: &[u8]) -> Result<Vec<u8>> {
+/// one that inflates past `limit` bytes (gzip stopped at once, not left blocked on a full pipe).
+fn gunzip(bytes: &[u8], limit: u64) -> Result<Vec<u8>> {
     let mut child = Command::new("gzip")
         .arg("-dc")
         .stdin(Stdio::piped())
@@ -130,14 +130,14 @@ fn gunzip(bytes: &[u8]) -> Result<Vec<u8>> {
         let _ = stdin.write_all(&input);
     });
     let mut out = Vec::new();
-    let read = child.stdout.take().expect("piped").take(MAX_UNPACKED + 1).read_to_end(&mut out);
-    if read.is_err() || out.len() as u64 > MAX_UNPACKED {
+    let read = child.stdout.take().expect("piped").take(limit + 1).read_to_end(&mut out);
+    if read.is_err() || out.len() as u64 > limit {
         let _ = child.kill();
     }
     let status = child.wait().map_err(|e| Error::tvm(format!("gzip: {e}")))?;
     let _ = feeder.join();
-    if out.len() as u64 > MAX_UNPACKED {
-        return Err(Error::value(format!("an archive that unpacks to more than {MAX_UNPACKED} bytes")));
+    if out.len() as u64 > limit {
+        return Err(Error::value(format!("an archive that unpacks to more than {limit} bytes")));
     }
     read.map_err(|e| Error::tvm(format!("gzip: {e}")))?;
     if !status.success() {
@@ -165,10 +165,35 @@ mod tests {
 
     #[test]
     fn gzip_streams_inflate_and_bad_ones_are_errors() {
+        let packed = gzip(b"hello tar");
+        assert_eq!(gunzip(&packed, MAX_UNPACKED).unwrap(), b"hello tar");
+        assert!(gunzip(&packed[..packed.len() / 2], MAX_UNPACKED)
+            .unwrap_err()
+            .to_string()
+            .contains("gzip cannot read"));
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
         let mut gz = Command::new("gzip").arg("-c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-        gz.stdin.take().unwrap().write_all(b"hello tar").unwrap();
+        let mut stdin = gz.stdin.take().unwrap();
+        let input = bytes.to_vec();
+        let feeder = std::thread::spawn(move || stdin.write_all(&input).unwrap());
         let packed = gz.wait_with_output().unwrap().stdout;
-        assert_eq!(gunzip(&packed).unwrap(), b"hello tar");
-        assert!(gunzip(&packed[..packed.len() / 2]).unwrap_err().to_string().contains("gzip cannot read"));
+        feeder.join().unwrap();
+        packed
+    }
+
+    #[test]
+    fn a_stream_inflating_past_the_limit_is_refused_and_gzip_stopped() {
+        let packed = gzip(&[0; 4096]);
+        assert_eq!(gunzip(&packed, 4096).unwrap(), [0; 4096], "exactly the limit");
+        let e = gunzip(&packed, 4095).unwrap_err().to_string();
+        assert!(e.contains("more than 4095 bytes"), "{e}");
+        // Far past a pipe's buffer: gzip, blocked writing, must be stopped for the call to return.
+        let bomb = gzip(&vec![0; 64 << 20]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(gunzip(&bomb, 4096).map_err(|e| e.to_string())));
+        let e = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("gunzip returned").unwrap_err();
+        assert!(e.contains("more than 4096 bytes"), "{e}");
     }
 }

@@ -273,7 +273,7 @@ fn archives_with_links_or_climbing_names_are_refused() {
 }
 
 #[test]
-fn a_gzipped_tar_of_objects_is_linked_and_loaded() {
+fn object_files_alone_or_in_a_gzipped_tar_are_linked_and_loaded() {
     let server = Server::start("link", &[], &[]);
     let dir = outside("link");
     // A packed function, as a kernel library exports them.
@@ -299,6 +299,12 @@ fn a_gzipped_tar_of_objects_is_linked_and_loaded() {
     let m = load_module(&s, "mod.tar").unwrap().into_object::<Module>().unwrap();
     let f = Module::get_function(&m, "answer", false).unwrap().expect("the linked function");
     assert!(matches!(f.call(&ArgsBuilder::new().args()).unwrap(), RetValue::Int(42)));
+    // One object file, as `export_library` writes for a cross build.
+    upload(&s, "one.o", &std::fs::read(dir.join("lib0.o")).unwrap()).unwrap();
+    let m = load_module(&s, "one.o").unwrap().into_object::<Module>().unwrap();
+    let f = Module::get_function(&m, "answer", false).unwrap().expect("the linked function");
+    assert!(matches!(f.call(&ArgsBuilder::new().args()).unwrap(), RetValue::Int(42)));
+    assert!(listdir(&s, "").unwrap().contains("one.so"), "linked beside it");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
