@@ -487,6 +487,33 @@ mod tests {
         assert_eq!(asked.get(), 1);
     }
 
+    /// A server started with stdin closed gets descriptor 0 from the system like any other, and
+    /// must take it for one. In a forked child, whose closing of 0 no other thread sees.
+    #[test]
+    fn descriptor_zero_is_a_descriptor_like_any_other() {
+        let s = Scratch::new("fd0");
+        let root = s.root();
+        // SAFETY: the child only opens, reads and closes files (glibc's malloc is usable after
+        // fork) and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: the child's own stdin, closed so that the next descriptor is 0.
+            unsafe { libc::close(0) };
+            // `sub` opens as 0 (copies of the root's descriptor start at 3); listing the root
+            // hands the stream a duplicate, 0 again once `sub` is closed; a root opened last gets 0.
+            let ok = root.read(Path::new("sub/in.txt")).ok().as_deref() == Some(&b"inside"[..])
+                && root.list(Path::new("")).is_ok_and(|l| l.len() == 1)
+                && Root::open(&s.0.join("root")).is_ok_and(|r| r.fd.as_raw_fd() == 0);
+            // SAFETY: leaving the child without running the parent's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "descriptor 0 refused");
+    }
+
     #[test]
     fn a_fifo_is_refused_without_waiting_for_a_writer() {
         let s = Scratch::new("fifo");
