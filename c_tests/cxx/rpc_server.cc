@@ -4,12 +4,14 @@
 // session's socket to tvm::runtime::RPCServerLoop in a child process. It uses upstream's C++
 // headers only, so it links and runs on upstream's library and on this one alike.
 //
-// Usage: rpc_server <port> <key> [fd|funcs]. Listens on 127.0.0.1 only, serves until killed.
+// Usage: rpc_server <port> <key> [fd|funcs]. Listens on 127.0.0.1 only, serves until SIGTERM or
+// SIGINT, then removes its work directory.
 // `funcs` hands the loop two functions over the socket instead of the socket itself (the form a
 // program with a transport of its own uses).
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -20,6 +22,8 @@
 #include <tvm/runtime/registry.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +45,11 @@ constexpr int32_t kRPCMagic = 0xff271;
 constexpr int32_t kRPCMismatch = 0xff273;
 
 std::string g_work_dir;
+volatile sig_atomic_t g_stop = 0;
+
+void OnStop(int) { g_stop = 1; }
+
+int RemoveEntry(const char* path, const struct stat*, int, struct FTW*) { return remove(path); }
 
 std::string WorkPath(const std::string& name) {
   if (name.empty() || name[0] == '/' || name.find("..") != std::string::npos) {
@@ -153,7 +162,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string key = argv[2];
-  for (;;) {
+  // No SA_RESTART: a stop interrupts accept and waitpid, and the loop sees it.
+  struct sigaction stop {};
+  stop.sa_handler = OnStop;
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGINT, &stop, nullptr);
+  while (!g_stop) {
     int conn = accept(listener, nullptr, nullptr);
     if (conn < 0) continue;
     if (!Handshake(conn, key)) {
@@ -163,6 +178,9 @@ int main(int argc, char** argv) {
     // Each session in a child: a kernel that crashes ends the session, not the server.
     pid_t pid = fork();
     if (pid == 0) {
+      // A session ends at a stop as it always did (the default action).
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGINT, SIG_DFL);
       close(listener);
       if (through_functions) {
         ServeThroughFunctions(conn);
@@ -173,6 +191,12 @@ int main(int argc, char** argv) {
     }
     close(conn);
     int status = 0;
-    if (pid > 0) waitpid(pid, &status, 0);
+    // Stopped while a session runs: the session goes too (it may not have had the signal).
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      if (g_stop) kill(pid, SIGTERM);
+    }
   }
+  close(listener);
+  nftw(g_work_dir.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS);
+  return 0;
 }
