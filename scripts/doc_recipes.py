@@ -16,11 +16,12 @@ import glob
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+from process_group import stop_group
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = re.compile(r"<!-- recipe: (start|run)(?:, expect: (.*?))? -->\n```([a-z]*)\n(.*?)```", re.S)
@@ -59,21 +60,11 @@ def start(body: str, folder: str) -> subprocess.Popen:
             port = re.search(r":(\d+),", line)
             wanted = re.search(r"--port (\d+)", body)
             if port and wanted and port.group(1) != wanted.group(1):
-                stop(proc)
+                stop_group(proc)
                 raise RuntimeError(f"port {wanted.group(1)} is taken here; the server took {port.group(1)}")
             return proc
-    stop(proc)
+    stop_group(proc)
     raise RuntimeError(f"the started command never said it listens: {body.strip()}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def run_page(page: str) -> tuple[int, int]:
@@ -105,7 +96,7 @@ def run_page(page: str) -> tuple[int, int]:
                 print(f"{os.path.basename(page)}: ok: {first}")
     finally:
         for proc in started:
-            stop(proc)
+            stop_group(proc)
         shutil.rmtree(folder, ignore_errors=True)
     return len(recipes), failed
 

@@ -5,7 +5,6 @@ aarch64 libraries to it, runs them there (outputs byte-equal to the x86_64 twins
 outputs), times them with time_evaluator and profiles them with the debug executor. Run by
 scripts/aarch64.sh. Usage: rpc_on_device.py TVMRT LIBDIR FIXTURES"""
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,8 @@ import tvm
 from tvm import rpc
 from tvm.contrib import graph_executor
 from tvm.contrib.debugger import debug_executor
+
+from process_group import stop_group
 
 TWINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 
@@ -93,13 +94,8 @@ def main(tvmrt, libdir, fixtures):
             line += f", profiled ({len(calls)} operators)"
             print(line, flush=True)
     finally:
-        # SIGTERM: the server removes its work directory and exits; SIGKILL if it does not.
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        # Under qemu the server takes longer to stop than on the host.
+        stop_group(server, grace=30)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,14 @@ const MMAP_THRESHOLD: usize = 128 * 1024;
 /// Blocks at least this large ask for transparent huge pages.
 const HUGE_PAGE: usize = 2 << 20;
 
+/// Refuses a single allocation of `len` bytes above [`MAX_ALLOCATION`], on the host or a device.
+pub fn check_size(len: usize) -> Result<()> {
+    if len > MAX_ALLOCATION {
+        return Err(Error::value(format!("refusing to allocate {len} bytes")));
+    }
+    Ok(())
+}
+
 /// A type of [`ALIGNMENT`], whose dangling pointer is the address an empty block has.
 #[repr(C, align(64))]
 struct Aligned([u8; ALIGNMENT]);
@@ -43,9 +51,7 @@ unsafe impl Sync for HostBlock {}
 impl HostBlock {
     /// A zeroed block of `len` bytes (an empty one is a dangling, aligned pointer).
     pub fn zeroed(len: usize) -> Result<HostBlock> {
-        if len > MAX_ALLOCATION {
-            return Err(Error::value(format!("refusing to allocate {len} bytes")));
-        }
+        check_size(len)?;
         if len == 0 {
             // An address of the alignment, never dereferenced (no bytes).
             return Ok(HostBlock { ptr: NonNull::<Aligned>::dangling().cast(), len, backing: Backing::Empty });

@@ -3,21 +3,13 @@
 //! modules use each other in no circle, every top-level module has its row, and no source file
 //! grows past 600 lines.
 
+mod common;
+
+use common::sources::{circle, rust_files};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const LONGEST_FILE: usize = 600;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// The layer table: module name -> layer number.
 fn stated_layers(doc: &str) -> BTreeMap<String, u32> {
@@ -179,50 +171,12 @@ fn check(
     (problems, graph)
 }
 
-/// A circle among the top-level modules, if any.
-fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-    fn visit(
-        n: &str,
-        graph: &BTreeMap<String, BTreeSet<String>>,
-        state: &mut BTreeMap<String, u8>,
-        stack: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        state.insert(n.to_string(), 1);
-        stack.push(n.to_string());
-        for m in graph.get(n).into_iter().flatten() {
-            match state.get(m.as_str()) {
-                Some(1) => {
-                    let from = stack.iter().position(|s| s == m).unwrap();
-                    return Some(stack[from..].iter().cloned().chain([m.clone()]).collect());
-                }
-                Some(_) => {}
-                None => {
-                    if let Some(c) = visit(m, graph, state, stack) {
-                        return Some(c);
-                    }
-                }
-            }
-        }
-        stack.pop();
-        state.insert(n.to_string(), 2);
-        None
-    }
-    let mut state = BTreeMap::new();
-    for n in graph.keys() {
-        if !state.contains_key(n.as_str()) {
-            if let Some(c) = visit(n, graph, &mut state, &mut Vec::new()) {
-                return Some(c);
-            }
-        }
-    }
-    None
-}
-
 fn crate_files() -> Vec<(Vec<String>, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut paths = Vec::new();
-    rust_files(&src, &mut paths);
-    paths.iter().map(|p| (module_path(p.strip_prefix(&src).unwrap()), std::fs::read_to_string(p).unwrap())).collect()
+    rust_files(&src)
+        .iter()
+        .map(|p| (module_path(p.strip_prefix(&src).unwrap()), std::fs::read_to_string(p).unwrap()))
+        .collect()
 }
 
 fn table() -> BTreeMap<String, u32> {

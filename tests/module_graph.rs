@@ -3,37 +3,30 @@
 //! resolved to the deepest file it names. The order of the top-level modules is
 //! docs/ARCHITECTURE.md's, checked by `tests/layers.rs`.
 
+mod common;
+
+use common::sources::{circle, rust_files};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Module path ("executor::plan") -> source text, for every file under `src/`.
 fn modules(src: &Path) -> BTreeMap<String, String> {
-    fn walk(dir: &Path, src: &Path, out: &mut BTreeMap<String, String>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, src, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let rel = path.strip_prefix(src).unwrap().with_extension("");
-                let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-                if parts.last().is_some_and(|p| p == "mod") {
-                    parts.pop();
-                }
-                let text = std::fs::read_to_string(&path).unwrap();
-                // Unit tests (at the end of a file) may reach anywhere.
-                let code = match text
-                    .find("#[cfg(test)]\nmod tests")
-                    .or_else(|| text.find("#[cfg(test)]\npub(crate) mod tests"))
-                {
-                    Some(at) => text[..at].to_string(),
-                    None => text,
-                };
-                out.insert(parts.join("::"), code);
-            }
-        }
-    }
     let mut out = BTreeMap::new();
-    walk(src, src, &mut out);
+    for path in rust_files(src) {
+        let rel = path.strip_prefix(src).unwrap().with_extension("");
+        let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        if parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Unit tests (at the end of a file) may reach anywhere.
+        let code =
+            match text.find("#[cfg(test)]\nmod tests").or_else(|| text.find("#[cfg(test)]\npub(crate) mod tests")) {
+                Some(at) => text[..at].to_string(),
+                None => text,
+            };
+        out.insert(parts.join("::"), code);
+    }
     out
 }
 
@@ -98,42 +91,8 @@ fn src_modules_import_each_other_without_cycles() {
             }
         }
     }
-    // Depth-first search for a back edge.
-    fn visit(
-        n: &str,
-        edges: &BTreeMap<String, BTreeSet<String>>,
-        state: &mut BTreeMap<String, u8>,
-        stack: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        state.insert(n.to_string(), 1);
-        stack.push(n.to_string());
-        for m in edges.get(n).into_iter().flatten() {
-            match state.get(m.as_str()) {
-                Some(1) => {
-                    let from = stack.iter().position(|s| s == m).unwrap();
-                    let mut cycle = stack[from..].to_vec();
-                    cycle.push(m.clone());
-                    return Some(cycle);
-                }
-                Some(_) => {}
-                None => {
-                    if let Some(c) = visit(m, edges, state, stack) {
-                        return Some(c);
-                    }
-                }
-            }
-        }
-        stack.pop();
-        state.insert(n.to_string(), 2);
-        None
-    }
-    let mut state = BTreeMap::new();
-    for n in mods.keys() {
-        if !state.contains_key(n) {
-            if let Some(cycle) = visit(n, &edges, &mut state, &mut Vec::new()) {
-                panic!("an import cycle among src/ modules: {}", cycle.join(" -> "));
-            }
-        }
+    if let Some(cycle) = circle(&edges) {
+        panic!("an import cycle among src/ modules: {}", cycle.join(" -> "));
     }
     // The check sees imports at all: the executor's plan imports the graph.
     assert!(edges["executor::plan"].contains("graph"), "{:?}", edges.get("executor::plan"));

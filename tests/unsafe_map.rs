@@ -1,19 +1,11 @@
 //! The map of where `unsafe` lives, in the crate's documentation (`src/lib.rs`), is kept true by
 //! this test rather than by memory: every file it names has unsafe code, and no other file does.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+mod common;
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+use common::sources::rust_files;
+use std::collections::BTreeSet;
+use std::path::Path;
 
 /// Whether the file has unsafe code: an unsafe block, function, impl or trait (not an
 /// `unsafe extern "C" fn(...)` pointer type, not comments).
@@ -54,8 +46,7 @@ fn the_unsafe_map_in_lib_rs_names_exactly_the_files_with_unsafe_code() {
     let named: Vec<&str> = section.split('`').skip(1).step_by(2).filter(|t| t.starts_with("src/")).collect();
     assert!(!named.is_empty());
 
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
+    let files = rust_files(&root.join("src"));
     let rel = |p: &Path| p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
     let covered = |f: &str| named.iter().any(|n| if n.ends_with('/') { f.starts_with(n) } else { f == *n });
     let with_unsafe: BTreeSet<String> =

@@ -6,7 +6,7 @@ use crate::device::{self, DeviceMemory, Place};
 use crate::dlpack::{DLDataType, DLDevice};
 use crate::error::{Error, Result};
 pub use crate::host_memory::ALIGNMENT;
-use crate::host_memory::{HostBlock, MAX_ALLOCATION};
+use crate::host_memory::{check_size, HostBlock};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -133,9 +133,7 @@ impl Buffer {
         if device::is_host(device) {
             return Buffer::zeroed(len);
         }
-        if len > MAX_ALLOCATION {
-            return Err(Error::value(format!("refusing to allocate {len} bytes")));
-        }
+        check_size(len)?;
         let mem = DeviceMemory::zeroed(device, len)?;
         let ptr = NonNull::new(mem.handle().cast())
             .ok_or_else(|| Error::internal("a device allocation with a null handle"))?;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod shim;
+pub mod sources;
 
 use std::path::{Path, PathBuf};
 use tvm_runtime::dlpack::{DLDataType, DLDevice};
