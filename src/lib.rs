@@ -57,7 +57,7 @@
 //! - devices: `src/device/` (each device's API over its own library, whose handles only that
 //!   device's module interprets);
 //! - threads and the allocator: `src/backend/thread_pool/`, `src/backend/affinity.rs`,
-//!   `src/backend/mod.rs`.
+//!   `src/backend/mod.rs`, `src/backend/fork.rs` (what a forked child cannot inherit).
 //!
 //! The formats, planning, the executor's layout and factories, parameters and the registry are
 //! `#![forbid(unsafe_code)]`.

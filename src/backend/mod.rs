@@ -1,6 +1,7 @@
 //! What compiled kernels call back into: scratch memory and parallel launches.
 
 pub mod affinity;
+pub mod fork;
 pub mod thread_pool;
 pub mod workspace;
 

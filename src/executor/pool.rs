@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 use super::GraphExecutor;
+use crate::backend::fork;
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
 use crate::module::ModuleArg;
@@ -50,6 +51,8 @@ struct State {
     /// Runs waiting for an arena (a notification costs a system call: only sent when one waits).
     waiting: usize,
     stats: Stats,
+    /// The fork generation `count` and `waiting` count in (see [`ArenaPool::state`]).
+    generation: u64,
 }
 
 /// What a pool has done, for reports and benchmarks.
@@ -116,6 +119,7 @@ impl ArenaPool {
         if capacity == 0 {
             return Err(Error::value("an arena pool holds at least one arena"));
         }
+        fork::install();
         Ok(Arc::new(ArenaPool {
             device,
             state: Mutex::new(State {
@@ -128,6 +132,7 @@ impl ArenaPool {
                 count: 0,
                 waiting: 0,
                 stats: Stats::default(),
+                generation: fork::generation(),
             }),
             returned: Condvar::new(),
         }))
@@ -137,8 +142,17 @@ impl ArenaPool {
         self.device
     }
 
+    /// The state, as of this process: in a child of a fork, the arenas lent before the fork (and
+    /// the runs waiting then) belong to threads the child does not have, and never come back.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = fork::generation();
+        if st.generation != now {
+            st.count = st.idle.len();
+            st.waiting = 0;
+            st.generation = now;
+        }
+        st
     }
 
     /// Joins the pool, needing `bytes` of arena.
@@ -238,13 +252,15 @@ impl ArenaPool {
             st.stats.waited += since.elapsed();
         }
         st.stats.peak_lent = st.stats.peak_lent.max(st.count - st.idle.len());
-        Lease { pool: self.clone(), buffer }
+        Lease { pool: self.clone(), buffer, generation: st.generation }
     }
 
     /// Takes back an arena a run leased.
-    fn give_back(&self, buffer: Arc<Buffer>) {
+    fn give_back(&self, buffer: Arc<Buffer>, generation: u64) {
         let mut st = self.state();
-        if buffer.len() == st.size && st.count <= st.capacity {
+        if generation != st.generation {
+            // Lent before a fork: no longer counted (see `state`).
+        } else if buffer.len() == st.size && st.count <= st.capacity {
             st.idle.push(buffer);
         } else {
             // Of a size no longer wanted, or beyond a capacity lowered meanwhile.
@@ -318,6 +334,8 @@ impl Drop for Member {
 pub struct Lease {
     pool: Arc<ArenaPool>,
     buffer: Arc<Buffer>,
+    /// The fork generation it was lent in.
+    generation: u64,
 }
 
 impl Lease {
@@ -333,7 +351,7 @@ impl Drop for Lease {
             // back either way.
             let _ = crate::device::api_of(self.pool.device).and_then(|api| api.sync(self.pool.device.device_id));
         }
-        self.pool.give_back(self.buffer.clone());
+        self.pool.give_back(self.buffer.clone(), self.generation);
     }
 }
 

@@ -116,12 +116,34 @@ static MAX_CONCURRENCY: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static IN_WORKER: Cell<bool> = const { Cell::new(false) };
+    /// The pool's lock, held by the forking thread from just before a fork to just after it.
+    static HELD_ACROSS_FORK: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<Pool>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Before a fork: takes the pool's lock, so no launch is half done in the child (a launch on
+/// another thread ends first).
+fn before_fork() {
+    let guard = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    HELD_ACROSS_FORK.with(|h| *h.borrow_mut() = Some(guard));
+}
+
+/// After a fork, in the parent or in the `child`: lets the lock go; the child forgets the pool,
+/// whose workers it does not have (dropping it would wait for them), so its next launch starts
+/// a pool of its own.
+fn after_fork(child: bool) {
+    let Some(mut guard) = HELD_ACROSS_FORK.with(|h| h.borrow_mut().take()) else { return };
+    if child {
+        std::mem::forget(guard.take());
+    }
+    drop(guard);
 }
 
 impl Pool {
     /// A pool of `threads` (the launcher and `threads - 1` workers). Failing to start a worker is
     /// an error; the workers already started are stopped again.
     fn new(threads: usize) -> Result<Pool> {
+        super::fork::install_with(super::fork::Hooks { before: before_fork, after: after_fork });
         let shared = Arc::new(Shared {
             job: UnsafeCell::new(Job { func: None, cdata: std::ptr::null_mut(), num_task: 0 }),
             barrier: Barrier::default(),
@@ -243,10 +265,40 @@ fn worker(s: Arc<Shared>, id: usize) {
     }
 }
 
-/// Threads a launch uses now.
+/// Threads a launch uses now (the process's; see [`with_threads`] for a thread's own).
 pub fn num_threads() -> usize {
     match CONFIGURED.load(Ordering::Relaxed) {
         0 => *DEFAULT_THREADS,
+        n => n,
+    }
+}
+
+thread_local! {
+    /// Threads the calling thread's launches use for now ([`with_threads`]; 0: the process's).
+    static THREADS_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Runs `f` with the calling thread's launches using `threads` threads (0: the process's; never
+/// more than [`max_concurrency`]): how an executor told its count runs its kernels, whatever other
+/// executors of the process use.
+pub fn with_threads<T>(threads: usize, f: impl FnOnce() -> T) -> T {
+    if threads == 0 {
+        return f();
+    }
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            THREADS_HERE.with(|t| t.set(self.0));
+        }
+    }
+    let _restore = Restore(THREADS_HERE.with(|t| t.replace(threads.min(max_concurrency()))));
+    f()
+}
+
+/// Threads a launch from this thread uses.
+fn launch_threads() -> usize {
+    match THREADS_HERE.with(Cell::get) {
+        0 => num_threads(),
         n => n,
     }
 }
@@ -312,7 +364,7 @@ pub unsafe fn parallel_launch(func: FTVMParallelLambda, cdata: *mut c_void, num_
     if IN_WORKER.with(Cell::get) {
         return Err(Error::tvm("Cannot launch parallel job inside worker, consider fuse then parallel"));
     }
-    let threads = num_threads();
+    let threads = launch_threads();
     let n = match usize::try_from(num_task) {
         Ok(0) => threads,
         Ok(n) if n <= threads => n,
@@ -365,10 +417,11 @@ unsafe fn run_parallel(func: FTVMParallelLambda, cdata: *mut c_void, n: usize) -
         // SAFETY: per this function's contract.
         Err(TryLockError::WouldBlock) => return unsafe { run_inline(func, cdata) },
     };
-    let threads = num_threads();
-    if pool.as_ref().is_none_or(|p| p.threads() != threads) {
+    // The process's count, or more for a thread told to use more: launches of fewer tasks leave
+    // the other workers idle.
+    if pool.as_ref().is_none_or(|p| p.threads() < n) {
         *pool = None;
-        *pool = Some(Pool::new(threads)?);
+        *pool = Some(Pool::new(num_threads().max(n))?);
     }
     pool.as_ref().expect("created above").launch(func, cdata, n)
 }

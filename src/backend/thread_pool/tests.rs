@@ -109,3 +109,35 @@ fn host_threads_launching_at_once_share_one_pool_and_all_finish_their_work() {
     set_max_concurrency(0);
     configure(Mode::Default, 0, &[]).unwrap();
 }
+
+/// Records how many tasks the launch was given.
+unsafe extern "C" fn count_tasks(_task: i32, penv: *mut TVMParallelGroupEnv, cdata: *mut c_void) -> i32 {
+    // SAFETY: the test passes an AtomicI32 and a live environment.
+    unsafe { (*cdata.cast::<AtomicI32>()).store((*penv).num_task, Ordering::SeqCst) };
+    0
+}
+
+#[test]
+fn a_threads_own_count_caps_its_launches_and_ends_with_the_call() {
+    let _size = sized(3);
+    let seen = AtomicI32::new(0);
+    let cdata = (&seen as *const AtomicI32).cast_mut().cast();
+    let launch = || {
+        // SAFETY: the lambda only writes `seen`, alive for the launch.
+        unsafe { parallel_launch(count_tasks, cdata, 0) }.unwrap();
+        seen.load(Ordering::SeqCst)
+    };
+    assert_eq!(with_threads(2, launch), 2);
+    assert_eq!(with_threads(1, launch), 1);
+    // 0 is the process's count; more than the process allows is capped at it.
+    assert_eq!(with_threads(0, || num_threads()), 3);
+    assert_eq!(with_threads(16, || launch_threads()), 3);
+    // Nested calls restore what was there, and the thread is back to the process's after.
+    with_threads(2, || {
+        with_threads(1, || assert_eq!(launch_threads(), 1));
+        assert_eq!(launch_threads(), 2);
+    });
+    assert_eq!(launch_threads(), 3);
+    set_max_concurrency(0);
+    configure(Mode::Default, 0, &[]).unwrap();
+}
