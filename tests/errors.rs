@@ -44,6 +44,39 @@ fn a_library_without_the_kernels_is_refused_with_the_missing_name() {
     assert!(e.contains("no such function in module: tvmgen_default_fused_nn_contrib_dense_pack_add_nn_relu"), "{e}");
 }
 
+/// A system-lib build linked into a shared object calls the runtime's C API by name. This test's
+/// executable links the runtime statically and exports none of it: nothing resolves those names,
+/// which is an error at load (RTLD_NOW), not a "symbol lookup error" that ends the process.
+#[test]
+fn a_library_calling_symbols_nobody_has_is_refused_at_load() {
+    let Some(cc) = ["cc", "gcc"].into_iter().find(|c| std::process::Command::new(c).arg("--version").output().is_ok())
+    else {
+        eprintln!("no C compiler: skipped");
+        return;
+    };
+    let dir = tvm_runtime_test_dir("syslib");
+    let fx = common::fixtures_dir().join("mlp_syslib");
+    let so = dir.join("lib.so");
+    let status = std::process::Command::new(cc)
+        .args(["-shared", "-o"])
+        .arg(&so)
+        .arg(fx.join("lib0.o"))
+        .arg(fx.join("devc.o"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let e = tvm_runtime::library::load_file(so.to_str().unwrap(), "so").err().unwrap().to_c_message();
+    assert!(e.contains("undefined symbol: TVM"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tvm_runtime_test_dir(tag: &str) -> std::path::PathBuf {
+    let dir = common::temp_path(&format!("errors-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[test]
 fn a_data_symbol_is_not_handed_out_as_a_function() {
     let lib = Fixture::load("mlp_b1").load_lib();

@@ -43,11 +43,7 @@ impl Dso {
         // it afterwards; a path replaced in between is tried again.
         for _ in 0..3 {
             let file = named_file.then(|| std::fs::File::open(path).ok()).flatten();
-            // RTLD_LOCAL keeps two models' same-named kernels apart; RTLD_LAZY as upstream.
-            // SAFETY: loading runs the library's constructors; loading a model library is exactly
-            // what the caller asked for.
-            let lib = unsafe { libloading::os::unix::Library::open(Some(path), libc::RTLD_LAZY | libc::RTLD_LOCAL) }
-                .map_err(|e| Error::value(format!("cannot load library '{path}': {e}")))?;
+            let lib = load(path)?;
             let same = match (&file, std::fs::metadata(path)) {
                 (Some(f), Ok(now)) => f.metadata().is_ok_and(|held| identity(&held) == identity(&now)),
                 _ => true,
@@ -58,6 +54,101 @@ impl Dso {
         }
         Err(Error::value(format!("cannot load library '{path}': the file keeps being replaced while it loads")))
     }
+}
+
+/// `dlopen`s a model library. RTLD_LOCAL keeps two models' same-named kernels apart. RTLD_NOW
+/// (upstream loads lazily) resolves every symbol before any code of the library runs: a symbol
+/// nowhere to be found is an error here, not a "symbol lookup error" that ends the process at
+/// the first call.
+///
+/// A system-lib build calls this runtime's C API by name (`TVMBackendRegisterSystemLibSymbol`
+/// from a static constructor, `TVMBackend*` from its kernels). Hosts that link the runtime have
+/// those names in the global scope; one that loaded it locally (Python's ctypes, our package)
+/// does not: the runtime's own image is then made global and the load tried again, unless the
+/// names are another TVM runtime's there already (TVM's own Python package, loaded globally),
+/// which the library would call instead: that is refused.
+fn load(path: &str) -> Result<libloading::os::unix::Library> {
+    let open = || {
+        // SAFETY: loading runs the library's constructors; loading a model library is exactly
+        // what the caller asked for.
+        unsafe { libloading::os::unix::Library::open(Some(path), libc::RTLD_NOW | libc::RTLD_LOCAL) }
+    };
+    let failed = |e: &dyn std::fmt::Display| Error::value(format!("cannot load library '{path}': {e}"));
+    let err = match open() {
+        Ok(lib) => return Ok(lib),
+        Err(e) => e,
+    };
+    let text = err.to_string();
+    let Some(name) = text.split("undefined symbol: ").nth(1).map(|r| r.split([' ', ',', '(']).next().unwrap_or(r))
+    else {
+        return Err(failed(&err));
+    };
+    let Some(ours) = own_symbol(name) else { return Err(failed(&err)) };
+    make_own_image_global().map_err(|e| failed(&format!("{text} (and the runtime could not provide it: {e})")))?;
+    let cname = std::ffi::CString::new(name).map_err(|_| failed(&err))?;
+    // SAFETY: a lookup in the global scope by a NUL-terminated name.
+    let global = unsafe { libc::dlsym(libc::RTLD_DEFAULT, cname.as_ptr()) };
+    if global != ours {
+        return Err(Error::value(format!(
+            "cannot load library '{path}': it calls the TVM runtime's C API by name ({name}: a system-lib build), \
+             and in this process that name is another TVM runtime's (loaded globally before this one, as TVM's \
+             own Python package does): load it in a process without the other runtime, or build it without \
+             system-lib"
+        )));
+    }
+    open().map_err(|e| failed(&e))
+}
+
+/// The address of `name` in this runtime's own image, if it exports it.
+fn own_symbol(name: &str) -> Option<*mut c_void> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    let image = own_image().ok()?;
+    // SAFETY: a lookup in a handle of our own image (RTLD_NOLOAD: no new load) by name.
+    let addr = unsafe {
+        let h = libc::dlopen(image.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            return None;
+        }
+        let a = libc::dlsym(h, cname.as_ptr());
+        libc::dlclose(h);
+        a
+    };
+    (!addr.is_null()).then_some(addr)
+}
+
+/// The file name of the image this runtime was loaded from.
+fn own_image() -> Result<std::ffi::CString> {
+    // SAFETY: Dl_info is plain data (pointers and integers): all zeros is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr fills `info` for an address inside a loaded image (this function's own).
+    let found = unsafe { libc::dladdr(own_image as *const c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return Err(Error::tvm("the runtime's own image is not known to the loader"));
+    }
+    // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
+    Ok(unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_owned())
+}
+
+/// Makes this runtime's image global (symbols of libraries loaded later resolve to it); once,
+/// for the process's life.
+fn make_own_image_global() -> Result<()> {
+    let image = own_image()?;
+    // SAFETY: RTLD_NOLOAD re-opens an image already loaded, changing only its scope; the handle is
+    // kept (never closed) since the image stays for the process's life anyway.
+    let h = unsafe { libc::dlopen(image.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_GLOBAL) };
+    if h.is_null() {
+        // SAFETY: dlerror's message, if any, is a NUL-terminated string of the loader's.
+        let why = unsafe {
+            let why = libc::dlerror();
+            if why.is_null() {
+                "unknown".to_string()
+            } else {
+                std::ffi::CStr::from_ptr(why).to_string_lossy().into_owned()
+            }
+        };
+        return Err(Error::tvm(format!("dlopen(RTLD_GLOBAL): {why}")));
+    }
+    Ok(())
 }
 
 impl SymbolSource for Dso {
