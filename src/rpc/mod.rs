@@ -63,27 +63,12 @@ fn serve_packets(mut channel: Channel<impl Socket>, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Answers a client the server will not serve (its handshake asked for what it cannot have):
-/// reads the client's first packet for up to `wait`, answers it with an exception packet saying
-/// `why` (what the client's `connect` raises), and closes.
-pub fn refuse_session(mut socket: std::net::TcpStream, why: &str, wait: std::time::Duration) -> Result<()> {
-    use std::io::{Read, Write};
-    let io = |e: std::io::Error| Error::tvm(format!("RPC: refusing a session: {e}"));
-    socket.set_read_timeout(Some(wait)).map_err(io)?;
-    socket.set_write_timeout(Some(wait)).map_err(io)?;
-    // The client sends its init packet before it reads anything: take it (a bounded part of it)
-    // so that closing does not reset the connection under the answer.
-    let mut len = [0u8; 8];
-    if socket.read_exact(&mut len).is_ok() {
-        let n = u64::from_le_bytes(len).min(1 << 16);
-        let _ = std::io::copy(&mut (&socket).take(n), &mut std::io::sink());
-    }
-    socket.write_all(&packet::Packet::Exception(why.to_string()).encode()).map_err(io)?;
-    let _ = socket.shutdown(std::net::Shutdown::Write);
-    // Wait (briefly) for the client to close first: it does once it has read the answer.
-    let _ = socket.set_read_timeout(Some(wait.min(std::time::Duration::from_secs(1))));
-    let _ = std::io::copy(&mut (&socket).take(1 << 16), &mut std::io::sink());
-    Ok(())
+/// What a refused client is sent after the handshake's answer: an exception packet with `why`,
+/// which TVM's client raises once its init packet is answered. Sent at once (the client reads it
+/// after sending its init packet, which the server then reads and drops before it closes, so
+/// closing does not reset the connection under the answer).
+pub fn refusal(why: &str) -> Vec<u8> {
+    packet::Packet::Exception(why.to_string()).encode()
 }
 
 /// The message of an encoded exception packet (for the server's own report).

@@ -164,6 +164,38 @@ fn handshake_options_out_of_range_are_refused_and_the_server_serves_on() {
 }
 
 #[test]
+fn a_refused_client_that_stays_connected_holds_nobody() {
+    let mut server = Server::start("refused-stays", &["--key", "k"], &[]);
+    // Refused clients that send nothing more and never close, again and again.
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let mut c = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        c.write_all(&client_hello("k -timeout=inf")).unwrap();
+        let mut reply = [0u8; 16];
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.read_exact(&mut reply).unwrap();
+        held.push(c);
+    }
+    // Each was answered in full at once: the refusal is waiting to be read, without an init packet.
+    let mut len = [0u8; 8];
+    held[0].read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u64::from_le_bytes(len) as usize];
+    held[0].read_exact(&mut body).unwrap();
+    assert!(matches!(Packet::decode(&body).unwrap(), Packet::Exception(m) if m.contains("-timeout=inf")));
+    let start = Instant::now();
+    served(server.port, "k");
+    assert!(start.elapsed() < Duration::from_secs(2), "served after {:?}", start.elapsed());
+    // And the server let them go: each reads the end of the stream within the linger.
+    for mut c in held.into_iter().skip(1) {
+        let mut rest = Vec::new();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = c.read_to_end(&mut rest);
+        assert!(!rest.is_empty(), "the refusal was sent");
+    }
+    assert!(server.alive());
+}
+
+#[test]
 fn a_client_dribbling_its_handshake_blocks_nobody() {
     let mut server = Server::start("dribble", &[], &[("TVM_RT_RPC_HANDSHAKE_MS", "3000")]);
     let port = server.port;

@@ -30,6 +30,9 @@ use tvm_runtime::{Error, Result};
 
 /// Connections mid-handshake held at once; past it, the one waiting longest is dropped.
 const MAX_PENDING: usize = 64;
+/// How long a refused client has to read its refusal and close (the server reads and drops what
+/// it sends meanwhile, so the refusal is not reset under it); nobody waits for it.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
 /// How long a connection has for its whole handshake: `TVM_RT_RPC_HANDSHAKE_MS`, else 10 s.
 fn handshake_limit() -> Duration {
@@ -60,6 +63,7 @@ pub fn run(a: &RpcServerArgs) -> Result<()> {
         work,
         tracker,
         pending: Vec::new(),
+        closing: Vec::new(),
         sessions: 0,
     };
     server.next_match_key();
@@ -128,6 +132,13 @@ impl Pending {
     }
 }
 
+/// A refused connection, answered in full and shut for writing: what the client still sends is
+/// read and dropped until it closes or `until`.
+struct Closing {
+    stream: TcpStream,
+    until: Instant,
+}
+
 struct Server {
     key: String,
     /// The key the next session is offered under (with a tracker, a fresh one per session).
@@ -140,6 +151,8 @@ struct Server {
     tracker: Option<TrackerLink>,
     /// Connections in (or done with) their handshake, oldest first.
     pending: Vec<Pending>,
+    /// Refused connections being closed.
+    closing: Vec<Closing>,
     sessions: u64,
 }
 
@@ -165,9 +178,14 @@ impl Server {
             let waiting: Vec<usize> = (0..self.pending.len()).filter(|&i| !self.pending[i].is_complete()).collect();
             let mut fds = vec![system::pollfd(self.signals.fd()), system::pollfd(self.listener.as_raw_fd())];
             fds.extend(waiting.iter().map(|&i| system::pollfd(self.pending[i].stream.as_raw_fd())));
+            fds.extend(self.closing.iter().map(|c| system::pollfd(c.stream.as_raw_fd())));
             let now = Instant::now();
-            let next =
-                waiting.iter().map(|&i| self.pending[i].deadline).chain(self.tracker.as_ref().map(|t| t.due())).min();
+            let next = waiting
+                .iter()
+                .map(|&i| self.pending[i].deadline)
+                .chain(self.closing.iter().map(|c| c.until))
+                .chain(self.tracker.as_ref().map(|t| t.due()))
+                .min();
             let complete = self.pending.iter().any(Pending::is_complete);
             let timeout = if complete { Some(Duration::ZERO) } else { next.map(|t| t.saturating_duration_since(now)) };
             system::poll(&mut fds, timeout).map_err(|e| Error::tvm(format!("rpc-server: poll: {e}")))?;
@@ -177,8 +195,11 @@ impl Server {
             if fds[1].revents != 0 {
                 self.accept_all();
             }
+            let (handshakes, closing) = fds[2..].split_at(waiting.len());
             let ready: Vec<usize> =
-                waiting.iter().zip(&fds[2..]).filter(|(_, f)| f.revents != 0).map(|(&i, _)| i).collect();
+                waiting.iter().zip(handshakes).filter(|(_, f)| f.revents != 0).map(|(&i, _)| i).collect();
+            let closing_ready: Vec<bool> = closing.iter().map(|f| f.revents != 0).collect();
+            self.drain_closing(&closing_ready);
             self.read_handshakes(&ready);
             self.expire();
             if let Some(i) = self.pending.iter().position(Pending::is_complete) {
@@ -230,6 +251,47 @@ impl Server {
         }
     }
 
+    /// Reads and drops what refused clients sent (`ready`: per closing connection, whether it
+    /// has something); lets go of those that closed or whose time is up.
+    fn drain_closing(&mut self, ready: &[bool]) {
+        let now = Instant::now();
+        let mut buf = [0u8; 4096];
+        let mut i = 0;
+        self.closing.retain_mut(|c| {
+            let was_ready = ready.get(i).copied().unwrap_or(false);
+            i += 1;
+            if was_ready {
+                loop {
+                    match c.stream.read(&mut buf) {
+                        Ok(0) => return false,
+                        Ok(_) => continue,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => break,
+                        Err(_) => return false,
+                    }
+                }
+            }
+            now < c.until
+        });
+    }
+
+    /// Refuses a client whose handshake asked for what it cannot have: its answer and the
+    /// exception packet its `connect` raises, written at once; no session, no waiting.
+    fn refuse(&mut self, p: Pending, reply: &[u8], why: &str) {
+        let mut answer = reply.to_vec();
+        answer.extend(tvm_runtime::rpc::refusal(&format!("RPCSessionRefused: {why}")));
+        let sent = p.stream.set_nonblocking(false).and_then(|()| p.stream.set_write_timeout(Some(self.limit)));
+        if sent.and_then(|()| (&p.stream).write_all(&answer)).is_err() {
+            return;
+        }
+        let _ = p.stream.shutdown(std::net::Shutdown::Write);
+        if p.stream.set_nonblocking(true).is_ok() {
+            self.closing.push(Closing { stream: p.stream, until: Instant::now() + REFUSAL_LINGER });
+            if self.closing.len() > MAX_PENDING {
+                self.closing.remove(0);
+            }
+        }
+    }
+
     /// Reads what arrived on the connections at `ready` (indices into `pending`).
     fn read_handshakes(&mut self, ready: &[usize]) {
         let mut gone = Vec::new();
@@ -269,7 +331,13 @@ impl Server {
         let Hello::Complete(client_key) = p.hello.hello().clone() else { return Ok(Flow::Continue) };
         let verdict = handshake::answer(&client_key, &self.match_key, &self.key);
         let reply = match &verdict {
-            Verdict::Mismatch { reply } | Verdict::Refused { reply, .. } | Verdict::Accepted { reply, .. } => reply,
+            Verdict::Refused { reply, why } => {
+                self.log(format_args!("{} ({client_key}) refused: {why}", p.peer));
+                let (reply, why) = (reply.clone(), why.clone());
+                self.refuse(p, &reply, &why);
+                return Ok(Flow::Continue);
+            }
+            Verdict::Mismatch { reply } | Verdict::Accepted { reply, .. } => reply,
         };
         let sent = p.stream.set_nonblocking(false).and_then(|()| p.stream.set_write_timeout(Some(self.limit)));
         if sent.and_then(|()| p.stream.write_all(reply)).is_err() {
@@ -281,35 +349,26 @@ impl Server {
                 self.log(format_args!("{} ({client_key}) told: not this server's key", p.peer));
                 Ok(Flow::Continue)
             }
-            Verdict::Refused { why, .. } => {
-                self.log(format_args!("{} ({client_key}) refused: {why}", p.peer));
-                self.session(p, &client_key, None, Some(why))
-            }
+            Verdict::Refused { .. } => Ok(Flow::Continue),
             Verdict::Accepted { options, .. } => {
                 self.log(format_args!("session for {client_key} ({})", p.peer));
-                self.session(p, &client_key, options.timeout, None)
+                self.session(p, &client_key, options.timeout)
             }
         }
     }
 
     /// Runs one session in a process of its own and waits for it (past `timeout`, ends it).
-    fn session(
-        &mut self,
-        p: Pending,
-        client_key: &str,
-        timeout: Option<Duration>,
-        refused: Option<String>,
-    ) -> Result<Flow> {
+    fn session(&mut self, p: Pending, client_key: &str, timeout: Option<Duration>) -> Result<Flow> {
         self.sessions += 1;
         let dir = self.work.session(self.sessions);
         let mut close: Vec<RawFd> = vec![self.listener.as_raw_fd()];
         close.extend(self.signals.fds());
         close.extend(self.tracker.as_ref().and_then(TrackerLink::fd));
         close.extend(self.pending.iter().map(|q| q.stream.as_raw_fd()));
-        let limit = self.limit;
+        close.extend(self.closing.iter().map(|q| q.stream.as_raw_fd()));
         let started = Instant::now();
         let stream = p.stream;
-        let pid = system::fork_session(&close, || session_process(stream, &dir, refused.as_deref(), limit))
+        let pid = system::fork_session(&close, || session_process(stream, &dir))
             .map_err(|e| Error::tvm(format!("rpc-server: fork: {e}")))?;
         let deadline = timeout.map(|t| started + t);
         let flow = loop {
@@ -354,14 +413,8 @@ impl Server {
     }
 }
 
-/// The session's process: a refusal, or the work directory's functions, then the packets.
-fn session_process(stream: TcpStream, dir: &Path, refused: Option<&str>, limit: Duration) -> i32 {
-    if let Some(why) = refused {
-        return match tvm_runtime::rpc::refuse_session(stream, &format!("RPCSessionRefused: {why}"), limit) {
-            Ok(()) => 0,
-            Err(_) => 1,
-        };
-    }
+/// The session's process: the work directory's functions, then the packets.
+fn session_process(stream: TcpStream, dir: &Path) -> i32 {
     let served = std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(dir.display().to_string(), e))
         .and_then(|()| tvm_runtime::rpc::workdir::serve_in(dir))
