@@ -31,6 +31,7 @@ pub const NAMES: &[&str] = &[
     "set_fold_weights",
     "set_strict_inputs",
     "prepare_params",
+    "set_num_threads",
 ];
 
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
@@ -93,7 +94,13 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
         "get_input" => wrap(
             this,
             |ex, a| {
-                a.expect_count("get_input", 1, 1)?;
+                a.expect_count("get_input", 1, 2)?;
+                if a.len() == 2 {
+                    // This runtime's form: a copy into the caller's tensor, which leaves a shared
+                    // weight shared (the one-argument form hands out the memory to write through).
+                    let i = ex.input_index(key(a, 0)?)?;
+                    return ex.copy_input_to(i, a.tensor(1)?).map(Into::into);
+                }
                 // Upstream answers None for a negative index, as for an unknown name.
                 if !a.is_name(0) && a.int(0)? < 0 {
                     return Ok(RetValue::None);
@@ -191,6 +198,17 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
                 Ok(RetValue::None)
             },
             "set_strict_inputs",
+        ),
+        "set_num_threads" => wrap(
+            this,
+            |ex, a| {
+                a.expect_count("set_num_threads", 1, 1)?;
+                let n = a.int(0)?;
+                let n = usize::try_from(n).map_err(|_| Error::value(format!("set_num_threads({n}): 0 or more")))?;
+                ex.lock().num_threads = n;
+                Ok(RetValue::None)
+            },
+            "set_num_threads",
         ),
         "set_fold_weights" => wrap(
             this,

@@ -204,10 +204,21 @@ impl GraphExecutor {
     /// Copies output `index` into `dst`, whose shape must match.
     pub fn copy_output_to(&self, index: usize, dst: RawTensor<'_>) -> Result<()> {
         let eid = self.plan.check_output(index)?;
+        self.copy_entry_to(eid, dst, || format!("output {index}"))
+    }
+
+    /// Copies input `index` (a weight too, left shared) into `dst`, whose shape must match.
+    pub fn copy_input_to(&self, index: usize, dst: RawTensor<'_>) -> Result<()> {
+        let eid = self.plan.check_input(index)?;
+        self.copy_entry_to(eid, dst, || format!("input '{}'", self.plan.input_name(index)))
+    }
+
+    fn copy_entry_to(&self, eid: usize, dst: RawTensor<'_>, what: impl Fn() -> String) -> Result<()> {
         let e = &self.plan.graph.entries[eid];
         if dst.shape() != &*e.shape || dst.dtype().element_bytes() != e.dtype.element_bytes() {
             return Err(Error::value(format!(
-                "output {index} is {} {:?}, the target {} {:?}",
+                "{} is {} {:?}, the target {} {:?}",
+                what(),
                 e.dtype,
                 e.shape,
                 dst.dtype(),

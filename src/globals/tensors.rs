@@ -104,12 +104,42 @@ pub(super) fn register(reg: &mut Register<'_>) {
     // Derived records of a prepared file that cannot be verified against its weights are dropped.
     def(reg, "runtime.AlignParams", |a| Ok(RetValue::Bytes(crate::prepared_params::align(a.bytes(0)?)?.0)));
     def(reg, "runtime.LoadParamsFromFile", |a| load_params_map(&crate::files::read(std::path::Path::new(a.str(0)?))?));
+    // What a params file (bytes, or a path) holds, as JSON: the digest of its weights, and for a
+    // prepared file whether its derived records are the ones made from those weights. A host that
+    // made the file (Serve's replicas) refuses one that is not: damaged, or edited since.
+    def(reg, "tvmrt.params.Check", |a| {
+        a.expect_count("tvmrt.params.Check", 1, 1)?;
+        let read;
+        let bytes = if a.is_name(0) {
+            read = crate::files::read(std::path::Path::new(a.str(0)?))?;
+            &read[..]
+        } else {
+            a.bytes(0)?
+        };
+        Ok(RetValue::Str(check_params(bytes)?.to_string()))
+    });
 
     // What CPU kernels of argsort, sort, topk and NMS call.
     def(reg, "tvm.contrib.sort.argsort", crate::contrib_sort::argsort);
     def(reg, "tvm.contrib.sort.sort", crate::contrib_sort::sort);
     def(reg, "tvm.contrib.sort.topk", crate::contrib_sort::topk);
     def(reg, "tvm.contrib.sort.argsort_nms", crate::contrib_sort::argsort_nms);
+}
+
+fn check_params(bytes: &[u8]) -> Result<serde_json::Value> {
+    use crate::prepared_params as prepared;
+    let records = params::parse(bytes)?;
+    let weights = records.iter().filter(|(n, _)| prepared::is_weight_record(n)).count();
+    let prepared = match prepared::verified_stamp(&records) {
+        Ok(None) => serde_json::Value::Null,
+        Ok(Some(stamp)) => serde_json::json!({"verified": true, "builds": stamp.builds.len()}),
+        Err(why) => serde_json::json!({"verified": false, "why": why}),
+    };
+    Ok(serde_json::json!({
+        "weights": weights,
+        "weights_digest": format!("{:016x}", prepared::weights_digest(&records)),
+        "prepared": prepared,
+    }))
 }
 
 fn save_params(a: &Args<'_>) -> Result<Vec<u8>> {

@@ -78,6 +78,8 @@ pub struct Instance {
     keep_derived: bool,
     /// The node `execute_node` ran last (debug executors).
     pub last_executed: Option<usize>,
+    /// Threads this executor's kernels use (`set_num_threads`; 0: the process's).
+    pub num_threads: usize,
     /// Per slot: the weight last seen held by others too, and when. Under `Folding::Shared` a
     /// weight stays folded for `keep_folded` after its other holders go, so a long-lived executor
     /// whose sharers come and go per request does not derive its weights again for each.
@@ -135,6 +137,7 @@ impl Instance {
             last_executed: None,
             seen_shared: vec![None; n_slots],
             keep_folded: layout::keep_folded_default(),
+            num_threads: 0,
             unfold_at: None,
             prepared: None,
             mapped_files: Vec::new(),
@@ -454,7 +457,8 @@ impl Instance {
         // A pooled executor's activations have memory only while it runs: an arena leased now,
         // given back (after the device finished with it) once nothing here points into it.
         let lease = self.lease_arena()?;
-        let result = f(&mut self.ops, &self.plan);
+        let (ops, plan) = (&mut self.ops, &self.plan);
+        let result = crate::backend::thread_pool::with_threads(self.num_threads, || f(ops, plan));
         if lease.is_some() {
             self.end_lease();
         }
