@@ -21,7 +21,7 @@ if [ ! -x $venv/bin/python ] || [ ! -f $venv/.complete ]; then
   rm -rf $venv
   "$py" -m venv $venv
   $venv/bin/pip install -q --upgrade pip
-  $venv/bin/pip install -q "ray[serve]" requests pytest
+  $venv/bin/pip install -q "ray[serve]" requests pytest hypothesis
   touch $venv/.complete
 fi
 $venv/bin/pip install -q --force-reinstall --no-deps "$wheel"

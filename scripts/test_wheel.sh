@@ -90,7 +90,7 @@ for c in "${combos[@]}"; do
   echo "== Python $("$py" -V 2>&1 | cut -d' ' -f2) with $req: a fresh venv, the wheel installed, pytest"
   "$py" -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q "$wheel" "$req" pytest
+  "$venv/bin/pip" install -q "$wheel" "$req" pytest hypothesis ml_dtypes
   # Outside the source tree, so the installed package is the one imported.
   (cd "$out" && env -u TVMRT_LIBRARY -u PYTHONPATH PATH="$venv/bin:$PATH" TVM_PYTHON="$TVM_PYTHON" \
     TVM_WHEEL_DIR="$TVM_WHEEL_DIR" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests")

@@ -37,7 +37,7 @@ def test_variants_share_weights_on_the_device_and_threads_agree():
     m1 = tvmrt.Model(b1.dir, concurrency=2)
     m4 = m1.variant(b4.dir, concurrency=2)
     assert_outputs(m4.run(b4.inputs), b4.outputs, "batch 4 sharing batch 1's device weights")
-    assert m4.memory_usage()["executors_idle"][0]["weights_owned"] == 0
+    assert m4.memory_usage()["holder"]["weights_owned"] == 0
     import threading
 
     rng = np.random.default_rng(3)

@@ -127,19 +127,71 @@ def test_requests_of_random_sizes_by_handle_and_http(app, direct):
     assert len(made) == 1 and len(made[0].read_text().splitlines()) == 1, [m.read_text() for m in made]
 
 
+def npy_bytes(x) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, x)
+    return buf.getvalue()
+
+
+def npy_header_only(shape, dtype="<f4") -> bytes:
+    """An .npy whose header declares `shape` and that holds no data."""
+    header = {"descr": dtype, "fortran_order": False, "shape": tuple(shape)}
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue()
+
+
+def npz_bytes(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+NPY_TYPE = {"content-type": "application/x-npy"}
+NPZ_TYPE = {"content-type": "application/x-npz"}
+
+
+def bad_requests():
+    """(what, method, body or JSON, headers, expected status, text the message holds)."""
+    z = np.zeros
+    return [
+        ("unknown input", {"inputs": {"nope": [[1.0]]}}, None, 400, "unknown nope"),
+        ("a row of another shape", {"inputs": {"data": [[1.0, 2.0]]}}, None, 400, "takes float32 rows of"),
+        ("text for numbers", {"inputs": {"data": "text"}}, None, 400, "data"),
+        ("more rows than a request may have", {"inputs": {"data": z((65, 1, 28, 28)).tolist()}}, None, 413, "64"),
+        ("no inputs", {"no inputs": 1}, None, 400, "inputs"),
+        # Smaller than the builds on an axis they do not vary: not padded, refused.
+        ("a 28x27 image", {"inputs": {"data": z((1, 1, 28, 27)).tolist()}}, None, 400, "[1, 28, 28]"),
+        ("not JSON", b"{not json", None, 400, "not JSON"),
+        ("JSON nested 100,000 deep", b"[" * 100_000 + b"]" * 100_000, None, 400, "nested too deeply"),
+        ("float64 .npy", npy_bytes(z((2, 1, 28, 28), np.float64)), NPY_TYPE, 400, "float32"),
+        ("an .npy declaring a huge shape", npy_header_only((10**9, 1, 28, 28)), NPY_TYPE, 413, "rows"),
+        ("an .npy holding less than it declares", npy_header_only((2, 1, 28, 28)), NPY_TYPE, 400, "declares"),
+        ("an .npz that is not a zip", b"PK\x03\x04 not really", NPZ_TYPE, 400, "not an .npz"),
+        # 20 MB of zeros in a few kB: refused from its member's header, never inflated.
+        ("an .npz bomb", npz_bytes(data=z((6400, 1, 28, 28), np.float32)), NPZ_TYPE, 413, "rows"),
+        ("an .npz of another input", npz_bytes(other=z((1, 1, 28, 28), np.float32)), NPZ_TYPE, 400, "other"),
+    ]
+
+
+def replica_peak_rss(handle, pid):
+    """The peak resident memory of replica `pid` (kB), asked until that replica answers."""
+    for _ in range(50):
+        s = handle.stats.remote().result()
+        if s["pid"] == pid:
+            break
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmHWM")).split()[1])
+
+
 def test_a_bad_request_fails_alone(app, direct):
     handle, url, _ = app
     rng = np.random.default_rng(5)
     good = [rng.standard_normal((int(rng.integers(1, 9)), 1, 28, 28)).astype("float32") for _ in range(24)]
-    bad_json = [
-        {"inputs": {"nope": [[1.0]]}},
-        {"inputs": {"data": [[1.0, 2.0]]}},
-        {"inputs": {"data": "text"}},
-        {"inputs": {"data": np.zeros((9, 1, 28, 28)).tolist()}},
-        {"no inputs": 1},
-    ]
-    statuses: dict[int, int] = {}
+    pids = replica_pids(handle)
+    peaks = {p: replica_peak_rss(handle, p) for p in pids}
     answers: dict[int, tuple] = {}
+    got: dict[str, tuple[int, str]] = {}
 
     def good_client(k):
         for j in range(k, len(good), 4):
@@ -147,14 +199,12 @@ def test_a_bad_request_fails_alone(app, direct):
             answers[j] = (a.outputs[0], a.runs)
 
     def bad_client():
-        for j, body in enumerate(bad_json):
-            statuses[j] = requests.post(url, json=body, timeout=60).status_code
-        statuses[100] = requests.post(url, data=b"{not json", timeout=60).status_code
-        buf = io.BytesIO()
-        np.save(buf, np.zeros((2, 1, 28, 28), np.float64))
-        r = requests.post(url, data=buf.getvalue(), headers={"content-type": "application/x-npy"}, timeout=60)
-        statuses[101] = r.status_code
-        assert "float32" in r.json()["error"], r.text
+        for what, body, headers, _, _ in bad_requests():
+            if isinstance(body, dict):
+                r = requests.post(url, json=body, timeout=60)
+            else:
+                r = requests.post(url, data=body, headers=headers or {}, timeout=60)
+            got[what] = (r.status_code, r.json().get("error", "") if r.content else "")
 
     threads = [threading.Thread(target=good_client, args=(k,)) for k in range(4)]
     threads.append(threading.Thread(target=bad_client))
@@ -162,12 +212,25 @@ def test_a_bad_request_fails_alone(app, direct):
         t.start()
     for t in threads:
         t.join()
-    assert set(statuses.values()) == {400}, statuses
+    for what, _, _, status, text in bad_requests():
+        assert got[what][0] == status and text in got[what][1], (what, got[what])
     assert len(answers) == len(good)
     for j, x in enumerate(good):
         check_answer(direct, x, *answers[j])
     with pytest.raises(Exception, match="unknown nope"):
         handle.infer.remote({"nope": good[0]}).result()
+    # The bomb was never inflated: no replica's peak memory grew by its 20 MB.
+    for p, before in peaks.items():
+        assert replica_peak_rss(handle, p) - before < 15_000, "a replica inflated a refused body"
+
+
+def test_requests_larger_than_a_batch_are_served(app, direct):
+    handle, url, _ = app
+    x = np.random.default_rng(9).standard_normal((21, 1, 28, 28)).astype("float32")
+    a = handle.infer.remote({"data": x}, details=True).result()
+    check_answer(direct, x, a.outputs[0], a.runs)
+    r = requests.post(url, json={"inputs": {"data": x.tolist()}}, timeout=60)
+    assert r.status_code == 200, r.text
 
 
 def replica_pids(handle, want=2, within=60):

@@ -23,8 +23,10 @@ from .errors import (
     RuntimeFailure,
     TVMRTError,
 )
-from .model import Model, Session, Tensor
+from .model import Model
+from .params import load_params, save_params
 from .profiling import BenchmarkResult, Report
+from .session import Session, Tensor
 
 try:
     __version__ = _metadata.version("tvmrt")
@@ -46,4 +48,6 @@ __all__ = [
     "TensorInfo",
     "__version__",
     "library_path",
+    "load_params",
+    "save_params",
 ]

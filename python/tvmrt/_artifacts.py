@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
+
+import numpy as np
 
 from . import errors
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 _PARAMS_MAGIC = 0xF7E58D4F05049CB7
+_NDARRAY_MAGIC = 0xDD5E40F096B4A13F
 
 
 @dataclass(frozen=True)
@@ -40,14 +43,58 @@ class Artefacts:
     #: The params came from the folder, not from the caller: used only when the library carries
     #: no weights of its own (as `tvmrt run` does).
     params_from_folder: bool = False
+    #: What was looked for when no params were found (None: the caller named them, or said there
+    #: are none).
+    params_looked_for: str | None = None
+    #: The files the model is read from (library, graph, params), for digests of what was loaded.
+    files: list[Path] = field(default_factory=list)
+
+
+# The names TVM's tutorials, tvmc and DLR give a params file, in the order they are preferred.
+PARAMS_NAMES = ("params.bin", "params", "deploy_param.params")
+LIBRARY_NAMES = ("lib.so", "deploy_lib.so", "mod.so")
+
+
+def is_params_file(path: Path) -> bool:
+    """Whether `path` is a regular file starting with TVM's params magic number."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return len(head) == 8 and struct.unpack("<Q", head)[0] == _PARAMS_MAGIC
+
+
+def find_params(folder: Path) -> Path | None:
+    """The params file of a model folder: one of the usual names, else the one file of any name
+    that starts with TVM's params magic number; several such files are an error naming them."""
+    for n in PARAMS_NAMES:
+        if (folder / n).is_file() and is_params_file(folder / n):
+            return folder / n
+    found = sorted(
+        p for p in folder.iterdir() if p.is_file() and p.suffix not in (".so", ".json") and is_params_file(p)
+    )
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise errors.InvalidValueError(f"{folder}: several params files ({names}): name the one to use with params=")
+    return found[0] if found else None
+
+
+def params_looked_for(folder: Path | None) -> str:
+    where = f" in {folder}" if folder is not None else ""
+    return ", ".join(PARAMS_NAMES) + f", or any one file starting with TVM's params magic number{where}"
 
 
 def locate(
-    path: PathLike | None, lib: PathLike | None, graph: PathLike | str | None, params: PathLike | bytes | None
+    path: PathLike | None,
+    lib: PathLike | None,
+    graph: PathLike | str | None,
+    params: PathLike | bytes | bool | None,
+    weights_elsewhere: bool = False,
 ) -> Artefacts:
-    """The artefacts named: a model folder (``lib.so``, with ``graph.json`` and ``params.bin`` or
-    ``params`` when the library does not carry them), a single ``export_library`` file, or each
-    one explicitly (explicit ones win over the folder's)."""
+    """The artefacts named: a model folder (``lib.so``, with ``graph.json`` and a params file
+    when the library does not carry them), a single ``export_library`` file, or each one
+    explicitly (explicit ones win over the folder's). ``params=False`` says there are none."""
     folder: Path | None = None
     if path is not None:
         p = Path(path)
@@ -62,40 +109,54 @@ def locate(
     if lib is None:
         if folder is None:
             raise errors.InvalidValueError("name a model: a folder, a library file, or lib=")
-        candidates = [folder / n for n in ("lib.so", "deploy_lib.so", "mod.so")]
-        found = next((c for c in candidates if c.is_file()), None)
+        found = next((folder / n for n in LIBRARY_NAMES if (folder / n).is_file()), None)
         if found is None:
             so = sorted(folder.glob("*.so"))
             if len(so) != 1:
+                listed = f" ({', '.join(s.name for s in so)})" if so else ""
                 raise errors.InvalidValueError(
-                    f"{folder}: no lib.so (and {len(so)} other .so files): name the library with lib="
+                    f"{folder}: no {' / '.join(LIBRARY_NAMES)} and {len(so)} other .so files{listed}: "
+                    "name the library with lib="
                 )
             found = so[0]
         lib = found
     lib_path = Path(lib)
     if not lib_path.is_file():
         raise errors.InvalidValueError(f"{lib_path}: no such library file")
+    files = [lib_path]
     graph_text: str | None = None
     graph_from_folder = False
     if graph is not None:
         g = str(graph)
-        graph_text = g if g.lstrip().startswith("{") else Path(g).read_text()
+        if g.lstrip().startswith("{"):
+            graph_text = g
+        else:
+            graph_text = Path(g).read_text()
+            files.append(Path(g))
     elif folder is not None and (folder / "graph.json").is_file():
         graph_text = (folder / "graph.json").read_text()
         graph_from_folder = True
+        files.append(folder / "graph.json")
     params_src: Path | bytes | None = None
     from_folder = False
-    if isinstance(params, (bytes, bytearray, memoryview)):
+    looked: str | None = None
+    if params is False or params is True:
+        if params is True:
+            raise errors.InvalidValueError("params=True: give a params file, its bytes, or False for none")
+    elif isinstance(params, (bytes, bytearray, memoryview)):
         params_src = bytes(params)
     elif params is not None:
         params_src = Path(params)
         if not params_src.is_file():
             raise errors.InvalidValueError(f"{params_src}: no such params file")
-    elif folder is not None:
-        names = ("params.bin", "params", "deploy_param.params")
-        params_src = next((folder / n for n in names if (folder / n).is_file()), None)
-        from_folder = params_src is not None
-    return Artefacts(lib_path, graph_text, params_src, graph_from_folder, from_folder)
+    elif not weights_elsewhere:
+        looked = params_looked_for(folder) if folder is not None else "no params= given"
+        if folder is not None:
+            params_src = find_params(folder)
+            from_folder = params_src is not None
+    if isinstance(params_src, Path):
+        files.append(params_src)
+    return Artefacts(lib_path, graph_text, params_src, graph_from_folder, from_folder, looked, files)
 
 
 def param_names(blob: bytes) -> list[str]:
@@ -112,6 +173,57 @@ def param_names(blob: bytes) -> list[str]:
         return names
     except struct.error as e:
         raise errors.InvalidValueError(f"a truncated params blob: {e}") from None
+
+
+# Records a prepared or aligned params file adds beside the weights.
+NOT_WEIGHTS = ("__tvmrt.", "__tvmrt_align_pad_")
+
+
+def read_params(blob: bytes | memoryview) -> dict[str, np.ndarray]:
+    """The weights of a params blob (TVM's ``save_param_dict`` format; a prepared file's extra
+    records left out) as numpy arrays by name, each a copy."""
+    view = memoryview(blob)
+    names = param_names(bytes(view[: min(len(view), 1 << 24)])) if len(view) else param_names(b"")
+    at = 24 + sum(8 + len(n.encode()) for n in names)
+
+    def take(fmt: str) -> tuple[Any, ...]:
+        nonlocal at
+        size = struct.calcsize(fmt)
+        if at + size > len(view):
+            raise errors.InvalidValueError(f"a truncated params blob (at byte {at})")
+        values = struct.unpack_from(fmt, view, at)
+        at += size
+        return values
+
+    (count,) = take("<Q")
+    if count != len(names):
+        raise errors.InvalidValueError(f"a params blob of {len(names)} names and {count} arrays")
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        magic, _reserved, device_type, _device_id, ndim, code, bits, lanes = take("<QQiiiBBH")
+        if magic != _NDARRAY_MAGIC or device_type != 1 or not 0 <= ndim <= 32 or lanes != 1:
+            raise errors.InvalidValueError(f"params record {name!r}: not a host tensor this package reads")
+        shape = take(f"<{ndim}q")
+        (nbytes,) = take("<q")
+        dtype = _record_dtype(code, bits, name)
+        count_ = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if min(shape, default=0) < 0 or nbytes != count_ * dtype.itemsize or at + nbytes > len(view):
+            raise errors.InvalidValueError(f"params record {name!r}: its size does not match {dtype} {list(shape)}")
+        if not name.startswith(NOT_WEIGHTS):
+            out[name] = np.frombuffer(view, dtype=dtype, count=count_, offset=at).reshape(shape).copy()
+        at += nbytes
+    return out
+
+
+def _record_dtype(code: int, bits: int, name: str) -> np.dtype:
+    from ._tensors import np_dtype
+
+    kinds = {0: "int", 1: "uint", 2: "float", 4: "bfloat"}
+    if code == 1 and bits == 1:
+        return np.dtype(np.bool_)
+    if code not in kinds:
+        raise errors.InvalidValueError(f"params record {name!r}: a dtype of code {code} this package does not read")
+    return np_dtype(f"{kinds[code]}{bits}")
 
 
 def names_blob(names: list[str]) -> bytes:

@@ -267,7 +267,8 @@ def _pack(a: Any, v: TVMValue, keep: list[Any]) -> int:
         v.v_float64 = a
         return FLOAT
     if isinstance(a, str):
-        b = a.encode()
+        # C reads a string up to its first NUL: the runtime would see another name.
+        b = c_string(a)
         keep.append(b)
         v.v_str = b
         return STR
@@ -289,6 +290,13 @@ def _pack(a: Any, v: TVMValue, keep: list[Any]) -> int:
     if isinstance(a, DLTensor):
         keep.append(a)
         v.v_handle = ctypes.addressof(a)
+        return DLTENSOR
+    tensor = getattr(a, "tensor", None)
+    if isinstance(tensor, DLTensor):
+        # A view over an array (`_tensors.TensorView`): kept, with the memory it points at, until
+        # the call returns.
+        keep.append(a)
+        v.v_handle = ctypes.addressof(tensor)
         return DLTENSOR
     raise errors.InvalidTypeError(f"cannot pass a {type(a).__name__} to the runtime")
 
@@ -316,10 +324,17 @@ def _unpack(v: TVMValue, code: int) -> Any:
     raise errors.InvalidTypeError(f"the runtime returned a value of type code {code}")
 
 
+def c_string(text: str) -> bytes:
+    """`text` for a C string argument: refused if it holds a NUL (C would read a shorter one)."""
+    if "\0" in text:
+        raise errors.InvalidValueError(f"{text!r}: a name or path with a NUL character")
+    return text.encode()
+
+
 def global_function(name: str) -> Function:
     lb = lib()
     h = ctypes.c_void_p()
-    lb.check(lb.cdll.TVMFuncGetGlobal(name.encode(), ctypes.byref(h)))
+    lb.check(lb.cdll.TVMFuncGetGlobal(c_string(name), ctypes.byref(h)))
     if not h.value:
         raise errors.TVMRTError(f"the runtime has no global function {name}")
     return Function(Handle(h.value, FUNC), name)
@@ -328,7 +343,7 @@ def global_function(name: str) -> Function:
 def load_module(path: str, fmt: str = "") -> Handle:
     lb = lib()
     h = ctypes.c_void_p()
-    lb.check(lb.cdll.TVMModLoadFromFile(path.encode(), fmt.encode(), ctypes.byref(h)))
+    lb.check(lb.cdll.TVMModLoadFromFile(c_string(path), c_string(fmt), ctypes.byref(h)))
     return Handle(h.value or 0, MODULE)
 
 
@@ -336,7 +351,7 @@ def module_function(module: Handle, name: str, query_imports: bool = True) -> Fu
     lb = lib()
     h = ctypes.c_void_p()
     lb.check(
-        lb.cdll.TVMModGetFunction(ctypes.c_void_p(module.value), name.encode(), int(query_imports), ctypes.byref(h))
+        lb.cdll.TVMModGetFunction(ctypes.c_void_p(module.value), c_string(name), int(query_imports), ctypes.byref(h))
     )
     return Function(Handle(h.value, FUNC), name) if h.value else None
 

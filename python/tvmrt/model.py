@@ -1,26 +1,44 @@
 """A model: its executors sharing one copy of the weights, its activations drawn from a pool of
-arenas sized by the runs in flight, and the calls to run it from many threads at once."""
+arenas sized by the runs in flight, and the calls to run it from many threads at once.
+
+Who holds what:
+
+- the **holder**, an executor no caller ever gets, holds the model's weights (loaded, mapped, or
+  the library factory's); every executor a caller runs shares them from it. A caller's
+  ``set_input`` of a weight makes that weight its executor's own copy (the runtime copies on
+  write), so one caller's write never reaches another caller, nor an executor made later;
+- **executors** go to one caller at a time (a session, or a thread's own for ``run``), and back to
+  the model when the caller is done; one whose outputs are still viewed (``copy=False``) is kept
+  aside until the views are gone;
+- the **pool** of activation arenas is shared by every executor of the model (and of its variants).
+"""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
+import re
 import tempfile
 import threading
-import time
 import weakref
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from . import _ffi, _tensors, errors
-from ._artifacts import Graph, PathLike, TensorInfo, locate, names_blob, read_param_names
+from ._artifacts import NOT_WEIGHTS, Graph, PathLike, TensorInfo, locate, names_blob, read_param_names
+from ._executor import Executor
 from .profiling import BenchmarkResult, Report
+from .session import Session, Tensor
 
 DeviceSpec = Any  # "auto", "cpu", "opencl", "opencl:1", or (device_type, device_id)
-# Records of a prepared or aligned params file that are not weights.
-_NOT_WEIGHTS = ("__tvmrt.", "__tvmrt_align_pad_")
+
+# Names Relay gives weights it leaves unbound (mxnet/gluon, PyTorch and ONNX importers, bound
+# params' "p0"...): a graph with such inputs and no params is missing its weights.
+_WEIGHT_NAME = re.compile(r"(^p\d+$)|([._](weight|bias|gamma|beta|moving_mean|moving_var|running_mean|running_var)$)")
+
+# Every model alive, for what a forked child must put right (see `_after_fork_in_child`).
+_MODELS: weakref.WeakSet[Model] = weakref.WeakSet()
 
 
 def _module_type_keys(module: _ffi.Handle) -> list[str]:
@@ -39,6 +57,8 @@ def _module_type_keys(module: _ffi.Handle) -> list[str]:
 def _device(spec: DeviceSpec, module: _ffi.Handle) -> _ffi.Device:
     if isinstance(spec, tuple):
         return _ffi.Device(int(spec[0]), int(spec[1]))
+    if hasattr(spec, "device_type") and hasattr(spec, "device_id"):  # TVM's Device
+        return _ffi.Device(int(spec.device_type), int(spec.device_id))
     name, _, index = str(spec).lower().partition(":")
     dev_id = int(index) if index else 0
     if name == "auto":
@@ -50,265 +70,10 @@ def _device(spec: DeviceSpec, module: _ffi.Handle) -> _ffi.Device:
     raise errors.InvalidValueError(f"device {spec!r}: use 'auto', 'cpu', 'opencl' or 'opencl:N'")
 
 
-class _Slot:
-    """An input or output of an executor as a prepared call: a DLTensor of the tensor's shape and
-    dtype over the caller's array, handed to ``set_input`` / ``get_output`` with its index."""
-
-    __slots__ = ("call", "dtype", "shape", "shape_array", "tensor")
-
-    def __init__(self, fn: _ffi.Function, index: int, info: TensorInfo) -> None:
-        self.shape = tuple(info.shape)
-        self.dtype = _tensors.np_dtype(info.dtype)
-        self.shape_array = _ffi.shape_tuple(self.shape)
-        t = _ffi.DLTensor()
-        t.device = _ffi.DLDevice(_ffi.CPU, 0)
-        t.ndim = len(self.shape)
-        t.dtype = _tensors.dl_dtype(self.dtype)
-        t.shape = ctypes.cast(self.shape_array, ctypes.POINTER(ctypes.c_int64))
-        self.tensor = t
-        self.call = _ffi.PreparedCall(fn, [_ffi.INT, _ffi.DLTENSOR])
-        self.call.values[0].v_int64 = index
-        self.call.values[1].v_handle = ctypes.addressof(t)
-
-
-class _Executor:
-    """One executor of the model, used by one caller at a time."""
-
-    __slots__ = (
-        "_get_input",
-        "_get_output",
-        "_run",
-        "_set",
-        "inputs",
-        "model",
-        "module",
-        "outputs",
-        "run_call",
-        "unset",
-    )
-
-    def __init__(self, model: Model, module: _ffi.Handle) -> None:
-        self.module = module
-        # Weakly: the model keeps its executors, never the other way round (no cycle, so a model
-        # nobody holds is freed at once, its memory with it).
-        self.model: Model = weakref.proxy(model)  # type: ignore[assignment]
-        fn = self._function
-        self._set, self._run, self._get_output, self._get_input = (
-            fn("set_input"),
-            fn("run"),
-            fn("get_output"),
-            fn("get_input"),
-        )
-        self.run_call = _ffi.PreparedCall(self._run, [])
-        self.inputs = [_Slot(self._set, i, t) for i, t in enumerate(model._all_inputs)]
-        self.outputs = [_Slot(self._get_output, i, t) for i, t in enumerate(model.outputs)]
-        # The data inputs not set yet: a run before every one was set is refused.
-        self.unset = set(model._data_input_indices)
-
-    def _function(self, name: str) -> _ffi.Function:
-        return _ffi.method(self.module, name)
-
-    def set_input(self, key: int | str, value: Any) -> None:
-        index = self.model._input_index(key)
-        if index is None:
-            # An unknown name goes to the runtime as it is: its error names it.
-            self._set(key, _tensors.TensorView(_tensors.as_host_array(value, "float32")).tensor)
-            return
-        slot = self.inputs[index]
-        arr = _tensors.as_host_array(value, slot.dtype)
-        if arr.shape == slot.shape and arr.dtype == slot.dtype:
-            slot.tensor.data = arr.ctypes.data
-            slot.call()
-        else:
-            # Another shape or dtype: the runtime refuses it, saying which (strict inputs).
-            self._set(index, _tensors.TensorView(arr).tensor)
-        self.unset.discard(index)
-
-    def run(self) -> None:
-        if self.unset:
-            missing = sorted(self.model._all_inputs[i].name for i in self.unset)
-            raise errors.InvalidKeyError(f"inputs never set: {', '.join(missing)}")
-        self.run_call()
-
-    def output(self, index: int, copy: bool = True) -> np.ndarray:
-        slot = self.outputs[index]
-        if copy or self.model.device.type != _ffi.CPU:
-            out = np.empty(slot.shape, dtype=slot.dtype)
-            slot.tensor.data = out.ctypes.data
-            slot.call()
-            return out
-        handle = self._get_output(index)
-        t = _ffi.array_tensor(handle)
-        return _tensors.view_of_memory(t.data + t.byte_offset, slot.shape, slot.dtype, (handle, self))
-
-    def input(self, key: int | str) -> np.ndarray:
-        index = self.model._input_index(key)
-        info = self.model._all_inputs[index] if index is not None else None
-        if info is None:
-            self._get_input(key)  # the runtime's error for the name
-            raise errors.InvalidKeyError(f"no input named {key!r}")
-        out = np.empty(info.shape, dtype=_tensors.np_dtype(info.dtype))
-        handle = self._get_input(index)
-        lb = _ffi.lib()
-        lb.check(lb.cdll.TVMArrayCopyToBytes(ctypes.c_void_p(handle.value), out.ctypes.data, out.nbytes))
-        return out
-
-    def memory_usage(self) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(self._function("get_memory_usage")())
-        return result
-
-
-class Session:
-    """An executor of the model held by one caller: ``set_input``, ``run`` and ``get_output`` as
-    TVM's ``GraphModule`` has them, and outputs without a copy (``copy=False``), valid until this
-    session's next run. Made by :meth:`Model.session` (a context manager: the executor goes back to
-    the model when the ``with`` ends, or when the session is collected)."""
-
-    def __init__(self, model: Model, weak: bool = False) -> None:
-        # A session the model keeps for a thread holds the model weakly (no cycle); one a caller
-        # holds keeps the model alive.
-        self._model: Model = weakref.proxy(model) if weak else model  # type: ignore[assignment]
-        self._executor: _Executor | None = None
-        self._executor = model._acquire()
-
-    def _ex(self) -> _Executor:
-        if self._executor is None:
-            raise errors.RuntimeFailure("this session is closed")
-        return self._executor
-
-    def set_input(self, key: int | str | None = None, value: Any = None, **params: Any) -> None:
-        """Sets inputs by name or index (copied into the executor), as ``GraphModule.set_input``."""
-        ex = self._ex()
-        if key is not None:
-            ex.set_input(key, value)
-        for k, v in params.items():
-            ex.set_input(k, v)
-
-    def run(self, inputs: Mapping[str, Any] | None = None, *, copy: bool = True, **named: Any) -> list[np.ndarray]:
-        """Sets the inputs given (others keep what was set before), runs, and returns the outputs."""
-        ex = self._executor
-        if ex is None:
-            raise errors.RuntimeFailure("this session is closed")
-        if inputs:
-            for k, v in inputs.items():
-                ex.set_input(k, v)
-        for k, v in named.items():
-            ex.set_input(k, v)
-        ex.run()
-        return [ex.output(i, copy) for i in range(len(ex.outputs))]
-
-    def get_output(self, index: int | str, out: np.ndarray | None = None, *, copy: bool = True) -> Tensor:
-        """Output `index` (or its name) of the last run: a :class:`Tensor` (``.numpy()``, as TVM's
-        arrays have it), or written into `out`."""
-        i = self._model._output_index(index)
-        arr = self._ex().output(i, copy)
-        if out is not None:
-            np.copyto(out, arr)
-            return Tensor(out)
-        return Tensor(arr)
-
-    def get_input(self, key: int | str) -> Tensor:
-        return Tensor(self._ex().input(key))
-
-    def get_num_inputs(self) -> int:
-        return len(self._model._all_inputs)
-
-    def get_num_outputs(self) -> int:
-        return len(self._model.outputs)
-
-    def get_input_index(self, name: str) -> int:
-        i = self._model._input_index(name)
-        return -1 if i is None else i
-
-    def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
-        """``(shapes, dtypes)`` of every input by name, weights included, as ``GraphModule``."""
-        return ({t.name: t.shape for t in self._model._all_inputs}, {t.name: t.dtype for t in self._model._all_inputs})
-
-    def benchmark(
-        self, repeat: int = 5, number: int = 5, min_repeat_ms: int = 0, end_to_end: bool = False, **inputs: Any
-    ) -> BenchmarkResult:
-        """Times runs as TVM's ``GraphModule.benchmark``: `repeat` figures, each the mean of `number`
-        runs (more, until a figure takes `min_repeat_ms`). `end_to_end` times setting the inputs,
-        running and copying the outputs out, from Python."""
-        ex = self._ex()
-        for k, v in inputs.items():
-            ex.set_input(k, v)
-        if end_to_end:
-            given = dict(inputs)
-            results = []
-            for _ in range(repeat):
-                start = time.perf_counter()
-                for _ in range(number):
-                    self.run(given)
-                results.append((time.perf_counter() - start) / number)
-            return BenchmarkResult(results)
-        ex.run()  # checks every input was set
-        dev = self._model.device
-        timer = _ffi.global_function("runtime.RPCTimeEvaluator")(
-            ex.module, "run", dev.type, dev.id, number, repeat, min_repeat_ms, 100, 0, 1, ""
-        )
-        raw = timer()
-        return BenchmarkResult(list(np.frombuffer(raw, dtype=np.float64)))
-
-    def close(self) -> None:
-        """Gives the executor back to the model (outputs taken with ``copy=False`` are invalid
-        from then on)."""
-        ex, self._executor = self._executor, None
-        if ex is not None:
-            try:
-                self._model._release(ex)
-            except ReferenceError:  # the model is gone: nothing to give back to
-                pass
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-
-class Tensor:
-    """An output or input as TVM's ``GraphModule`` returns it: ``.numpy()``, ``.shape``,
-    ``.dtype``, and the array protocols (numpy, DLPack)."""
-
-    __slots__ = ("_array",)
-
-    def __init__(self, array: np.ndarray) -> None:
-        self._array = array
-
-    def numpy(self) -> np.ndarray:
-        return self._array
-
-    asnumpy = numpy
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self._array.shape)
-
-    @property
-    def dtype(self) -> str:
-        return "bool" if self._array.dtype == np.bool_ else str(self._array.dtype)
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self._array if dtype is None else self._array.astype(dtype)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
-
-    def __repr__(self) -> str:
-        return f"tvmrt.Tensor({self._array!r})"
-
-
 class Model:
     """A compiled TVM graph-executor model, ready to run from any number of threads.
 
-    ``path`` is a model folder (``lib.so``, and ``graph.json`` and ``params.bin`` for builds whose
+    ``path`` is a model folder (``lib.so``, and ``graph.json`` and a params file for builds whose
     library does not carry them) or one ``export_library`` file; ``lib``, ``graph`` (a path or the
     JSON text) and ``params`` (a path or the bytes) name artefacts one by one. ``device`` is
     ``"auto"`` (OpenCL when the library has OpenCL kernels, else the CPU), ``"cpu"``, ``"opencl"``
@@ -316,11 +81,12 @@ class Model:
     file made by :meth:`prepare_params` or ``tvmrt align-params``: its weights, and the prepared
     ones, are pages shared with every process that maps it). ``concurrency`` is how many runs may
     be in flight at once (default: the machine's CPUs): the activation arenas follow it, a run
-    beyond it waits. ``share_weights_with`` is another build of the same model (batch size,
-    sequence length) whose weights this one uses instead of loading its own, and whose pool of
-    activation arenas (and so concurrency) it shares; ``pool_with`` shares the pool alone (builds
-    that each map one prepared file, for instance). :meth:`close` frees the model's memory at once
-    (dropping the last reference does too).
+    beyond it waits. ``num_threads`` is how many threads each run's kernels use (default: the
+    process's, ``TVM_NUM_THREADS`` or the physical cores). ``share_weights_with`` is another build
+    of the same model (batch size, sequence length) whose weights this one uses instead of loading
+    its own, and whose pool of activation arenas (and so concurrency) it shares; ``pool_with``
+    shares the pool alone (builds that each map one prepared file, for instance). :meth:`close`
+    frees the model's memory at once (dropping the last reference does too).
 
     Every method may be called from many threads at once. ``run`` is one call: inputs in, outputs
     out. ``set_input``, ``run()`` and ``get_output`` (as TVM's ``GraphModule``) act on the calling
@@ -339,18 +105,27 @@ class Model:
         device: DeviceSpec = "auto",
         map_params: bool = False,
         concurrency: int | None = None,
+        num_threads: int | None = None,
         share_weights_with: Model | None = None,
         pool_with: Model | None = None,
     ) -> None:
-        art = locate(path, lib, graph, params)
+        self._closed = False
         self._lock = threading.Lock()
-        self._free: list[_Executor] = []
+        self._free: list[Executor] = []
+        self._parked: list[Executor] = []  # given back while their outputs were still viewed
+        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self._executors = 0
+        self._weights_version = 0
         self._local = threading.local()
+        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
+            raise errors.InvalidValueError(f"num_threads {num_threads!r}: a count of at least 1")
+        self.num_threads = num_threads
+        art = locate(path, lib, graph, params, share_weights_with is not None)
+        self.artefacts = art
         self._lib = _ffi.load_module(str(art.lib))
         self.library_path = str(art.lib)
         # The library's factory (export_library's graph and, usually, weights) comes first; a
-        # folder's graph.json and params.bin serve libraries that carry none.
+        # folder's graph.json and params file serve libraries that carry none.
         factory = _ffi.module_function(self._lib, "default", True)
         get_json = _ffi.module_function(self._lib, "get_graph_json", True)
         has_factory = factory is not None and get_json is not None
@@ -401,11 +176,14 @@ class Model:
         else:
             self._pool = _ffi.global_function("tvmrt.executor.ArenaPool")(self.device.type, self.device.id, capacity)
             self.concurrency = capacity
-        # The executor holding the weights (loaded, or the factory's): made now, so a bad file or
-        # a missing weight is an error here, not at the first run.
-        self._primary = self._make(primary=True)
-        self._free.append(self._primary)
+        # The holder of the weights (loaded, or the factory's), which no caller gets: made now, so
+        # a bad file or a missing weight is an error here, not at the first run.
+        self._holder: Executor | None = self._make(holder=True)
+        self._check_weights_present()
+        with self._lock:
+            _MODELS.add(self)
 
+    # Loading.
     def _factory_param_names(self) -> list[str]:
         """The names of the weights the library's factory carries (none copied)."""
         names = _ffi.module_function(self._lib, "get_param_names", True)
@@ -421,7 +199,7 @@ class Model:
         if self._source is not None:
             return {t.name for t in self._source.weights} & {t.name for t in self._graph.inputs}
         if self._params is not None:
-            names = [n for n in read_param_names(self._params) if not n.startswith(_NOT_WEIGHTS)]
+            names = [n for n in read_param_names(self._params) if not n.startswith(NOT_WEIGHTS)]
             inputs = {t.name for t in self._graph.inputs}
             unknown = [n for n in names if n not in inputs]
             if unknown:
@@ -434,9 +212,24 @@ class Model:
             return set(self._factory_param_names())
         return set()
 
-    def _make(self, primary: bool = False) -> _Executor:
+    def _check_weights_present(self) -> None:
+        """A graph whose weights are inputs, loaded without them, is refused at load (not at the
+        first run, with every weight's name as an input never set)."""
+        looked = self.artefacts.params_looked_for
+        if self.weights or self._params is not None or self._source is not None or looked is None:
+            return
+        weights = [t.name for t in self.inputs if _WEIGHT_NAME.search(t.name)]
+        if weights:
+            names = ", ".join(weights[:4]) + (", ..." if len(weights) > 4 else "")
+            raise errors.InvalidValueError(
+                f"{self.library_path}: the graph takes its weights as inputs ({len(weights)} of its "
+                f"{len(self.inputs)} inputs look like weights: {names}) and none were found (looked for {looked}): "
+                "name the params file with params= (or params=False if these are data inputs)"
+            )
+
+    def _make(self, holder: bool = False) -> Executor:
         """A new executor: the factory's (sharing its weights) or one made from the graph, given
-        the weights (the first) or sharing the first's."""
+        the weights (the holder) or sharing the holder's."""
         if self._factory is not None:
             module = self._factory(*self._devices)
         else:
@@ -450,8 +243,8 @@ class Model:
 
         fn("set_strict_inputs")(1)
         if self._source is not None:
-            fn("share_params")(self._source._primary.module, self._shared_names)
-        elif primary and self._params is not None:
+            fn("share_params")(self._source._weights_holder().module, self._shared_names)
+        elif holder and self._params is not None:
             if isinstance(self._params, bytes):
                 fn("load_params")(self._params)
             elif self._map_params:
@@ -459,32 +252,65 @@ class Model:
             else:
                 fn("load_params")(self._params.read_bytes())
         elif self._params is not None:
-            fn("share_params")(self._primary.module, self._shared_names)
+            fn("share_params")(self._weights_holder().module, self._shared_names)
         if len(self._devices) == 1:
             fn("join_arena_pool")(self._pool)
+        if self.num_threads is not None:
+            fn("set_num_threads")(self.num_threads)
         with self._lock:
             self._executors += 1
-        return _Executor(self, module)
+        return Executor(self, module)
 
-    def _acquire(self) -> _Executor:
-        if self._primary is None:
+    def _weights_holder(self) -> Executor:
+        holder = self._holder
+        if holder is None:
             raise errors.RuntimeFailure("the model is closed")
+        return holder
+
+    # Executors to callers and back.
+    def _acquire(self, session: Session) -> tuple[Executor, int]:
         with self._lock:
+            if self._closed:
+                raise errors.RuntimeFailure("the model is closed")
+            self._sessions.add(session)
+            version = self._weights_version
+            if not self._free and self._parked:
+                # Executors whose views are all gone serve again.
+                self._free = [e for e in self._parked if not e.viewed()]
+                self._parked = [e for e in self._parked if e.viewed()]
             if self._free:
-                return self._free.pop()
-        return self._make()
+                return self._free.pop(), version
+        return self._make(), version
 
-    def _release(self, ex: _Executor) -> None:
+    def _release(self, ex: Executor) -> None:
         with self._lock:
-            self._free.append(ex)
+            if self._closed:
+                return
+            (self._parked if ex.viewed() else self._free).append(ex)
 
-    def _input_index(self, key: int | str) -> int | None:
-        if isinstance(key, (int, np.integer)):
+    def _reshare(self, ex: Executor) -> int:
+        """Binds `ex` to the weights the model holds now (after :meth:`load_params`)."""
+        with self._lock:
+            version = self._weights_version
+        if self._params is not None or self._source is not None:
+            holder = self._source._weights_holder() if self._source is not None else self._weights_holder()
+            ex.function("share_params")(holder.module, self._shared_names)
+        return version
+
+    def _input_index(self, key: int | str) -> int:
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             i = int(key)
             if not 0 <= i < len(self._all_inputs):
                 raise errors.InvalidIndexError(f"input index {i} out of range ({len(self._all_inputs)} inputs)")
             return i
-        return self._input_indices.get(key)
+        if not isinstance(key, str):
+            raise errors.InvalidTypeError(f"an input is named by a str or an int, not a {type(key).__name__}")
+        found = self._input_indices.get(key)
+        if found is None:
+            data = ", ".join(t.name for t in self.inputs) or "none"
+            weights = f"; and {len(self.weights)} weights" if self.weights else ""
+            raise errors.InvalidKeyError(f"no input named {key!r} (inputs: {data}{weights})")
+        return found
 
     def _output_index(self, key: int | str) -> int:
         if isinstance(key, str):
@@ -492,6 +318,8 @@ class Model:
             if key not in names:
                 raise errors.InvalidKeyError(f"no output named {key!r} (outputs: {', '.join(names)})")
             return names.index(key)
+        if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
+            raise errors.InvalidTypeError(f"an output is named by a str or an int, not a {type(key).__name__}")
         i = int(key)
         if not 0 <= i < len(self.outputs):
             raise errors.InvalidIndexError(f"output index {i} out of range ({len(self.outputs)} outputs)")
@@ -500,7 +328,7 @@ class Model:
     # The calling thread's own session (GraphModule-style calls).
     def _thread_session(self) -> Session:
         s: Session | None = getattr(self._local, "session", None)
-        if s is None:
+        if s is None or s._executor is None:
             # Collected with the thread's locals when the thread ends: the executor goes back.
             s = Session(self, weak=True)
             self._local.session = s
@@ -510,18 +338,24 @@ class Model:
         """An executor of this model for the caller alone, until the session is closed."""
         return Session(self)
 
-    def run(self, inputs: Mapping[str, Any] | None = None, *, copy: bool = True, **named: Any) -> list[np.ndarray]:
-        """Runs the model on the inputs given by name (a mapping, keywords, or both; inputs not
-        given keep what this thread set before) and returns the outputs as numpy arrays, in order.
-        With ``copy=False`` they are views of this thread's executor's outputs, valid until this
-        thread's next run."""
-        return self._thread_session().run(inputs, copy=copy, **named)
+    def run(self, *args: Any, copy: bool = True, cast: _tensors.Cast = False, **named: Any) -> list[np.ndarray]:
+        """Runs the model and returns its outputs as numpy arrays, in order. The inputs are given
+        by name (a mapping, keywords, or both), as one array for a model of one input
+        (``run(x)``), as a list in input order (``run([x, y])``), or in ONNX Runtime's form
+        (``run(None, {"data": x})``, or output names first to get only those); inputs not given
+        keep what this thread set before. Arrays of another dtype are refused unless
+        ``cast=True`` (any numeric cast, as TVM's ``set_input``) or ``cast="safe"``. With
+        ``copy=False`` the outputs are views of this thread's executor's outputs, valid until
+        this thread's next run."""
+        return self._thread_session().run(*args, copy=copy, cast=cast, **named)
 
     __call__ = run
 
-    def set_input(self, key: int | str | None = None, value: Any = None, **params: Any) -> None:
+    def set_input(
+        self, key: int | str | None = None, value: Any = None, *, cast: _tensors.Cast = False, **params: Any
+    ) -> None:
         """Sets inputs of the calling thread's executor, as ``GraphModule.set_input``."""
-        self._thread_session().set_input(key, value, **params)
+        self._thread_session().set_input(key, value, cast=cast, **params)
 
     def get_output(self, index: int | str, out: np.ndarray | None = None) -> Tensor:
         """Output `index` of the calling thread's last run, as ``GraphModule.get_output``."""
@@ -531,65 +365,102 @@ class Model:
         return self._thread_session().get_input(key)
 
     def get_num_inputs(self) -> int:
+        """Every input of the graph, weights included, as ``GraphModule.get_num_inputs``."""
         return len(self._all_inputs)
 
     def get_num_outputs(self) -> int:
         return len(self.outputs)
 
     def get_input_index(self, name: str) -> int:
-        i = self._input_index(name)
+        i = self._input_indices.get(name)
         return -1 if i is None else i
 
     def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
-        return self._thread_session().get_input_info()
+        """``(shapes, dtypes)`` of the inputs that are not weights, by name, as
+        ``GraphModule.get_input_info`` once the weights are loaded."""
+        return ({t.name: t.shape for t in self.inputs}, {t.name: t.dtype for t in self.inputs})
 
-    def benchmark(
-        self, repeat: int = 5, number: int = 5, min_repeat_ms: int = 0, end_to_end: bool = False, **inputs: Any
-    ) -> BenchmarkResult:
-        """Times runs of the calling thread's executor (see :meth:`Session.benchmark`)."""
-        return self._thread_session().benchmark(repeat, number, min_repeat_ms, end_to_end, **inputs)
+    def load_params(self, params: PathLike | bytes) -> None:
+        """Replaces the model's weights (a params file or its bytes, as ``GraphModule.load_params``)
+        for every executor: runs after this call use them (a session taken before switches at
+        its next call)."""
+        blob = params if isinstance(params, (bytes, bytearray, memoryview)) else open(params, "rb").read()
+        blob = bytes(blob)
+        names = [n for n in read_param_names(blob) if not n.startswith(NOT_WEIGHTS)]
+        known = {t.name for t in self._all_inputs}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise errors.InvalidKeyError(f"the params hold weights the graph has no input for: {', '.join(unknown)}")
+        self._check_open()
+        if self._source is not None:
+            raise errors.InvalidValueError("a variant uses the weights of the model it was made from: load them there")
+        with self._lock:
+            holder = self._weights_holder()
+            holder.function("load_params")(blob)
+            self._params = blob
+            if set(names) - {t.name for t in self.weights}:
+                raise errors.InvalidValueError("load_params: the params name inputs that are not weights")
+            self._weights_version += 1
+            idle = [*self._free, *self._parked]
+        for ex in idle:
+            self._reshare(ex)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.RuntimeFailure("the model is closed")
+
+    def benchmark(self, *args: Any, **kwargs: Any) -> BenchmarkResult:
+        """Times runs of the calling thread's executor: ``repeat`` figures, each the mean of
+        ``number`` runs (more, until a figure takes ``min_repeat_ms``), after ``warmup`` runs
+        that are not counted; ``end_to_end`` times setting the inputs, running and copying the
+        outputs out, from Python. TVM's form, ``benchmark(device, func_name="run", repeat=...,
+        ...)``, is taken too."""
+        return self._thread_session().benchmark(*args, **kwargs)
 
     def profile(self, inputs: Mapping[str, Any] | None = None, **named: Any) -> Report:
         """Profiles a run as TVM's debug executor does (three warm-up runs, then every operator
         timed on its device); the inputs given, else the calling thread's current ones."""
+        self._check_open()
         given = {**(inputs or {}), **named}
+        args: list[Any] = [self._graph.text, self._lib]
+        for d in self._devices:
+            args += [d.type, d.id]
         if self._factory is not None and self._params is None and self._source is None:
             debug = _ffi.module_function(self._lib, "debug_create", True)
             assert debug is not None
             module = debug("default", self.device)
         else:
-            args: list[Any] = [self._graph.text, self._lib]
-            for d in self._devices:
-                args += [d.type, d.id]
             module = _ffi.global_function("tvm.graph_executor_debug.create")(*args)
-            owner = self._source._primary if self._source is not None else self._primary
+            owner = self._source._weights_holder() if self._source is not None else self._weights_holder()
             _ffi.method(module, "share_params")(owner.module, self._shared_names)
-        probe = _Executor(self, module)
+        probe = Executor(self, module)
         _ffi.method(module, "set_strict_inputs")(1)
         current = self._thread_session()
         for i in self._data_input_indices:
             name = self._all_inputs[i].name
-            probe.set_input(i, given[name] if name in given else current._ex().input(i))
+            probe.set_input(i, given[name] if name in given else current.get_input(i).numpy())
         report = _ffi.method(module, "profile")(None)
         return Report(report)
 
     def memory_usage(self) -> dict[str, Any]:
         """What this model holds: the weights (once, whoever holds them), each executor's own
         memory, and the pool of activation arenas its runs draw from, in bytes."""
+        self._check_open()
         with self._lock:
-            executors = list(self._free)
-        usage = self._primary.memory_usage()
+            idle = list(self._free)
+        usage = self._weights_holder().memory_usage()
         pool = json.loads(_ffi.method(self._pool, "get_usage")())
-        per = [e.memory_usage() for e in executors] if executors else [usage]
+        per = [e.memory_usage() for e in idle]
         return {
             "device": usage["device"],
             "executors": self._executors,
             "weights": usage["weights_owned"] + usage["weights_shared"] + usage["weights_mapped"],
             "weights_mapped": usage["weights_mapped"],
             "weights_derived": usage["weights_derived"],
-            "activations_own": sum(p["activations"] for p in per),
+            "activations_own": usage["activations"] + sum(p["activations"] for p in per),
             "arena_pool": pool,
-            "executors_idle": [p for p in per],
+            "holder": usage,
+            "executors_idle": per,
         }
 
     def prepare_params(self, path: PathLike) -> None:
@@ -599,12 +470,13 @@ class Model:
         file renamed over `path`), so processes making it at once never see it half written.
         A model whose params are a prepared file of the same weights (another build's) adds its
         own derived weights to that file's: one file serves every build."""
+        self._check_open()
         blob = (
             self._params
             if isinstance(self._params, bytes)
             else (self._params.read_bytes() if self._params is not None else self._factory_params_blob())
         )
-        prepared = _ffi.method(self._primary.module, "prepare_params")(blob)
+        prepared = self._weights_holder().function("prepare_params")(blob)
         target = os.path.abspath(os.fspath(path))
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
         try:
@@ -626,17 +498,39 @@ class Model:
     def variant(self, path: PathLike | None = None, **kwargs: Any) -> Model:
         """Another build of this model (a batch size, a sequence length) that uses this model's
         weights: ``model.variant("resnet_b8")``."""
+        self._check_open()
         kwargs.setdefault("device", (self.device.type, self.device.id))
+        kwargs.setdefault("num_threads", self.num_threads)
         return Model(path, share_weights_with=self, **kwargs)
 
     def close(self) -> None:
         """Lets go of the model's executors, weights and library now (outputs taken without a
-        copy keep what they point into); the model cannot run after."""
+        copy keep what they point into); the model cannot run after, and every session of it
+        ends."""
         with self._lock:
+            self._closed = True
             self._free.clear()
+            self._parked.clear()
+            sessions = list(self._sessions)
+        for s in sessions:
+            s._end()
         self._local = threading.local()
-        self._primary = None  # type: ignore[assignment]
+        self._holder = None
 
     def __repr__(self) -> str:
         ins = ", ".join(repr(t) for t in self.inputs)
-        return f"tvmrt.Model({self.library_path!r}, device={self.device!r}, inputs=[{ins}])"
+        state = ", closed" if self._closed else ""
+        return f"tvmrt.Model({self.library_path!r}, device={self.device!r}, inputs=[{ins}]{state})"
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the thread that forked: locks another thread held stay held in
+    it. Every model gets a lock of its own again (the runtime puts its own state right itself)."""
+    for m in list(_MODELS):
+        m._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+__all__: Sequence[str] = ("Model",)

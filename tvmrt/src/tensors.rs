@@ -37,44 +37,85 @@ fn type_str(dtype: DLDataType) -> Result<&'static str> {
     })
 }
 
-fn dtype_of(ts: &str) -> Result<DLDataType> {
-    let name = match ts {
-        "<f4" => "float32",
-        "<f2" => "float16",
-        "<f8" => "float64",
-        "|i1" | "<i1" => "int8",
-        "|u1" | "<u1" => "uint8",
-        "<i2" => "int16",
-        "<u2" => "uint16",
-        "<i4" => "int32",
-        "<u4" => "uint32",
-        "<i8" => "int64",
-        "<u8" => "uint64",
-        "|b1" | "<b1" => "bool",
-        other => {
-            return Err(Error::value(format!("unsupported .npy dtype '{other}' (little-endian numbers and bool only)")))
-        }
+/// The dtype of a numpy type string, and whether its bytes are in the other order (big-endian).
+fn dtype_of(ts: &str) -> Result<(DLDataType, bool)> {
+    let unsupported = || Error::value(format!("unsupported .npy dtype '{ts}' (numbers and bool only)"));
+    let (order, kind) = ts.split_at(ts.char_indices().nth(1).map_or(ts.len(), |(i, _)| i));
+    let swapped = match order {
+        "<" | "|" | "=" => false,
+        ">" => true,
+        _ => return Err(unsupported()),
     };
-    name.parse()
+    let name = match kind {
+        "f4" => "float32",
+        "f2" => "float16",
+        "f8" => "float64",
+        "i1" => "int8",
+        "u1" => "uint8",
+        "i2" => "int16",
+        "u2" => "uint16",
+        "i4" => "int32",
+        "u4" => "uint32",
+        "i8" => "int64",
+        "u8" => "uint64",
+        "b1" => "bool",
+        _ => return Err(unsupported()),
+    };
+    let dtype: DLDataType = name.parse()?;
+    Ok((dtype, swapped && dtype.bits > 8))
 }
 
-/// Reads one `.npy` stream.
-pub fn read_npy(name: &str, r: impl Read) -> Result<HostTensor> {
-    let at = |e| io_err(&format!("reading '{name}'"), e);
-    let npy = npyz::NpyFile::new(r).map_err(at)?;
-    if npy.order() != npyz::Order::C {
-        return Err(Error::value(format!("'{name}': Fortran-ordered arrays are not supported")));
+/// `data`, `size`-byte elements of a Fortran-ordered array of `shape`, in C order.
+fn c_order(data: &[u8], shape: &[i64], size: usize) -> Vec<u8> {
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let count: usize = dims.iter().product();
+    let mut out = Vec::with_capacity(data.len());
+    let mut index = vec![0usize; dims.len()];
+    for _ in 0..count {
+        // Fortran order: the first index varies fastest.
+        let (mut at, mut stride) = (0usize, 1usize);
+        for (i, &d) in index.iter().zip(&dims) {
+            at += i * stride;
+            stride *= d;
+        }
+        out.extend_from_slice(&data[at * size..(at + 1) * size]);
+        // The next C-order index: the last varies fastest.
+        for k in (0..dims.len()).rev() {
+            index[k] += 1;
+            if index[k] < dims[k] {
+                break;
+            }
+            index[k] = 0;
+        }
     }
+    out
+}
+
+/// Reads one `.npy` stream: any byte order (big-endian values are turned into this machine's)
+/// and either memory order (Fortran-ordered arrays are laid out in C order).
+/// `label` says where it comes from in errors (a file, an archive's member); `name` is the
+/// tensor's.
+pub fn read_npy(name: &str, label: &str, r: impl Read) -> Result<HostTensor> {
+    let at = |e| io_err(&format!("reading {label}"), e);
+    let npy = npyz::NpyFile::new(r).map_err(at)?;
+    let fortran = npy.order() == npyz::Order::Fortran;
     let npyz::DType::Plain(ts) = npy.dtype() else {
-        return Err(Error::value(format!("'{name}': structured arrays are not supported")));
+        return Err(Error::value(format!("{label}: structured arrays are not supported")));
     };
-    let dtype = dtype_of(&ts.to_string())?;
+    let (dtype, swapped) = dtype_of(&ts.to_string()).map_err(|e| e.context(label.to_string()))?;
     let shape: Vec<i64> = npy.shape().iter().map(|&d| d as i64).collect();
     let want = tvm_runtime::dtype::tensor_bytes(&shape, dtype)?;
     let mut data = Vec::with_capacity(want);
     npy.into_inner().take(want as u64).read_to_end(&mut data).map_err(at)?;
     if data.len() != want {
-        return Err(Error::value(format!("'{name}': {} data bytes, {dtype} {shape:?} needs {want}", data.len())));
+        return Err(Error::value(format!("{label}: {} data bytes, {dtype} {shape:?} needs {want}", data.len())));
+    }
+    let size = dtype.element_bytes();
+    if swapped {
+        data.chunks_exact_mut(size).for_each(<[u8]>::reverse);
+    }
+    if fortran && shape.len() > 1 {
+        data = c_order(&data, &shape, size);
     }
     Ok(HostTensor { name: name.to_string(), dtype, shape, data })
 }
@@ -97,7 +138,7 @@ pub fn write_npy(t: &HostTensor, w: impl Write) -> Result<()> {
 pub fn read_npy_file(path: &str) -> Result<HostTensor> {
     let f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
     let stem = std::path::Path::new(path).file_stem().and_then(|s| s.to_str()).unwrap_or("array");
-    read_npy(stem, std::io::BufReader::new(f))
+    read_npy(stem, path, std::io::BufReader::new(f))
 }
 
 /// Every array of an `.npz` archive, named by entry (without `.npy`).
@@ -108,7 +149,8 @@ pub fn read_npz(path: &str) -> Result<Vec<HostTensor>> {
     for i in 0..zip.len() {
         let entry = zip.by_index(i).map_err(|e| io_err(path, e))?;
         let name = entry.name().trim_end_matches(".npy").to_string();
-        out.push(read_npy(&name, entry)?);
+        let label = format!("{path}:{}", entry.name());
+        out.push(read_npy(&name, &label, entry)?);
     }
     Ok(out)
 }

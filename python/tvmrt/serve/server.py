@@ -1,32 +1,13 @@
-"""Serving a model on Ray Serve: the part of it that knows this runtime (Ray schedules, routes,
-scales and restarts; nothing here does).
-
-Each replica:
-
-- maps the node's prepared-params file (the model's weights with what its weight-only operators
-  derive from them), made once per node by whichever replica comes first (an exclusive lock, a
-  temporary file, an atomic rename; checked against the weights when mapped), so the weights are
-  one set of page-cache pages for every replica on the node;
-- loads every build of the model (batch sizes, sequence-length buckets) sharing those weights and
-  one pool of activation arenas sized to the replica's concurrency;
-- batches requests with ``@serve.batch`` (counting rows, not requests) and runs each batch on the
-  builds that serve its rows fastest (the smallest that fits, padded, or several), measured at
-  start; every request gets its own rows back.
-
-``tvmrt.serve.deployment(...)`` makes the application in one line; :class:`ModelServer` is the
-class to subclass for pre- and post-processing (``preprocess`` / ``postprocess``).
-"""
+"""The replica: every build of a model sharing one mapped copy of the weights and one pool of
+activation arenas, requests batched by rows and run on the builds that serve them fastest."""
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import hashlib
 import io
 import json
 import logging
 import os
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,8 +18,11 @@ import numpy as np
 from ray import serve
 from ray.serve import metrics
 
-from . import _ffi, errors
-from .model import Model
+from .. import _ffi, errors
+from .._artifacts import PathLike
+from ..model import Model
+from . import _prepared, _requests
+from ._requests import BadRequest, InputSpec, Limits
 
 logger = logging.getLogger("ray.serve")
 
@@ -46,75 +30,28 @@ NPY = "application/x-npy"
 NPZ = "application/x-npz"
 
 
-def default_prepared_dir() -> str:
-    """Where a node keeps its prepared-params files: ``TVMRT_PREPARED_DIR``, else a folder in the
-    node's temporary directory (node-local on every cluster Ray runs on)."""
-    return os.environ.get("TVMRT_PREPARED_DIR") or os.path.join(tempfile.gettempdir(), "tvmrt-prepared")
+def _params_per_build(params: Any, n: int) -> list[PathLike | None]:
+    """`params` as one entry per build: None (each build's own, found in its folder), one path
+    (every build's), or a list of one per build."""
+    if params is None or isinstance(params, (str, os.PathLike)):
+        return [params] * n
+    listed = list(params)
+    if len(listed) != n:
+        raise errors.InvalidValueError(f"params: {len(listed)} given for {n} builds (one per build, or one for all)")
+    return listed
 
 
-def _digest(paths: Sequence[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        if p.is_file():
-            h.update(p.name.encode())
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-    return h.hexdigest()[:16]
-
-
-def prepared_file(builds: Sequence[str | os.PathLike[str]], prepared_dir: str, node_id: str) -> Path:
-    """The node's prepared-params file for `builds` (one model's): named by the node (replicas of
-    several nodes may share a file system, as nodes of one machine do) and by a digest of the
-    builds' files (another model, another set of builds, or another version gets a file of its
-    own)."""
-    files: list[Path] = []
-    for b in builds:
-        folder = Path(b)
-        files += [folder / n for n in ("lib.so", "graph.json", "params.bin")] if folder.is_dir() else [folder]
-    return Path(prepared_dir) / node_id / f"{Path(builds[0]).name}-{_digest(files)}.prepared"
-
-
-def prepare_builds(builds: Sequence[str | os.PathLike[str]], device: str, path: str) -> None:
+def prepare_builds(builds: Sequence[PathLike], device: str, path: str, params: Sequence[PathLike | None]) -> None:
     """Writes one prepared-params file for every build: the first build's weights, and what each
     build's weight-only operators derive from them (prepared build by build over the file)."""
-    source: str | None = None
-    for b in builds:
-        m = Model(b, device=device, concurrency=1, params=source)
+    source: PathLike | None = None
+    for b, p in zip(builds, params):
+        m = Model(b, device=device, concurrency=1, params=source if source is not None else p)
         if not m.weights:
             raise errors.InvalidValueError(f"{b} has no weights to prepare")
         m.prepare_params(path)
         m.close()
         source = path
-
-
-def ensure_prepared(path: Path, make: Any) -> bool:
-    """Makes `path` with ``make(temporary_path)`` unless it exists; True when this call made it.
-    Replicas starting together take an exclusive lock in turn: the first makes the file (into a
-    temporary file of an unpredictable name, renamed over `path` once whole), the others find it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if path.is_file() and path.stat().st_size > 0:
-                return False
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            os.close(fd)
-            try:
-                make(tmp)
-                with open(tmp, "rb") as f:
-                    os.fsync(f.fileno())
-                os.chmod(tmp, 0o644)  # every replica's process may map it
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
-            with open(path.parent / "made.log", "a") as log:
-                log.write(f"{path.name} {os.getpid()} {time.time():.3f}\n")
-            return True
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -168,13 +105,16 @@ class ModelServer:
     ``serve.deployment``; :func:`deployment` does).
 
     ``builds`` are model folders (or ``export_library`` files) of one model at several batch
-    sizes (or sequence-length buckets); the first one's weights are used by all of them. Requests
-    are dicts of input name to array (a Python handle), or HTTP bodies: JSON ``{"inputs": {name:
-    nested lists}}``, a ``.npy`` (``Content-Type: application/x-npy``, the one data input) or a
-    ``.npz`` (``application/x-npz``, inputs by name); the first axis of every input is the rows.
-    Answers come in the same form (JSON ``{"outputs": [...], "build": ...}``, ``.npy`` of the one
-    output, ``.npz`` of ``output_0``...). A bad request fails alone (HTTP 400 with the message); a
-    failed run fails the requests of its batch.
+    sizes (or sequence-length buckets); the first one's weights are used by all of them
+    (``params``: a params file for every build, or one per build, where a folder's own is not the
+    one). Requests are dicts of input name to array (a Python handle), or HTTP bodies: JSON
+    ``{"inputs": {name: nested lists}}``, a ``.npy`` (``Content-Type: application/x-npy``, the one
+    data input) or a ``.npz`` (``application/x-npz``, inputs by name); the first axis of every
+    input is the rows. A request may be shorter than a build along the axes the builds vary
+    (sequence buckets: padded with zeros), nowhere else. Answers come in the same form (JSON
+    ``{"outputs": [...], "build": ...}``, ``.npy`` of the one output, ``.npz`` of ``output_0``...).
+    A bad request fails alone (HTTP 400, or 413 past ``max_request_rows`` or ``max_body_bytes``,
+    with the message); a failed run fails the requests of its batch.
     """
 
     def __init__(
@@ -182,48 +122,59 @@ class ModelServer:
         builds: Sequence[str] | str,
         *,
         device: str = "auto",
+        params: Any = None,
         max_batch_size: int | None = None,
         batch_wait_timeout_s: float = 0.0,
         concurrency: int = 2,
+        num_threads: int | None = None,
         prepared_dir: str | None = None,
         map_params: bool = True,
         pad_buckets: bool = True,
+        max_request_rows: int | None = None,
+        max_body_bytes: int | None = None,
     ) -> None:
         import ray
 
         paths = [builds] if isinstance(builds, (str, os.PathLike)) else list(builds)
         if not paths:
             raise errors.InvalidValueError("no build to serve")
+        per_build = _params_per_build(params, len(paths))
         self.node_id = ray.get_runtime_context().get_node_id()
         self.pad_buckets = pad_buckets
         self.prepared: Path | None = None
         self.made_prepared = False
+        self._holding: _prepared.Holding | None = None
         if map_params:
-            path = prepared_file(paths, prepared_dir or default_prepared_dir(), self.node_id)
-            try:
-                self.made_prepared = ensure_prepared(path, lambda tmp: prepare_builds(paths, device, tmp))
-                self.prepared = path
-            except errors.TVMRTError as e:
-                logger.warning("tvmrt: no prepared-params file (%s): each replica loads the weights", e)
+            self._map_prepared(paths, per_build, device, prepared_dir or _prepared.default_prepared_dir())
         if self.prepared is not None:
             # Every build maps the one file: its weights once, each build's derived weights, all
             # pages of the node's page cache; one pool of arenas for all of them.
-            first = Model(paths[0], params=self.prepared, map_params=True, device=device, concurrency=concurrency)
-            models = [first] + [
-                Model(p, params=self.prepared, map_params=True, device=device, pool_with=first) for p in paths[1:]
-            ]
+            common = {"params": self.prepared, "map_params": True, "device": device, "num_threads": num_threads}
+            first = Model(paths[0], concurrency=concurrency, **common)
+            models = [first] + [Model(p, pool_with=first, **common) for p in paths[1:]]
         else:
-            first = Model(paths[0], device=device, concurrency=concurrency)
+            first = Model(
+                paths[0], device=device, concurrency=concurrency, num_threads=num_threads, params=per_build[0]
+            )
             models = [first] + [first.variant(p) for p in paths[1:]]
         self.builds = sorted((self._build(str(p), m) for p, m in zip(paths, models)), key=lambda b: b.batch)
         self.buckets: dict[tuple[Any, ...], list[Build]] = {}
         for b in self.builds:
             self.buckets.setdefault(self._bucket_of(b.row_shapes), []).append(b)
         self.inputs = {t.name: t for t in first.inputs}
+        self.specs: dict[str, InputSpec] = _requests.specs(
+            [b.row_shapes for b in self.builds], {t.name: t.dtype for t in first.inputs}
+        )
         self.largest = max(b.batch for b in self.builds)
         self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tvmrt-run")
         self._measure()
         self.max_batch_size = max_batch_size or self.largest
+        # A request larger than a batch runs as several runs of the builds (the plan): refused
+        # only past this, to bound what one request holds.
+        rows = max_request_rows or max(64, 8 * self.max_batch_size)
+        row_bytes = sum(s.row_bytes() for s in self.specs.values())
+        # JSON spells a number in up to ~25 bytes: room for that, and for headers and framing.
+        self.limits = Limits(rows, max_body_bytes or (32 * rows * row_bytes + (1 << 20)))
         # Batches count rows, not requests; several run at once (the arena pool's concurrency).
         self._batched = serve.batch(
             max_batch_size=self.max_batch_size,
@@ -242,6 +193,19 @@ class ModelServer:
             else "loaded",
             concurrency,
         )
+
+    def _map_prepared(self, paths: list[Any], params: list[PathLike | None], device: str, folder: str) -> None:
+        try:
+            path = _prepared.prepared_file(paths, folder, device, params)
+            self.made_prepared, self._holding = _prepared.ensure_prepared(
+                path, lambda tmp: prepare_builds(paths, device, tmp, params)
+            )
+            self.prepared = path
+            removed = _prepared.remove_unused(path.parent, keep=path)
+            if removed:
+                logger.info("tvmrt: removed prepared files no replica uses: %s", ", ".join(removed))
+        except errors.TVMRTError as e:
+            logger.warning("tvmrt: no prepared-params file (%s): each replica loads the weights", e)
 
     # Hooks for subclasses.
     def preprocess(self, request: Any) -> Mapping[str, Any]:
@@ -269,10 +233,20 @@ class ModelServer:
         """A Python handle's call: the outputs for the request's rows (with ``details``, an
         :class:`Answer` saying where they were computed)."""
         prepared = self._validate(self.preprocess(request))
-        answer: Answer = await self._batched(prepared)
+        answer = await self._answer(prepared)
         if details:
             return answer
         return self.postprocess(answer.outputs, request)
+
+    async def _answer(self, request: _Request) -> Answer:
+        if request.rows > self.max_batch_size:
+            # Larger than a batch: runs alone, on as many runs of the builds as the plan says.
+            loop = asyncio.get_running_loop()
+            [alone] = await loop.run_in_executor(self._threads, self._run_bucket, request.bucket, [request])
+            self.m_rows.observe(request.rows)
+            return alone
+        batched: Answer = await self._batched(request)
+        return batched
 
     def check_health(self) -> None:
         """Serve's health check: the smallest build runs."""
@@ -337,53 +311,51 @@ class ModelServer:
 
     def _validate(self, inputs: Mapping[str, Any]) -> _Request:
         """The request's inputs checked against the model before it joins a batch (so a bad one
-        fails alone): every data input named, of the model's dtype, with rows of a build's shape."""
+        fails alone): every data input named, of the model's dtype (or converted without changing
+        a value), with rows of a shape some build takes."""
         names = set(inputs)
-        if names != set(self.inputs):
-            missing, extra = sorted(set(self.inputs) - names), sorted(names - set(self.inputs))
+        if names != set(self.specs):
+            missing, extra = sorted(set(self.specs) - names), sorted(names - set(self.specs))
             raise errors.InvalidKeyError(
                 "the inputs are "
-                + ", ".join(sorted(self.inputs))
+                + ", ".join(sorted(self.specs))
                 + (f"; missing {', '.join(missing)}" if missing else "")
                 + (f"; unknown {', '.join(extra)}" if extra else "")
             )
         arrays, rows = {}, None
         for name, value in inputs.items():
-            want = np.dtype(self.inputs[name].dtype)
-            arr = np.asarray(value) if isinstance(value, np.ndarray) else np.asarray(value, dtype=want)
-            if arr.dtype != want:
-                if arr.dtype.kind in "iub" and want.kind in "iuf" and np.can_cast(arr.dtype, want, "same_kind"):
-                    arr = arr.astype(want)
-                else:
-                    raise errors.InvalidTypeError(f"input {name!r} is {want}, got {arr.dtype} (cast it first)")
-            if arr.ndim < 1 or arr.shape[0] < 1:
-                raise errors.InvalidValueError(f"input {name!r} needs rows along its first axis, got shape {arr.shape}")
+            arr = _requests.as_rows(self.specs[name], value, self.limits)
             if rows is not None and arr.shape[0] != rows:
-                raise errors.InvalidValueError(f"inputs have different numbers of rows ({rows} and {arr.shape[0]})")
+                raise BadRequest(f"inputs have different numbers of rows ({rows} and {arr.shape[0]})")
             rows = arr.shape[0]
             arrays[name] = arr
         assert rows is not None
-        if rows > self.max_batch_size:
-            raise errors.InvalidValueError(f"a request of {rows} rows: at most {self.max_batch_size} (max_batch_size)")
         row_shapes = {n: tuple(a.shape[1:]) for n, a in arrays.items()}
-        bucket = self._bucket_for(row_shapes)
-        return _Request(arrays, rows, bucket)
+        return _Request(arrays, rows, self._bucket_for(row_shapes))
 
     def _bucket_for(self, row_shapes: dict[str, tuple[int, ...]]) -> tuple[Any, ...]:
         exact = self._bucket_of(row_shapes)
         if exact in self.buckets:
             return exact
         if self.pad_buckets:
+            # Longer along the axes the builds vary only: anything else is another shape.
             fits = [
                 k
                 for k in self.buckets
-                if all(len(s) == len(row_shapes[n]) and all(a >= b for a, b in zip(s, row_shapes[n])) for n, s in k)
+                if all(
+                    len(s) == len(row_shapes[n])
+                    and all(
+                        r == d or (a in self.specs[n].varying and r <= d)
+                        for a, (r, d) in enumerate(zip(row_shapes[n], s))
+                    )
+                    for n, s in k
+                )
             ]
             if fits:
                 return min(fits, key=lambda k: sum(int(np.prod(s)) for _, s in k))
         shapes = "; ".join(", ".join(f"{n}{list(s)}" for n, s in k) for k in self.buckets)
         given = ", ".join(f"{n}{list(s)}" for n, s in row_shapes.items())
-        raise errors.InvalidValueError(f"rows of shape {given} fit no build (rows of: {shapes})")
+        raise BadRequest(f"rows of shape {given} fit no build (rows of: {shapes})")
 
     async def _run_batch(self, requests: list[_Request]) -> list[Answer]:
         started = time.perf_counter()
@@ -420,6 +392,7 @@ class ModelServer:
                 for n, a in r.inputs.items():
                     dst = feed[n][at : at + take]
                     src = a[first : first + take]
+                    # Shorter along a varying axis only (checked): the rest is zeros.
                     dst[tuple(slice(0, d) for d in (take, *src.shape[1:]))] = src
                 spans.append((i, at, take))
                 where[i].append((b.name, at, take, b.batch))
@@ -445,26 +418,43 @@ class ModelServer:
     def _where(self, answer: Answer) -> dict[str, str]:
         return {"x-tvmrt-build": answer.build, "x-tvmrt-runs": json.dumps(answer.runs)}
 
+    async def _body(self, request: Any) -> bytes:
+        """The request's body, refused past ``max_body_bytes`` (by its declared length first)."""
+        limit = self.limits.max_body
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BadRequest(f"a body of {declared} bytes: at most {limit} (max_body_bytes)", 413)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(f"a body of more than {limit} bytes (max_body_bytes)", 413)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def _http(self, request: Any) -> Any:
         from starlette.responses import JSONResponse, Response
 
         kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
         try:
-            body = await request.body()
+            body = await self._body(request)
+            inputs: dict[str, Any]
             if kind == NPY:
-                if len(self.inputs) != 1:
-                    raise errors.InvalidValueError(f"a .npy body names no input: this model takes {len(self.inputs)}")
-                inputs: dict[str, Any] = {next(iter(self.inputs)): np.load(io.BytesIO(body), allow_pickle=False)}
+                if len(self.specs) != 1:
+                    raise BadRequest(f"a .npy body names no input: this model takes {len(self.specs)}")
+                [(name, spec)] = self.specs.items()
+                inputs = {name: _requests.read_npy(io.BytesIO(body), name, spec, self.limits, len(body))}
             elif kind == NPZ:
-                with np.load(io.BytesIO(body), allow_pickle=False) as z:
-                    inputs = {k: z[k] for k in z.files}
+                inputs = _requests.read_npz(body, self.specs, self.limits)
             else:
-                doc = json.loads(body or b"{}")
+                doc = _requests.read_json(body)
                 if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), dict):
-                    raise errors.InvalidValueError('a JSON body is {"inputs": {"<name>": [rows...]}}')
+                    raise BadRequest('a JSON body is {"inputs": {"<name>": [rows...]}}')
                 inputs = doc["inputs"]
             answer: Answer = await self.infer(self.preprocess(inputs), details=True)
-        except (errors.TVMRTError, ValueError, TypeError, KeyError) as e:
+        except BadRequest as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+        except (errors.TVMRTError, ValueError, TypeError, KeyError, RecursionError) as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         outputs = self.postprocess(answer.outputs, inputs)
         if kind == NPY and len(outputs) == 1:
@@ -479,38 +469,7 @@ class ModelServer:
             {"outputs": [np.asarray(o).tolist() for o in outputs], "build": answer.build, "runs": answer.runs}
         )
 
-
-def deployment(
-    builds: Sequence[str] | str,
-    *,
-    name: str = "tvmrt",
-    num_replicas: int | str | None = None,
-    autoscaling_config: Mapping[str, Any] | None = None,
-    max_ongoing_requests: int | None = None,
-    ray_actor_options: Mapping[str, Any] | None = None,
-    server: type[ModelServer] = ModelServer,
-    **config: Any,
-) -> Any:
-    """The Serve application of a model in one call: ``serve.run(tvmrt.serve.deployment([...]))``.
-    `config` goes to the replica (:class:`ModelServer`: device, max_batch_size,
-    batch_wait_timeout_s, concurrency, prepared_dir, map_params)."""
-    options: dict[str, Any] = {"name": name}
-    if autoscaling_config is not None:
-        options["autoscaling_config"] = dict(autoscaling_config)
-    elif num_replicas is not None:
-        options["num_replicas"] = num_replicas
-    concurrency = int(config.get("concurrency", 2))
-    largest = int(config.get("max_batch_size") or 8)
-    options["max_ongoing_requests"] = max_ongoing_requests or max(16, 2 * largest * concurrency)
-    if ray_actor_options is not None:
-        options["ray_actor_options"] = dict(ray_actor_options)
-    return serve.deployment(server, **options).bind(builds, **config)
-
-
-def app(args: dict[str, Any]) -> Any:
-    """The application builder Serve's config files and ``serve run`` name
-    (``import_path: tvmrt.serve:app``): `args` are :func:`deployment`'s keyword arguments, with
-    ``builds`` a list of model folders (or one)."""
-    options = dict(args)
-    builds = options.pop("builds")
-    return deployment(builds, **options)
+    def __del__(self) -> None:
+        holding = getattr(self, "_holding", None)
+        if holding is not None:
+            holding.release()

@@ -1,0 +1,136 @@
+"""One executor of a model (a graph executor module of the runtime), used by one caller at a time:
+its inputs and outputs as prepared calls, the input rules applied, the views of its outputs
+counted so the model never gives it to another caller while one lives."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _ffi, _tensors, errors
+from ._artifacts import TensorInfo
+
+if TYPE_CHECKING:
+    from .model import Model
+
+
+class Slot:
+    """An input or output of an executor as a prepared call: a DLTensor of the tensor's shape and
+    dtype over the caller's array, handed to ``set_input`` / ``get_output`` with its index."""
+
+    __slots__ = ("call", "dtype", "name", "shape", "shape_array", "tensor")
+
+    def __init__(self, fn: _ffi.Function, index: int, info: TensorInfo) -> None:
+        self.name = info.name
+        self.shape = tuple(info.shape)
+        self.dtype = _tensors.np_dtype(info.dtype)
+        self.shape_array = _ffi.shape_tuple(self.shape)
+        t = _ffi.DLTensor()
+        t.device = _ffi.DLDevice(_ffi.CPU, 0)
+        t.ndim = len(self.shape)
+        t.dtype = _tensors.dl_dtype(self.dtype)
+        t.shape = ctypes.cast(self.shape_array, ctypes.POINTER(ctypes.c_int64))
+        self.tensor = t
+        self.call = _ffi.PreparedCall(fn, [_ffi.INT, _ffi.DLTENSOR])
+        self.call.values[0].v_int64 = index
+        self.call.values[1].v_handle = ctypes.addressof(t)
+
+    def put(self, arr: np.ndarray) -> None:
+        """Calls with `arr` (of this slot's shape and dtype, contiguous) as the tensor; `arr` is
+        the caller's, alive for the whole call."""
+        self.tensor.data = arr.ctypes.data
+        try:
+            self.call()
+        finally:
+            self.tensor.data = None
+
+
+class Executor:
+    """One executor of the model, used by one caller at a time."""
+
+    __slots__ = (
+        "__weakref__",
+        "_get_input",
+        "_get_output",
+        "_run",
+        "_set",
+        "inputs",
+        "model",
+        "module",
+        "outputs",
+        "run_call",
+        "unset",
+        "views",
+    )
+
+    def __init__(self, model: Model, module: _ffi.Handle) -> None:
+        self.module = module
+        # Weakly: the model keeps its executors, never the other way round (no cycle, so a model
+        # nobody holds is freed at once, its memory with it).
+        self.model: Model = weakref.proxy(model)  # type: ignore[assignment]
+        fn = self.function
+        self._set, self._run, self._get_output, self._get_input = (
+            fn("set_input"),
+            fn("run"),
+            fn("get_output"),
+            fn("get_input"),
+        )
+        self.run_call = _ffi.PreparedCall(self._run, [])
+        self.inputs = [Slot(self._set, i, t) for i, t in enumerate(model._all_inputs)]
+        self.outputs = [Slot(self._get_output, i, t) for i, t in enumerate(model.outputs)]
+        # The data inputs not set yet: a run before every one was set is refused.
+        self.unset = set(model._data_input_indices)
+        # The owners of the arrays handed out without a copy: while one lives, this executor's
+        # outputs are someone's, and it goes to no other caller.
+        self.views: weakref.WeakSet[_tensors.ViewOwner] = weakref.WeakSet()
+
+    def function(self, name: str) -> _ffi.Function:
+        return _ffi.method(self.module, name)
+
+    def viewed(self) -> bool:
+        return len(self.views) > 0
+
+    def set_input(self, key: int | str, value: Any, cast: _tensors.Cast = False) -> None:
+        index = self.model._input_index(key)
+        slot = self.inputs[index]
+        arr = _tensors.as_input(value, slot.dtype, slot.name, cast)
+        if arr.shape == slot.shape:
+            slot.put(arr)
+        else:
+            # Another shape: the runtime refuses it, saying which (strict inputs).
+            self._set(index, _tensors.TensorView(arr))
+        self.unset.discard(index)
+
+    def run(self) -> None:
+        if self.unset:
+            missing = [self.model._all_inputs[i].name for i in sorted(self.unset)]
+            raise errors.InvalidKeyError(f"inputs never set: {', '.join(missing)}")
+        self.run_call()
+
+    def output(self, index: int, copy: bool = True) -> np.ndarray:
+        slot = self.outputs[index]
+        if copy or self.model.device.type != _ffi.CPU:
+            out = np.empty(slot.shape, dtype=slot.dtype)
+            slot.put(out)
+            return out
+        handle = self._get_output(index)
+        t = _ffi.array_tensor(handle)
+        owner = _tensors.ViewOwner(handle, self)
+        self.views.add(owner)
+        return _tensors.view_of_memory(t.data + t.byte_offset, slot.shape, slot.dtype, owner)
+
+    def input(self, index: int) -> np.ndarray:
+        info = self.model._all_inputs[index]
+        out = np.empty(info.shape, dtype=_tensors.np_dtype(info.dtype))
+        handle = self._get_input(index)
+        lb = _ffi.lib()
+        lb.check(lb.cdll.TVMArrayCopyToBytes(ctypes.c_void_p(handle.value), out.ctypes.data, out.nbytes))
+        return out
+
+    def memory_usage(self) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(self.function("get_memory_usage")())
+        return result

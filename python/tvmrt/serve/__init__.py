@@ -1,0 +1,83 @@
+"""Serving a model on Ray Serve: the part of it that knows this runtime (Ray schedules, routes,
+scales and restarts; nothing here does).
+
+Each replica:
+
+- maps the node's prepared-params file (the model's weights with what its weight-only operators
+  derive from them), one per content of the model, made once by whichever replica comes first
+  (an exclusive lock, a temporary file, an atomic rename), verified by every replica before it
+  maps it, in a folder of the user's own (``_prepared``), so the weights are one set of
+  page-cache pages for every replica on the node;
+- loads every build of the model (batch sizes, sequence-length buckets) sharing those weights and
+  one pool of activation arenas sized to the replica's concurrency;
+- batches requests with ``@serve.batch`` (counting rows, not requests) and runs each batch on the
+  builds that serve its rows fastest (the smallest that fits, padded along the axes the builds
+  vary, or several), measured at start; every request gets its own rows back;
+- checks every request before it joins a batch (``_requests``): a bad one fails alone, with a
+  message; bodies are bounded and their arrays' headers read before any array is made.
+
+``tvmrt.serve.deployment(...)`` makes the application in one line; :class:`ModelServer` is the
+class to subclass for pre- and post-processing (``preprocess`` / ``postprocess``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ray import serve
+
+from ._prepared import default_prepared_dir, ensure_prepared, prepared_file, private_dir
+from ._requests import BadRequest
+from .server import Answer, Build, ModelServer, prepare_builds
+
+
+def deployment(
+    builds: Sequence[str] | str,
+    *,
+    name: str = "tvmrt",
+    num_replicas: int | str | None = None,
+    autoscaling_config: Mapping[str, Any] | None = None,
+    max_ongoing_requests: int | None = None,
+    ray_actor_options: Mapping[str, Any] | None = None,
+    server: type[ModelServer] = ModelServer,
+    **config: Any,
+) -> Any:
+    """The Serve application of a model in one call: ``serve.run(tvmrt.serve.deployment([...]))``.
+    `config` goes to the replica (:class:`ModelServer`: device, params, max_batch_size,
+    batch_wait_timeout_s, concurrency, num_threads, prepared_dir, map_params, max_request_rows,
+    max_body_bytes)."""
+    options: dict[str, Any] = {"name": name}
+    if autoscaling_config is not None:
+        options["autoscaling_config"] = dict(autoscaling_config)
+    elif num_replicas is not None:
+        options["num_replicas"] = num_replicas
+    concurrency = int(config.get("concurrency", 2))
+    largest = int(config.get("max_batch_size") or 8)
+    options["max_ongoing_requests"] = max_ongoing_requests or max(16, 2 * largest * concurrency)
+    if ray_actor_options is not None:
+        options["ray_actor_options"] = dict(ray_actor_options)
+    return serve.deployment(server, **options).bind(builds, **config)
+
+
+def app(args: dict[str, Any]) -> Any:
+    """The application builder Serve's config files and ``serve run`` name
+    (``import_path: tvmrt.serve:app``): `args` are :func:`deployment`'s keyword arguments, with
+    ``builds`` a list of model folders (or one)."""
+    options = dict(args)
+    builds = options.pop("builds")
+    return deployment(builds, **options)
+
+
+__all__ = [
+    "Answer",
+    "BadRequest",
+    "Build",
+    "ModelServer",
+    "app",
+    "default_prepared_dir",
+    "deployment",
+    "ensure_prepared",
+    "prepare_builds",
+    "prepared_file",
+    "private_dir",
+]

@@ -1,0 +1,240 @@
+"""A caller's hold on one executor of a model (:class:`Session`), what it returns
+(:class:`Tensor`), and the forms a call may give its inputs in."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from . import _ffi, _tensors, errors
+from ._executor import Executor
+from .profiling import BenchmarkResult
+
+if TYPE_CHECKING:
+    from .model import Model
+
+_FORMS = (
+    "inputs by name (run({'data': x}) or run(data=x)), one array for a model of one input (run(x)), "
+    "a list in input order (run([x, y])), or ONNX Runtime's form (run(None, {'data': x}))"
+)
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, np.generic, Tensor)) or any(
+        hasattr(value, a) for a in ("__array__", "__array_interface__", "__dlpack__")
+    )
+
+
+def feeds(model: Model, args: Sequence[Any], named: Mapping[str, Any]) -> tuple[dict[Any, Any], list[int] | None]:
+    """The inputs a call gave, by name or index, in any of the accepted forms; and the outputs it
+    asked for (ONNX Runtime's output names), or None for all."""
+    data = model.inputs
+    wanted: list[int] | None = None
+    given: dict[Any, Any] = {}
+    if len(args) == 2 and (args[0] is None or isinstance(args[0], (list, tuple))) and isinstance(args[1], Mapping):
+        # ONNX Runtime: run(output_names, input_feed).
+        if args[0] is not None:
+            wanted = [model._output_index(n) for n in args[0]]
+        given.update(args[1])
+    elif len(args) == 1:
+        first = args[0]
+        if first is None:
+            pass
+        elif isinstance(first, Mapping):
+            given.update(first)
+        elif isinstance(first, (list, tuple)) and first and all(_is_array(v) for v in first):
+            if len(first) != len(data):
+                raise errors.InvalidValueError(
+                    f"{len(first)} arrays given in input order; the model takes {len(data)}: "
+                    + ", ".join(t.name for t in data)
+                )
+            given.update({t.name: v for t, v in zip(data, first)})
+        elif len(data) == 1 and (_is_array(first) or isinstance(first, (list, tuple, int, float))):
+            given[data[0].name] = first
+        else:
+            raise errors.InvalidTypeError(
+                f"run takes {_FORMS}; got a {type(first).__name__} for a model of inputs "
+                + ", ".join(t.name for t in data)
+            )
+    elif args:
+        raise errors.InvalidTypeError(f"run takes {_FORMS}; got {len(args)} positional arguments")
+    for k, v in named.items():
+        if k in given:
+            raise errors.InvalidValueError(f"input {k!r} given twice")
+        given[k] = v
+    return given, wanted
+
+
+class Session:
+    """An executor of the model held by one caller: ``set_input``, ``run`` and ``get_output`` as
+    TVM's ``GraphModule`` has them, and outputs without a copy (``copy=False``), valid until this
+    session's next run (kept valid after: the executor goes to no other caller while they live).
+    Made by :meth:`Model.session` (a context manager: the executor goes back to the model when the
+    ``with`` ends, or when the session is collected); ends when the model is closed."""
+
+    def __init__(self, model: Model, weak: bool = False) -> None:
+        # A session the model keeps for a thread holds the model weakly (no cycle); one a caller
+        # holds keeps the model alive.
+        self._model: Model = weakref.proxy(model) if weak else model  # type: ignore[assignment]
+        self._executor: Executor | None = None
+        self._executor, self._weights = model._acquire(self)
+
+    def _ex(self) -> Executor:
+        ex = self._executor
+        if ex is None:
+            closed = self._model._closed
+            raise errors.RuntimeFailure("the model is closed" if closed else "this session is closed")
+        if self._weights != self._model._weights_version:
+            self._weights = self._model._reshare(ex)
+        return ex
+
+    def set_input(
+        self, key: int | str | None = None, value: Any = None, *, cast: _tensors.Cast = False, **params: Any
+    ) -> None:
+        """Sets inputs by name or index (copied into the executor), as ``GraphModule.set_input``.
+        ``cast=True`` casts arrays of another dtype as TVM's did (``"safe"``: only casts that keep
+        every value); by default they are refused."""
+        ex = self._ex()
+        if key is not None:
+            ex.set_input(key, value, cast)
+        elif value is not None:
+            raise errors.InvalidValueError("set_input(None, value): name the input")
+        for k, v in params.items():
+            ex.set_input(k, v, cast)
+
+    def run(self, *args: Any, copy: bool = True, cast: _tensors.Cast = False, **named: Any) -> list[np.ndarray]:
+        """Sets the inputs given (others keep what was set before), runs, and returns the outputs
+        (see :meth:`Model.run` for the forms the inputs may take)."""
+        ex = self._ex()
+        given, wanted = feeds(self._model, args, named)
+        for k, v in given.items():
+            ex.set_input(k, v, cast)
+        ex.run()
+        indices = range(len(ex.outputs)) if wanted is None else wanted
+        return [ex.output(i, copy) for i in indices]
+
+    def get_output(self, index: int | str, out: np.ndarray | None = None, *, copy: bool = True) -> Tensor:
+        """Output `index` (or its name) of the last run: a :class:`Tensor` (``.numpy()``, as TVM's
+        arrays have it), or written into `out`."""
+        ex = self._ex()
+        arr = ex.output(self._model._output_index(index), copy)
+        if out is not None:
+            np.copyto(out, arr)
+            return Tensor(out)
+        return Tensor(arr)
+
+    def get_input(self, key: int | str) -> Tensor:
+        """A copy of input `key` as it is now (a weight's too)."""
+        ex = self._ex()
+        return Tensor(ex.input(self._model._input_index(key)))
+
+    def get_num_inputs(self) -> int:
+        """Every input of the graph, weights included, as ``GraphModule.get_num_inputs``."""
+        return self._model.get_num_inputs()
+
+    def get_num_outputs(self) -> int:
+        return self._model.get_num_outputs()
+
+    def get_input_index(self, name: str) -> int:
+        return self._model.get_input_index(name)
+
+    def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+        """``(shapes, dtypes)`` of the inputs that are not weights, by name, as
+        ``GraphModule.get_input_info`` once the weights are loaded."""
+        return self._model.get_input_info()
+
+    def benchmark(self, *args: Any, **kwargs: Any) -> BenchmarkResult:
+        """Times runs as TVM's ``GraphModule.benchmark`` (see :meth:`Model.benchmark`)."""
+        return self._benchmark(*args, **kwargs)
+
+    def _benchmark(
+        self,
+        repeat: int = 5,
+        number: int = 5,
+        min_repeat_ms: int = 0,
+        end_to_end: bool = False,
+        warmup: int = 1,
+        **inputs: Any,
+    ) -> BenchmarkResult:
+        ex = self._ex()
+        for k, v in inputs.items():
+            ex.set_input(k, v)
+        for _ in range(max(warmup, 0)):
+            ex.run()  # also checks every input was set
+        if end_to_end:
+            given = dict(inputs)
+            results = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                for _ in range(number):
+                    self.run(given)
+                results.append((time.perf_counter() - start) / number)
+            return BenchmarkResult(results)
+        ex.run()
+        dev = self._model.device
+        timer = _ffi.global_function("runtime.RPCTimeEvaluator")(
+            ex.module, "run", dev.type, dev.id, number, repeat, min_repeat_ms, 100, 0, 1, ""
+        )
+        raw = timer()
+        return BenchmarkResult(list(np.frombuffer(raw, dtype=np.float64)))
+
+    def close(self) -> None:
+        """Gives the executor back to the model (outputs taken with ``copy=False`` stay as they
+        are: the executor goes to no other caller while they live)."""
+        ex, self._executor = self._executor, None
+        if ex is not None:
+            try:
+                self._model._release(ex)
+            except ReferenceError:  # the model is gone: nothing to give back to
+                pass
+
+    def _end(self) -> None:
+        """The model closed: this session holds nothing from now on."""
+        self._executor = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class Tensor:
+    """An output or input as TVM's ``GraphModule`` returns it: ``.numpy()``, ``.shape``,
+    ``.dtype``, and the array protocols (numpy, DLPack)."""
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+
+    def numpy(self) -> np.ndarray:
+        return self._array
+
+    asnumpy = numpy
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._array.shape)
+
+    @property
+    def dtype(self) -> str:
+        return "bool" if self._array.dtype == np.bool_ else str(self._array.dtype)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self._array if dtype is None else self._array.astype(dtype)
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+    def __repr__(self) -> str:
+        return f"tvmrt.Tensor({self._array!r})"
