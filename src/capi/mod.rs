@@ -38,7 +38,9 @@ pub fn init() {
             let _ = crate::packed::registry::register(name, f, false);
         });
         crate::library::install_callbacks(&backend::context_functions());
-        for (key, loader) in crate::executor::factory::LOADERS.iter().chain(crate::library::opencl::LOADERS) {
+        for (key, loader) in
+            crate::executor::factory::LOADERS.iter().chain(crate::library::opencl::LOADERS).chain(crate::vm::LOADERS)
+        {
             crate::library::blob::install_loader(key, *loader);
         }
         crate::rpc::install();

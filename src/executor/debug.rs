@@ -17,14 +17,7 @@ use crate::tensor::NDArray;
 use crate::time_evaluator::{repeat_timed, Settings};
 
 /// A profile's row for one timed stretch: name, duration, one call, device.
-fn frame(name: &str, us: f64, device: DLDevice) -> profiling::Metrics {
-    vec![
-        ("Name".to_string(), Metric::Str(name.to_string())),
-        ("Duration (us)".to_string(), Metric::Duration(us)),
-        ("Count".to_string(), Metric::Count(1)),
-        ("Device".to_string(), Metric::Str(device_name(device))),
-    ]
-}
+use profiling::call_metrics as frame;
 
 pub const NAMES: &[&str] = &[
     "run_individual",

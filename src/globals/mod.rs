@@ -11,6 +11,7 @@ mod profiling;
 mod rpc;
 mod runtime;
 mod tensors;
+mod vm;
 
 use crate::error::Result;
 use crate::object::ObjRef;
@@ -30,4 +31,5 @@ pub fn register_all(reg: &mut Register<'_>) {
     runtime::register(reg);
     profiling::register(reg);
     rpc::register(reg);
+    vm::register(reg);
 }

@@ -300,6 +300,11 @@ impl AnyObject {
         }
     }
 
+    /// The key of the object's type, for messages.
+    pub fn type_key(&self) -> String {
+        type_key_of(self.type_index())
+    }
+
     pub fn type_index(&self) -> u32 {
         // SAFETY: alive while we hold a count.
         unsafe { self.ptr.as_ref() }.type_index

@@ -55,6 +55,17 @@ pub fn set(metrics: &mut Metrics, name: &str, value: Metric) {
     }
 }
 
+/// A call's first metrics, as upstream's profiler records every call: its name, duration in
+/// microseconds, count (1) and device.
+pub fn call_metrics(name: &str, us: f64, device: DLDevice) -> Metrics {
+    vec![
+        ("Name".to_string(), Metric::Str(name.to_string())),
+        ("Duration (us)".to_string(), Metric::Duration(us)),
+        ("Count".to_string(), Metric::Count(1)),
+        ("Device".to_string(), Metric::Str(device_name(device))),
+    ]
+}
+
 /// How a report names a device: `cpu0`, `opencl1`.
 pub fn device_name(device: DLDevice) -> String {
     format!("{}{}", crate::device::type_name(device.device_type), device.device_id)

@@ -132,6 +132,18 @@ impl NDArray {
         Self::build(data, shape, dtype, device, Owner::External)
     }
 
+    /// An array over a caller's tensor bound with TVM's zero-copy contract (its memory stays valid
+    /// while bound): compact tensors only.
+    pub fn over_zero_copy(z: super::raw::ZeroCopy<'_>) -> Result<ObjRef<NDArray>> {
+        let t = z.tensor();
+        if !t.is_compact() {
+            return Err(Error::value("a zero-copy tensor must be compact (no strides)"));
+        }
+        // SAFETY: the zero-copy contract: the caller keeps the bytes valid, and leaves them alone,
+        // for as long as the binding (which this array serves) lasts.
+        Ok(unsafe { Self::external(t.data_ptr().cast(), t.shape(), t.dtype(), t.device()) })
+    }
+
     /// An array holding a copy of `bytes`, which must be exactly its size.
     pub fn from_bytes(shape: &[i64], dtype: DLDataType, bytes: &[u8]) -> Result<ObjRef<NDArray>> {
         let need = tensor_bytes(shape, dtype)?;

@@ -130,8 +130,8 @@ fn a_threads_own_count_caps_its_launches_and_ends_with_the_call() {
     assert_eq!(with_threads(2, launch), 2);
     assert_eq!(with_threads(1, launch), 1);
     // 0 is the process's count; more than the process allows is capped at it.
-    assert_eq!(with_threads(0, || num_threads()), 3);
-    assert_eq!(with_threads(16, || launch_threads()), 3);
+    assert_eq!(with_threads(0, num_threads), 3);
+    assert_eq!(with_threads(16, launch_threads), 3);
     // Nested calls restore what was there, and the thread is back to the process's after.
     with_threads(2, || {
         with_threads(1, || assert_eq!(launch_threads(), 1));

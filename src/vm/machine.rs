@@ -1,0 +1,511 @@
+//! The interpreter: frames of registers, each instruction of the 0.19 set (and 0.8's), kernels
+//! called with their tuple arguments flattened, storage from the executable's pools.
+//!
+//! A register holds an object (a tensor, a tuple, a closure) or a storage block. Every index an
+//! instruction carries was checked when the code was read; what only a run can tell (a register
+//! read before it was written, a tuple field past its end, a shape that does not fit its storage)
+//! is an error of the invocation, never an out-of-bounds access.
+
+#![forbid(unsafe_code)]
+
+use super::code::{Instr, Reg};
+use super::executable::{Constants, Program};
+use super::objects::{AdtObj, ClosureObj};
+use super::profiler::Recorder;
+use super::storage::{Allocator, Pool, Pools};
+use crate::dlpack::{kDLCPU, kDLInt, DLDataType, DLDevice};
+use crate::dtype::tensor_bytes;
+use crate::error::{Error, Result};
+use crate::object::{AnyObject, ObjRef};
+use crate::packed::{ArgsBuilder, PackedFunc};
+use crate::tensor::{Buffer, NDArray};
+use std::sync::Arc;
+
+/// Frames deeper than this end the invocation with an error (a recursion that does not stop).
+pub const MAX_FRAMES: usize = 100_000;
+
+/// A VM's device for a virtual device of the code.
+#[derive(Clone)]
+pub struct Device {
+    pub device: DLDevice,
+    pub allocator: Allocator,
+    pub pool: Arc<Pool>,
+}
+
+#[derive(Clone)]
+enum Value {
+    Obj(AnyObject),
+    Storage(Arc<Buffer>),
+}
+
+struct Frame {
+    func: usize,
+    pc: usize,
+    regs: Vec<Option<Value>>,
+    /// Where the caller wants the result (none for the frame the invocation started with).
+    ret_to: Option<Reg>,
+}
+
+/// What a run needs that a VM holds: the code, constants, kernels and devices.
+pub struct Machine {
+    pub program: Arc<Program>,
+    pub constants: Arc<Constants>,
+    pub kernels: Vec<ObjRef<PackedFunc>>,
+    pub devices: Vec<Device>,
+}
+
+/// Tensors a caller gave for the function's outputs (`set_outputs`): the registers the outputs are
+/// allocated in, and the tensor for each.
+pub type OutputBinding = Vec<(Reg, ObjRef<NDArray>)>;
+
+fn empty_register(r: Reg) -> Error {
+    Error::value(format!("register ${r} is read before it is written"))
+}
+
+impl Machine {
+    /// Makes the VM's devices from `init`'s (device, allocator) pairs: each virtual device of the
+    /// code gets the first physical device of its type.
+    pub fn devices_for(program: &Program, given: &[(DLDevice, Allocator)], pools: &Pools) -> Result<Vec<Device>> {
+        program
+            .devices
+            .iter()
+            .map(|v| {
+                let (device, allocator) =
+                    given.iter().find(|(d, _)| d.device_type == v.device.device_type).copied().ok_or_else(|| {
+                        Error::value(format!(
+                            "Unable to find a physical device (from among the {} given) to match the virtual device \
+                             with device type {}",
+                            given.len(),
+                            v.device.device_type
+                        ))
+                    })?;
+                if crate::device::texture::Texture::of_scope(&v.scope)?.is_some() {
+                    return Err(Error::value(format!(
+                        "memory scope '{}' (textures) in a VM executable: not supported by this runtime",
+                        v.scope
+                    )));
+                }
+                Ok(Device { device, allocator, pool: pools.of(device) })
+            })
+            .collect()
+    }
+
+    pub fn host(&self) -> DLDevice {
+        self.devices[self.program.host].device
+    }
+
+    /// Runs function `func` on `args`; returns what it returns.
+    pub fn invoke(
+        &self,
+        func: usize,
+        args: Vec<AnyObject>,
+        outputs: &OutputBinding,
+        mut rec: Option<&mut Recorder>,
+    ) -> Result<AnyObject> {
+        let f = &self.program.functions[func];
+        if args.len() != f.params.len() {
+            return Err(Error::value(format!(
+                "function '{}' takes {} arguments, {} given",
+                f.name,
+                f.params.len(),
+                args.len()
+            )));
+        }
+        let mut frames = vec![self.frame(func, args.into_iter().map(Value::Obj), None)?];
+        for (r, t) in outputs {
+            frames[0].regs[*r] = Some(Value::Obj(t.clone().into_any()));
+        }
+        let result = self.run(&mut frames, outputs, &mut rec);
+        for d in &self.devices {
+            d.pool.end();
+        }
+        result.map_err(|e| {
+            let where_ = frames.last().map_or(String::new(), |fr| {
+                format!("in function '{}', instruction {}", self.program.functions[fr.func].name, fr.pc)
+            });
+            if where_.is_empty() {
+                e
+            } else {
+                e.context(where_)
+            }
+        })
+    }
+
+    fn frame(&self, func: usize, args: impl Iterator<Item = Value>, ret_to: Option<Reg>) -> Result<Frame> {
+        let f = &self.program.functions[func];
+        let mut regs = vec![None; f.registers];
+        for (i, a) in args.enumerate() {
+            *regs.get_mut(i).ok_or_else(|| Error::value(format!("too many arguments for '{}'", f.name)))? = Some(a);
+        }
+        Ok(Frame { func, pc: 0, regs, ret_to })
+    }
+
+    fn run(
+        &self,
+        frames: &mut Vec<Frame>,
+        outputs: &OutputBinding,
+        rec: &mut Option<&mut Recorder>,
+    ) -> Result<AnyObject> {
+        loop {
+            let depth = frames.len();
+            let fr = frames.last_mut().expect("a frame runs");
+            let code = &self.program.functions[fr.func].code;
+            let ins = code.get(fr.pc).ok_or_else(|| Error::value("ran past the function's last instruction"))?;
+            let read = |regs: &[Option<Value>], r: Reg| regs[r].clone().ok_or_else(|| empty_register(r));
+            match ins {
+                Instr::Move { from, dst } => {
+                    fr.regs[*dst] = Some(read(&fr.regs, *from)?);
+                    fr.pc += 1;
+                }
+                Instr::Fatal => return Err(Error::tvm("VM encountered fatal error")),
+                Instr::LoadConst { index, dst, .. } => {
+                    let device = self.devices[self.program.const_devices[*index]].device;
+                    let started = begin(rec, device)?;
+                    let c = self.constants.on(*index, device)?;
+                    if let (Some(r), Some(s)) = (rec.as_mut(), started) {
+                        r.stop("VM::LoadConst", device, s, None)?;
+                    }
+                    fr.regs[*dst] = Some(Value::Obj(c.into_any()));
+                    fr.pc += 1;
+                }
+                Instr::LoadConsti { value, dst } => {
+                    let t = NDArray::from_bytes(&[1], DLDataType::new(kDLInt, 64, 1), &value.to_le_bytes())?;
+                    fr.regs[*dst] = Some(Value::Obj(self.on_host(t)?.into_any()));
+                    fr.pc += 1;
+                }
+                Instr::Invoke { func, args, dst } => {
+                    let args = args.iter().map(|&r| read(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
+                    fr.pc += 1;
+                    if depth >= MAX_FRAMES {
+                        return Err(Error::value(format!("more than {MAX_FRAMES} nested calls")));
+                    }
+                    let callee = self.frame(*func, args.into_iter(), Some(*dst))?;
+                    frames.push(callee);
+                }
+                Instr::InvokeClosure { closure, args, dst } => {
+                    let c = self.object(&fr.regs, *closure)?.downcast::<ClosureObj>().map_err(|o| {
+                        Error::type_err(format!("register ${closure} holds a {}, not a closure", o.type_key()))
+                    })?;
+                    let mut all: Vec<Value> = c.free_vars.iter().cloned().map(Value::Obj).collect();
+                    for &r in args.iter() {
+                        all.push(read(&fr.regs, r)?);
+                    }
+                    let func = c.func;
+                    if func >= self.program.functions.len() {
+                        return Err(Error::value(format!("a closure of function {func}")));
+                    }
+                    let want = self.program.functions[func].params.len();
+                    if all.len() != want {
+                        return Err(Error::value(format!("a closure called with {} values for {want}", all.len())));
+                    }
+                    fr.pc += 1;
+                    if depth >= MAX_FRAMES {
+                        return Err(Error::value(format!("more than {MAX_FRAMES} nested calls")));
+                    }
+                    frames.push(self.frame(func, all.into_iter(), Some(*dst))?);
+                }
+                Instr::InvokePacked { packed, outputs: n_out, args } => {
+                    let values = args.iter().map(|&r| self.object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
+                    self.invoke_packed(*packed, *n_out, &values, rec)?;
+                    fr.pc += 1;
+                }
+                Instr::GetField { object, index, dst } => {
+                    let adt = self.adt(&fr.regs, *object)?;
+                    let field = adt.fields().get(*index).cloned().ok_or_else(|| {
+                        Error::index(format!("field {index} of a tuple of {} fields", adt.fields().len()))
+                    })?;
+                    fr.regs[*dst] = Some(Value::Obj(field));
+                    fr.pc += 1;
+                }
+                Instr::GetTag { object, dst } => {
+                    let tag = self.adt(&fr.regs, *object)?.tag() as i32;
+                    let t = NDArray::from_bytes(&[1], DLDataType::new(kDLInt, 32, 1), &tag.to_le_bytes())?;
+                    fr.regs[*dst] = Some(Value::Obj(self.on_host(t)?.into_any()));
+                    fr.pc += 1;
+                }
+                Instr::Goto { offset } => fr.pc = (fr.pc as i64 + offset) as usize,
+                Instr::If { test, target, on_equal, otherwise } => {
+                    let equal = self.scalar(&fr.regs, *test)? as i32 == self.scalar(&fr.regs, *target)? as i32;
+                    fr.pc = (fr.pc as i64 + if equal { *on_equal } else { *otherwise }) as usize;
+                }
+                Instr::AllocTensor { storage, offset, dtype, shape, dst } => {
+                    let t = match outputs.iter().find(|(r, _)| r == dst).filter(|_| depth == 1) {
+                        Some((_, t)) => check_output(t, *dtype, shape)?,
+                        None => {
+                            let offset = self.scalar(&fr.regs, *offset)?;
+                            self.view(&fr.regs, *storage, offset, shape, *dtype, rec)?
+                        }
+                    };
+                    fr.regs[*dst] = Some(Value::Obj(t.into_any()));
+                    fr.pc += 1;
+                }
+                Instr::AllocTensorReg { storage, offset, shape, dtype, dst } => {
+                    let shape = self.shape_from(&fr.regs, *shape)?;
+                    let offset = self.scalar(&fr.regs, *offset)?;
+                    let t = self.view(&fr.regs, *storage, offset, &shape, *dtype, rec)?;
+                    fr.regs[*dst] = Some(Value::Obj(t.into_any()));
+                    fr.pc += 1;
+                }
+                Instr::AllocAdt { tag, fields, dst } => {
+                    let fields = fields.iter().map(|&r| self.object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
+                    fr.regs[*dst] = Some(Value::Obj(AdtObj::new(*tag, fields).into_any()));
+                    fr.pc += 1;
+                }
+                Instr::AllocClosure { func, free_vars, dst } => {
+                    let free_vars = free_vars.iter().map(|&r| self.object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
+                    fr.regs[*dst] = Some(Value::Obj(ObjRef::new(ClosureObj { func: *func, free_vars }).into_any()));
+                    fr.pc += 1;
+                }
+                Instr::AllocStorage { size, alignment, dtype_hint, device, shape, dst } => {
+                    let bytes = if shape.is_empty() {
+                        let n = self.scalar(&fr.regs, *size)?;
+                        usize::try_from(n).map_err(|_| Error::value(format!("a storage of {n} bytes")))?
+                    } else {
+                        tensor_bytes(shape, *dtype_hint)?
+                    };
+                    let d = &self.devices[*device];
+                    let started = begin(rec, d.device)?;
+                    let block = d.pool.take(bytes, *alignment, d.allocator)?;
+                    if let (Some(r), Some(s)) = (rec.as_mut(), started) {
+                        let what = format!("{dtype_hint}[{bytes}]");
+                        r.stop("VM::AllocStorage", d.device, s, Some(("VM::Argument Shapes", what)))?;
+                    }
+                    fr.regs[*dst] = Some(Value::Storage(block));
+                    fr.pc += 1;
+                }
+                Instr::ShapeOf { tensor, dst } => {
+                    let t = self.tensor(&fr.regs, *tensor)?;
+                    let bytes: Vec<u8> = t.shape().iter().flat_map(|d| d.to_le_bytes()).collect();
+                    let s = NDArray::from_bytes(&[t.shape().len() as i64], DLDataType::new(kDLInt, 64, 1), &bytes)?;
+                    fr.regs[*dst] = Some(Value::Obj(self.on_host(s)?.into_any()));
+                    fr.pc += 1;
+                }
+                Instr::ReshapeTensor { tensor, shape, dst } => {
+                    let t = self.tensor(&fr.regs, *tensor)?;
+                    let shape = self.shape_from(&fr.regs, *shape)?;
+                    let count: i64 = shape.iter().product();
+                    let have: i64 = t.shape().iter().product();
+                    if count != have || shape.iter().any(|&d| d < 0) {
+                        return Err(Error::value(format!("reshaping {:?} to {shape:?}", t.shape())));
+                    }
+                    let v = NDArray::create_view(&t, &shape, t.dtype())?;
+                    fr.regs[*dst] = Some(Value::Obj(v.into_any()));
+                    fr.pc += 1;
+                }
+                Instr::DeviceCopy { src, from, to, dst } => {
+                    let t = self.tensor(&fr.regs, *src)?;
+                    let (from, to) = (self.devices[*from].device, self.devices[*to].device);
+                    if t.device() != from {
+                        return Err(Error::value(format!(
+                            "a device copy from {} of a tensor on {}",
+                            crate::device::describe(from),
+                            crate::device::describe(t.device())
+                        )));
+                    }
+                    let started = begin(rec, to)?;
+                    let copy = if t.device() == to { t } else { NDArray::copy_of(t.raw(), to)? };
+                    if let (Some(r), Some(s)) = (rec.as_mut(), started) {
+                        r.stop("VM::DeviceCopy", to, s, None)?;
+                    }
+                    fr.regs[*dst] = Some(Value::Obj(copy.into_any()));
+                    fr.pc += 1;
+                }
+                Instr::KillRegister { dst } => {
+                    fr.regs[*dst] = None;
+                    fr.pc += 1;
+                }
+                Instr::Ret { result } => {
+                    let value = read(&fr.regs, *result)?;
+                    let ret_to = fr.ret_to;
+                    frames.pop();
+                    match (ret_to, frames.last_mut()) {
+                        (Some(r), Some(caller)) => caller.regs[r] = Some(value),
+                        _ => {
+                            return match value {
+                                Value::Obj(o) => Ok(o),
+                                Value::Storage(_) => Err(Error::value("the function returned a storage block")),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls primitive `packed` on `args` (tuples flattened into their fields), unless its one
+    /// output is empty (a zero in its shape), as upstream skips it.
+    fn invoke_packed(
+        &self,
+        packed: usize,
+        outputs: usize,
+        args: &[AnyObject],
+        rec: &mut Option<&mut Recorder>,
+    ) -> Result<()> {
+        let mut b = ArgsBuilder::new();
+        let mut tensors = Vec::with_capacity(args.len());
+        let mut flatten = |o: &AnyObject, b: &mut ArgsBuilder| -> Result<()> {
+            let t = o.downcast_ref::<NDArray>().ok_or_else(|| {
+                Error::type_err(format!("a primitive's argument is a {}, not a tensor", o.type_key()))
+            })?;
+            tensors.push(t);
+            b.object(o.clone());
+            Ok(())
+        };
+        for a in args {
+            match a.downcast_ref::<AdtObj>() {
+                Some(adt) => adt.fields().iter().try_for_each(|f| flatten(f, &mut b))?,
+                None => flatten(a, &mut b)?,
+            }
+        }
+        if outputs == 1 {
+            if let Some(last) = args.last().and_then(|a| a.downcast_ref::<NDArray>()) {
+                if last.shape().contains(&0) {
+                    return Ok(());
+                }
+            }
+        }
+        let kernel = &self.kernels[packed];
+        let name = &self.program.primitives[packed];
+        let device = tensors.first().map_or(self.host(), |t| t.device());
+        let started = begin(rec, device)?;
+        kernel.call(&b.args()).map_err(|e| e.context(format!("primitive {name}")))?;
+        if let (Some(r), Some(s)) = (rec.as_mut(), started) {
+            r.stop_call(name, device, s, &tensors, self.program.attrs_of(packed))?;
+        }
+        Ok(())
+    }
+
+    fn object(&self, regs: &[Option<Value>], r: Reg) -> Result<AnyObject> {
+        match &regs[r] {
+            Some(Value::Obj(o)) => Ok(o.clone()),
+            Some(Value::Storage(_)) => {
+                Err(Error::type_err(format!("register ${r} holds a storage block, not an object")))
+            }
+            None => Err(empty_register(r)),
+        }
+    }
+
+    fn tensor(&self, regs: &[Option<Value>], r: Reg) -> Result<ObjRef<NDArray>> {
+        self.object(regs, r)?
+            .downcast::<NDArray>()
+            .map_err(|o| Error::type_err(format!("register ${r} holds a {}, not a tensor", o.type_key())))
+    }
+
+    fn adt(&self, regs: &[Option<Value>], r: Reg) -> Result<ObjRef<AdtObj>> {
+        self.object(regs, r)?
+            .downcast::<AdtObj>()
+            .map_err(|o| Error::type_err(format!("register ${r} holds a {}, not a tuple", o.type_key())))
+    }
+
+    /// A tensor made on the host (a scalar, a shape) on the code's host device.
+    fn on_host(&self, t: ObjRef<NDArray>) -> Result<ObjRef<NDArray>> {
+        let host = self.host();
+        if host.device_type == kDLCPU {
+            Ok(t)
+        } else {
+            NDArray::copy_of(t.raw(), host)
+        }
+    }
+
+    /// A tensor's bytes on the host.
+    fn host_bytes(t: &NDArray) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; t.nbytes()];
+        t.copy_to_bytes(&mut out)?;
+        Ok(out)
+    }
+
+    /// The first element of the tensor in `r`, as an integer (upstream's `LoadScalarInt`).
+    fn scalar(&self, regs: &[Option<Value>], r: Reg) -> Result<i64> {
+        let t = self.tensor(regs, r)?;
+        let size = t.dtype().element_bytes();
+        if t.shape().iter().product::<i64>() < 1 || !matches!(t.dtype().bits, 1 | 8 | 16 | 32 | 64) {
+            return Err(Error::type_err(format!(
+                "register ${r} holds no integer scalar ({} {:?})",
+                t.dtype(),
+                t.shape()
+            )));
+        }
+        let bytes = Self::host_bytes(&t)?;
+        let b = &bytes[..size.max(1)];
+        let signed = t.dtype().code == kDLInt;
+        Ok(match (t.dtype().bits, signed) {
+            (1 | 8, true) => i64::from(b[0] as i8),
+            (1 | 8, false) => i64::from(b[0]),
+            (16, true) => i64::from(i16::from_le_bytes([b[0], b[1]])),
+            (16, false) => i64::from(u16::from_le_bytes([b[0], b[1]])),
+            (32, true) => i64::from(i32::from_le_bytes(b[..4].try_into().expect("4 bytes"))),
+            (32, false) => i64::from(u32::from_le_bytes(b[..4].try_into().expect("4 bytes"))),
+            _ => i64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+        })
+    }
+
+    /// The shape a 1-D int32 or int64 tensor in `r` holds.
+    fn shape_from(&self, regs: &[Option<Value>], r: Reg) -> Result<Vec<i64>> {
+        let t = self.tensor(regs, r)?;
+        let dt = t.dtype();
+        if t.shape().len() > 1 || dt.code != kDLInt || !matches!(dt.bits, 32 | 64) || dt.lanes != 1 {
+            return Err(Error::type_err(format!(
+                "register ${r}: a shape is a 1-D int32 or int64 tensor, not {dt} {:?}",
+                t.shape()
+            )));
+        }
+        let bytes = Self::host_bytes(&t)?;
+        Ok(if dt.bits == 32 {
+            bytes.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes(c.try_into().expect("4 bytes")))).collect()
+        } else {
+            bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+        })
+    }
+
+    /// A tensor of `shape` and `dtype` at `offset` in the storage block in `storage`.
+    fn view(
+        &self,
+        regs: &[Option<Value>],
+        storage: Reg,
+        offset: i64,
+        shape: &[i64],
+        dtype: DLDataType,
+        rec: &mut Option<&mut Recorder>,
+    ) -> Result<ObjRef<NDArray>> {
+        let block = match &regs[storage] {
+            Some(Value::Storage(b)) => b.clone(),
+            Some(Value::Obj(o)) => {
+                return Err(Error::type_err(format!(
+                    "register ${storage} holds a {}, not a storage block",
+                    o.type_key()
+                )))
+            }
+            None => return Err(empty_register(storage)),
+        };
+        let offset = usize::try_from(offset).map_err(|_| Error::value(format!("a tensor at offset {offset}")))?;
+        let started = begin(rec, block.device())?;
+        let t = NDArray::view_of(&block, offset, shape, dtype)?;
+        if let (Some(r), Some(s)) = (rec.as_mut(), started) {
+            let dims: Vec<String> = shape.iter().map(i64::to_string).collect();
+            r.stop(
+                "VM::AllocTensor",
+                block.device(),
+                s,
+                Some(("Argument Shapes", format!("{dtype}[{}]", dims.join(", ")))),
+            )?;
+        }
+        Ok(t)
+    }
+}
+
+/// Starts timing a call when the invocation is profiled.
+fn begin(rec: &mut Option<&mut Recorder>, device: DLDevice) -> Result<Option<crate::profiling::Timer>> {
+    rec.as_mut().map(|r| r.start(device)).transpose()
+}
+
+/// A caller's output tensor where the code allocates an output: of its dtype and shape.
+fn check_output(t: &ObjRef<NDArray>, dtype: DLDataType, shape: &[i64]) -> Result<ObjRef<NDArray>> {
+    if t.dtype() != dtype || t.shape() != shape {
+        return Err(Error::value(format!(
+            "an output tensor of {} {:?} where the function makes {dtype} {shape:?}",
+            t.dtype(),
+            t.shape()
+        )));
+    }
+    Ok(t.clone())
+}

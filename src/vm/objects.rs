@@ -1,0 +1,39 @@
+//! The objects the VM's code makes besides tensors: tuples and other algebraic data (`runtime.ADT`,
+//! how a function returns several outputs) and closures (`vm.Closure`). Both are objects hosts may
+//! receive: TVM's Python reads tuples through `runtime.GetADTSize` / `GetADTFields`, the C++ layer
+//! rebuilds them with upstream's inline layout.
+
+// No unsafe code of its own: `object_type!`'s deleter is the one exception, which it allows.
+#![deny(unsafe_code)]
+
+use crate::object::{AnyObject, ObjRef};
+
+/// A tuple (tag 0) or a constructor's value: its tag and fields.
+pub struct AdtObj {
+    tag: i64,
+    fields: Vec<AnyObject>,
+}
+
+crate::object::object_type!(AdtObj, crate::object::type_index::ADT);
+
+impl AdtObj {
+    pub fn new(tag: i64, fields: Vec<AnyObject>) -> ObjRef<AdtObj> {
+        ObjRef::new(AdtObj { tag, fields })
+    }
+
+    pub fn tag(&self) -> i64 {
+        self.tag
+    }
+
+    pub fn fields(&self) -> &[AnyObject] {
+        &self.fields
+    }
+}
+
+/// A function of the executable with the values it closed over.
+pub struct ClosureObj {
+    pub func: usize,
+    pub free_vars: Vec<AnyObject>,
+}
+
+crate::object::object_type!(ClosureObj, crate::object::type_table::upstream_index("vm.Closure"));

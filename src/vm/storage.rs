@@ -1,0 +1,207 @@
+//! Storage for the tensors a VM's code allocates (`AllocStorage`, then `AllocTensor` views into
+//! it): blocks from one pool per device, shared by every VM of an executable.
+//!
+//! Upstream's pooled allocator keeps every block it ever made, by exact size, so a stream of
+//! changing shapes grows memory without bound. Here a block is free when only the pool holds it
+//! (every tensor viewing it is gone), a request takes the smallest free block that fits it
+//! without wasting more than half, and blocks no invocation used lately are released after each
+//! invocation: memory follows the invocations in flight and the shapes seen lately.
+
+#![forbid(unsafe_code)]
+
+use crate::dlpack::DLDevice;
+use crate::error::{Error, Result};
+use crate::tensor::Buffer;
+use std::sync::{Arc, Mutex};
+
+/// Invocations a free block survives without being used.
+const KEEP_FOR: u64 = 4;
+/// Sizes are rounded up to this (small ones to 64 bytes): requests of nearby sizes share blocks.
+const GRANULE: usize = 4096;
+
+/// How a VM allocates on one of its devices (`init`'s allocator types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocator {
+    /// A new block per request, freed with its last tensor (upstream's 1).
+    Naive,
+    /// Blocks reused from the pool (upstream's 2, and the default).
+    Pooled,
+}
+
+impl Allocator {
+    pub fn from_code(code: i64) -> Result<Allocator> {
+        match code {
+            1 => Ok(Allocator::Naive),
+            2 => Ok(Allocator::Pooled),
+            other => Err(Error::value(format!("allocator type {other}: 1 (naive) or 2 (pooled)"))),
+        }
+    }
+}
+
+struct Block {
+    buffer: Arc<Buffer>,
+    /// The invocation that took it last.
+    used_at: u64,
+}
+
+#[derive(Default)]
+struct State {
+    blocks: Vec<Block>,
+    /// Invocations ended (of every VM using the pool).
+    clock: u64,
+}
+
+/// The blocks of one device.
+pub struct Pool {
+    device: DLDevice,
+    state: Mutex<State>,
+}
+
+/// What a pool holds now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub blocks: usize,
+    pub bytes: usize,
+    /// Of those, held by tensors now.
+    pub busy_blocks: usize,
+    pub busy_bytes: usize,
+}
+
+fn rounded(size: usize) -> usize {
+    if size <= GRANULE {
+        size.div_ceil(64).max(1) * 64
+    } else {
+        size.div_ceil(GRANULE) * GRANULE
+    }
+}
+
+impl Pool {
+    pub fn new(device: DLDevice) -> Arc<Pool> {
+        Arc::new(Pool { device, state: Mutex::new(State::default()) })
+    }
+
+    pub fn device(&self) -> DLDevice {
+        self.device
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A block of at least `size` bytes, aligned to `alignment`.
+    pub fn take(&self, size: usize, alignment: i64, how: Allocator) -> Result<Arc<Buffer>> {
+        if !(0..=crate::tensor::ALIGNMENT as i64).contains(&alignment) {
+            return Err(Error::value(format!(
+                "storage aligned to {alignment} bytes: this runtime's blocks are aligned to {}",
+                crate::tensor::ALIGNMENT
+            )));
+        }
+        let want = rounded(size);
+        if how == Allocator::Naive {
+            return Ok(Arc::new(Buffer::zeroed_on(self.device, want)?));
+        }
+        let mut st = self.state();
+        let clock = st.clock;
+        // A block only the pool holds is free: no tensor views it, and no one can take a view of it
+        // but through the pool, whose lock this is.
+        let best = st
+            .blocks
+            .iter_mut()
+            .filter(|b| Arc::strong_count(&b.buffer) == 1 && b.buffer.len() >= want && b.buffer.len() <= 2 * want)
+            .min_by_key(|b| b.buffer.len());
+        if let Some(b) = best {
+            b.used_at = clock;
+            return Ok(b.buffer.clone());
+        }
+        drop(st);
+        let buffer = Arc::new(Buffer::zeroed_on(self.device, want).map_err(|e| e.context("VM storage"))?);
+        let mut st = self.state();
+        st.blocks.push(Block { buffer: buffer.clone(), used_at: clock });
+        Ok(buffer)
+    }
+
+    /// An invocation ended: free blocks no invocation used lately go (a block some tensor still
+    /// views is busy, and stays).
+    pub fn end(&self) {
+        let mut st = self.state();
+        st.clock += 1;
+        let clock = st.clock;
+        st.blocks.retain(|b| Arc::strong_count(&b.buffer) > 1 || clock - b.used_at <= KEEP_FOR);
+    }
+
+    /// Releases every free block.
+    pub fn clear(&self) {
+        self.state().blocks.retain(|b| Arc::strong_count(&b.buffer) > 1);
+    }
+
+    pub fn usage(&self) -> PoolUsage {
+        let st = self.state();
+        let mut u = PoolUsage::default();
+        for b in &st.blocks {
+            u.blocks += 1;
+            u.bytes += b.buffer.len();
+            if Arc::strong_count(&b.buffer) > 1 {
+                u.busy_blocks += 1;
+                u.busy_bytes += b.buffer.len();
+            }
+        }
+        u
+    }
+}
+
+/// The pools of one executable's VMs, one per device.
+#[derive(Default)]
+pub struct Pools {
+    pools: Mutex<Vec<Arc<Pool>>>,
+}
+
+impl Pools {
+    pub fn of(&self, device: DLDevice) -> Arc<Pool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pools.iter().find(|p| p.device == device) {
+            return p.clone();
+        }
+        let p = Pool::new(device);
+        pools.push(p.clone());
+        p
+    }
+
+    pub fn all(&self) -> Vec<Arc<Pool>> {
+        self.pools.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_reused_across_sizes_and_released_when_unused() {
+        let pool = Pool::new(DLDevice::CPU);
+        let a = pool.take(10_000, 64, Allocator::Pooled).unwrap();
+        assert_eq!(a.len(), 12_288);
+        // Busy: a second request gets a block of its own.
+        let b = pool.take(9_000, 64, Allocator::Pooled).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        drop(a);
+        // Free and fitting (not more than twice the size): reused.
+        let c = pool.take(7_000, 64, Allocator::Pooled).unwrap();
+        assert_eq!(c.len(), 12_288);
+        drop(c);
+        // Twice too large: not used for a tiny request.
+        let d = pool.take(100, 64, Allocator::Pooled).unwrap();
+        assert_eq!(d.len(), 128);
+        pool.end();
+        assert_eq!(pool.usage().blocks, 3);
+        drop((b, d));
+        for _ in 0..=KEEP_FOR {
+            pool.end();
+        }
+        assert_eq!(pool.usage(), PoolUsage::default(), "blocks unused lately are released");
+        // Naive: never pooled.
+        let n = pool.take(100, 64, Allocator::Naive).unwrap();
+        assert_eq!(pool.usage().blocks, 0);
+        drop(n);
+        assert!(pool.take(100, 128, Allocator::Pooled).is_err());
+    }
+}
