@@ -27,6 +27,15 @@ struct HostArray {
 };
 static_assert(sizeof(HostArray) == 32, "upstream's ArrayNode header is 32 bytes");
 
+// ADTObj (a tuple of the Relay VM's): the header, uint32 tag and size, then the fields.
+struct HostAdt {
+  Object header;
+  uint32_t tag;
+  uint32_t size;
+  Object** fields() { return reinterpret_cast<Object**>(this + 1); }
+};
+static_assert(sizeof(HostAdt) == 24, "upstream's ADTObj header is 24 bytes");
+
 // MapNode: the header, uint64 slots_ and size_; a SmallMapNode's pairs follow, a DenseMapNode has
 // uint32 fib_shift_ and a pointer to blocks of 16 metadata bytes and 16 pairs.
 struct HostMap {
@@ -47,6 +56,12 @@ constexpr uint8_t kEmptySlot = 0xFF;
 void DeleteHostArray(Object* obj) {
   auto* a = reinterpret_cast<HostArray*>(obj);
   for (int64_t i = 0; i < a->size_; ++i) DecRef(a->elems()[i]);
+  ::operator delete(a);
+}
+
+void DeleteHostAdt(Object* obj) {
+  auto* a = reinterpret_cast<HostAdt*>(obj);
+  for (uint32_t i = 0; i < a->size; ++i) DecRef(a->fields()[i]);
   ::operator delete(a);
 }
 
@@ -104,6 +119,17 @@ Object* MakeHostArray(const std::vector<Object*>& items) {  // takes the items' 
   a->header.deleter_ = DeleteHostArray;
   a->size_ = a->capacity_ = static_cast<int64_t>(items.size());
   for (size_t i = 0; i < items.size(); ++i) a->elems()[i] = items[i];
+  return &a->header;
+}
+
+Object* MakeHostAdt(uint32_t tag, const std::vector<Object*>& fields) {  // takes the fields' counts
+  auto* a = static_cast<HostAdt*>(::operator new(sizeof(HostAdt) + fields.size() * sizeof(Object*)));
+  a->header.type_index_ = kAdtIndex;
+  new (&a->header.ref_counter_) std::atomic<int32_t>(1);
+  a->header.deleter_ = DeleteHostAdt;
+  a->tag = tag;
+  a->size = static_cast<uint32_t>(fields.size());
+  for (size_t i = 0; i < fields.size(); ++i) a->fields()[i] = fields[i];
   return &a->header;
 }
 
@@ -216,6 +242,23 @@ Object* ToHost(Object* obj) {
     DecRef(obj);
     return MakeHostArray(items);
   }
+  if (obj->type_index_ == kAdtIndex) {
+    TVMValue a[2];
+    a[0].v_handle = obj;
+    int code = 0;
+    int64_t n = CallGlobal("runtime.GetADTSize", {a[0]}, {kTVMObjectHandle}, &code).v_int64;
+    uint32_t tag = static_cast<uint32_t>(CallGlobal("runtime.GetADTTag", {a[0]}, {kTVMObjectHandle}, &code).v_int64);
+    std::vector<Object*> fields;
+    for (int64_t i = 0; i < n; ++i) {
+      a[1].v_int64 = i;
+      TVMValue r = CallGlobal("runtime.GetADTFields", {a[0], a[1]}, {kTVMObjectHandle, kDLInt}, &code);
+      Object* item = code == kTVMNDArrayHandle ? ArrayObject(static_cast<TVMArrayHandle>(r.v_handle))
+                                               : static_cast<Object*>(r.v_handle);
+      fields.push_back(ToHost(item));
+    }
+    DecRef(obj);
+    return MakeHostAdt(tag, fields);
+  }
   if (obj->type_index_ == kMapIndex) {
     TVMValue a;
     a.v_handle = obj;
@@ -284,12 +327,21 @@ Object* ToNative(Object* obj) {
     DecRef(obj);
     return own;
   }
-  if (obj->type_index_ != kArrayIndex && obj->type_index_ != kMapIndex) return obj;
+  if (obj->type_index_ != kArrayIndex && obj->type_index_ != kMapIndex && obj->type_index_ != kAdtIndex) return obj;
   std::vector<TVMValue> values;
   std::vector<int> codes;
   std::deque<std::string> strings;  // the characters stay where values point
   std::vector<Object*> hold;
-  if (obj->type_index_ == kArrayIndex) {
+  const char* make = obj->type_index_ == kArrayIndex ? "runtime.Array" : "runtime.Map";
+  if (obj->type_index_ == kAdtIndex) {
+    auto* adt = reinterpret_cast<HostAdt*>(obj);
+    TVMValue tag;
+    tag.v_int64 = adt->tag;
+    values.push_back(tag);
+    codes.push_back(kDLInt);
+    for (uint32_t i = 0; i < adt->size; ++i) PushNative(adt->fields()[i], values, codes, strings, hold);
+    make = "runtime.ADT";
+  } else if (obj->type_index_ == kArrayIndex) {
     for (Object* item : HostArrayItems(obj)) PushNative(item, values, codes, strings, hold);
   } else {
     for (const KV& kv : HostMapPairs(obj)) {
@@ -300,7 +352,7 @@ Object* ToNative(Object* obj) {
   int code = 0;
   TVMValue r;
   try {
-    r = CallGlobal(obj->type_index_ == kArrayIndex ? "runtime.Array" : "runtime.Map", values, codes, &code);
+    r = CallGlobal(make, values, codes, &code);
   } catch (...) {
     for (Object* o : hold) DecRef(o);
     DecRef(obj);

@@ -321,7 +321,8 @@ namespace tvmrt {
 using namespace tvm::runtime;
 
 // Static type indices of upstream 0.16 that this layer converts at the boundary.
-constexpr uint32_t kModuleIndex = 1, kStringIndex = 3, kArrayIndex = 4, kMapIndex = 5, kShapeTupleIndex = 6;
+constexpr uint32_t kModuleIndex = 1, kStringIndex = 3, kArrayIndex = 4, kMapIndex = 5, kShapeTupleIndex = 6,
+                   kAdtIndex = 11;
 
 // Throws the last C error unless `rc` is 0.
 void Check(int rc);

@@ -48,3 +48,8 @@ fn rpc_tracker_replies() {
 fn rpc_archive_reader() {
     run(Target::Tar, 3000);
 }
+
+#[test]
+fn vm_bytecode_reader() {
+    run(Target::Vm, 3000);
+}

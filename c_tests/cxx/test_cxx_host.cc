@@ -6,6 +6,7 @@
 #include "fixture.hpp"
 
 #include <dlpack/dlpack.h>
+#include <tvm/runtime/container/adt.h>
 #include <tvm/runtime/container/array.h>
 #include <tvm/runtime/container/map.h>
 #include <tvm/runtime/logging.h>
@@ -14,6 +15,7 @@
 #include <tvm/runtime/packed_func.h>
 #include <tvm/runtime/registry.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -388,6 +390,55 @@ static void OpenCL(const std::string& root) {
   EXPECT(TVMSynchronize(kDLOpenCL, 0, nullptr) == 0, "the device's queue drains");
 }
 
+// The Relay VM from C++: the split form of a TVM 0.16 executable (its version string set to
+// "0.16.0", the one upstream's library accepts) with runtime.Load_Executable, a VM made, init,
+// set_input of NDArrays, invoke; the tuple it returns read with the headers' inline ADT code.
+static void RelayVM(const std::string& dir) {
+  std::string code = ReadFile(dir + "/code.ro");
+  if (code.empty()) return;
+  uint64_t n = 0;
+  std::memcpy(&n, code.data() + 8, 8);
+  std::string version = "0.16.0";
+  uint64_t len = version.size();
+  std::string patched = code.substr(0, 8) + std::string(reinterpret_cast<const char*>(&len), 8) + version +
+                        code.substr(16 + n);
+  Module lib = Module::LoadFromFile(dir + "/lib.so");
+  TVMByteArray bytes{patched.data(), patched.size()};
+  Module exe = (*Registry::Get("runtime.Load_Executable"))(bytes, lib);
+  Module vm = exe.GetFunction("vm_load_executable")();
+  vm.GetFunction("init")(static_cast<int>(kDLCPU), 0, 2);
+  for (int64_t rows : {1, 3, 7}) {
+    NDArray x = NDArray::Empty({rows, 16}, DLDataType{kDLFloat, 32, 1}, DLDevice{kDLCPU, 0});
+    std::vector<float> ones(rows * 16, 1.0f);
+    x.CopyFromBytes(ones.data(), ones.size() * sizeof(float));
+    vm.GetFunction("set_input")("main", x);
+    tvm::runtime::ObjectRef result = vm.GetFunction("invoke")("main");
+    EXPECT(result->IsInstance<tvm::runtime::ADTObj>(), "the VM returns a tuple");
+    tvm::runtime::ADT adt = tvm::runtime::Downcast<tvm::runtime::ADT>(result);
+    EXPECT(adt.size() == 2 && adt.tag() == 0, "a tuple of two fields");
+    NDArray y = tvm::runtime::Downcast<NDArray>(adt[0]);
+    NDArray sums = tvm::runtime::Downcast<NDArray>(adt[1]);
+    EXPECT(y.Shape()[0] == rows && y.Shape()[1] == 8 && sums.Shape()[0] == rows, "shapes follow the batch");
+    std::vector<float> h(rows * 8), s(rows);
+    y.CopyToBytes(h.data(), h.size() * sizeof(float));
+    sums.CopyToBytes(s.data(), s.size() * sizeof(float));
+    for (int64_t r = 0; r < rows; ++r) {
+      float total = 0;
+      for (int c = 0; c < 8; ++c) total += h[r * 8 + c];
+      EXPECT(std::abs(total - s[r]) < 1e-4f * (1 + std::abs(total)), "the sums are the rows' sums");
+    }
+    int64_t outputs = vm.GetFunction("get_num_outputs")();
+    EXPECT(outputs == 2, "two outputs");
+    NDArray first = vm.GetFunction("get_output")(0);
+    EXPECT(first.Shape()[0] == rows, "get_output");
+  }
+  // A tuple made by the host and given back: runtime.GetADTSize reads it.
+  tvm::runtime::ADT mine = tvm::runtime::ADT::Tuple(std::vector<tvm::runtime::ObjectRef>{
+      NDArray::Empty({2}, DLDataType{kDLFloat, 32, 1}, DLDevice{kDLCPU, 0})});
+  int64_t size = (*Registry::Get("runtime.GetADTSize"))(mine);
+  EXPECT(size == 1, "a host's tuple crosses as a tuple");
+}
+
 int main(int argc, char** argv) {
   // "present": only the fixtures the folder has (the aarch64 suite builds the MLPs alone).
   if (argc != 2 && !(argc == 3 && std::string(argv[2]) == "present")) return 2;
@@ -408,5 +459,6 @@ int main(int argc, char** argv) {
   ObjectProtocol();
   Logging();
   if (has("opencl/mlp_cl")) OpenCL(fixtures + "/opencl");
+  if (has("vm/0.16/mlp_dyn")) RelayVM(fixtures + "/vm/0.16/mlp_dyn");
   return ExitStatus("C++ host ok");
 }

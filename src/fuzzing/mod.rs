@@ -47,11 +47,20 @@ pub enum Target {
     Handshake,
     Tracker,
     Tar,
+    Vm,
 }
 
 impl Target {
-    pub const ALL: [Target; 7] =
-        [Target::Params, Target::Graph, Target::Blob, Target::Rpc, Target::Handshake, Target::Tracker, Target::Tar];
+    pub const ALL: [Target; 8] = [
+        Target::Params,
+        Target::Graph,
+        Target::Blob,
+        Target::Rpc,
+        Target::Handshake,
+        Target::Tracker,
+        Target::Tar,
+        Target::Vm,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -62,6 +71,7 @@ impl Target {
             Target::Handshake => "handshake",
             Target::Tracker => "tracker",
             Target::Tar => "tar",
+            Target::Vm => "vm",
         }
     }
 
@@ -108,6 +118,36 @@ fn keeps_kernel_types(graph: &Graph, seed: &Seed) -> bool {
     calls(graph).all(|(name, sig)| seed.kernels.get(name) == Some(&sig))
 }
 
+/// The bytecode of every VM fixture (tests/fixtures/vm/<version>/<model>/vm.so, as `save` writes it).
+fn vm_seeds(dir: &std::path::Path) -> Vec<Seed> {
+    let mut seeds = Vec::new();
+    let mut versions: Vec<_> =
+        std::fs::read_dir(dir.join("vm")).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    versions.sort();
+    for v in versions {
+        let mut models: Vec<_> = std::fs::read_dir(&v).into_iter().flatten().flatten().map(|e| e.path()).collect();
+        models.sort();
+        for m in models {
+            let Ok(module) = library::load_file(&m.join("vm.so").to_string_lossy(), "so") else { continue };
+            let Ok(exe) = crate::vm::executable_of(&module) else { continue };
+            let bytes = exe.save();
+            seeds.push(Seed { bytes, handles: vec![], library: None, executor: None, kernels: HashMap::new() });
+        }
+    }
+    seeds
+}
+
+/// A bytecode file read; once accepted, written back and read again (the same program).
+fn run_vm(data: &[u8]) -> bool {
+    let Ok(image) = crate::vm::image::read(data) else { return false };
+    let again = crate::vm::image::read(&crate::vm::image::write(&image)).expect("what was read writes back readable");
+    assert_eq!(image.functions.len(), again.functions.len());
+    for (a, b) in image.functions.iter().zip(&again.functions) {
+        assert_eq!(a.code, b.code, "function '{}' written back differently", a.name);
+    }
+    true
+}
+
 /// The seeds of one target, with what running their mutations needs.
 pub struct Corpus {
     pub target: Target,
@@ -137,6 +177,9 @@ impl Corpus {
                 .map(|bytes| Seed { bytes, handles: vec![], library: None, executor: None, kernels: HashMap::new() })
                 .collect();
             return Corpus { target, seeds };
+        }
+        if target == Target::Vm {
+            return Corpus { target, seeds: vm_seeds(dir) };
         }
         let mut models: Vec<_> =
             std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
@@ -172,7 +215,7 @@ impl Corpus {
                         let kernels = signatures(&Graph::parse(factory_graph(&root)?).ok()?);
                         Some(Seed { bytes, handles: vec![], library: Some(library), executor: None, kernels })
                     }),
-                Target::Rpc | Target::Handshake | Target::Tracker | Target::Tar => {
+                Target::Rpc | Target::Handshake | Target::Tracker | Target::Tar | Target::Vm => {
                     unreachable!("these seeds are made, not read from the fixtures")
                 }
             };
@@ -193,6 +236,7 @@ impl Corpus {
             Target::Handshake => server_inputs::run_handshake(data),
             Target::Tracker => crate::rpc::tracker::converse(data).is_ok(),
             Target::Tar => server_inputs::run_tar(data),
+            Target::Vm => run_vm(data),
         }
     }
 
