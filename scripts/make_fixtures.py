@@ -32,7 +32,7 @@ import tvm.relay.testing
 from tvm import relay
 from tvm.contrib import graph_executor
 
-TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
+TARGET = os.environ.get("TVM_FIXTURE_TARGET", "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell")
 
 
 def build(mod, params=None, **kw):
@@ -295,6 +295,20 @@ def make_small(outdir):
     make_system_lib(outdir, mod1, mlp_params)
 
 
+def make_other_version(outdir):
+    """The fixtures another TVM (0.19: scripts/make_fixtures.sh --tvm019) builds as well: the
+    graph executor's artefacts of that version, run by its own runtime for the references."""
+    rng = np.random.default_rng(2019)
+    mod1, mlp_params = mlp(1)
+    write_model(outdir, "mlp_b1", build(mod1, mlp_params), random_inputs(mod1, rng, skip=mlp_params))
+    write_model(outdir, "mlp_unbound_b1", build(mod1), random_inputs(mod1, rng, skip=mlp_params),
+                load_params=to_nd(mlp_params), factory_weights=False)
+    mod, params = small_convnet()
+    write_model(outdir, "convnet", build(mod, params), random_inputs(mod, rng, skip=params))
+    mod = multi_io()
+    write_model(outdir, "multi_io", build(mod), random_inputs(mod, rng))
+
+
 def make_system_lib(outdir, mod, params):
     """A --system-lib build of mlp_b1: objects to link into a host, no lib.so."""
     lib = build(mod, params, runtime=relay.backend.Runtime("cpp", {"system-lib": True}))
@@ -400,9 +414,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--bench", action="store_true", help="build the large benchmark models instead")
     ap.add_argument("--only", help="with --bench: comma-separated model names; without: 'sort_ops' alone")
+    ap.add_argument("--other-version", action="store_true", help="the subset another TVM version builds")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    if args.bench:
+    if args.other_version:
+        make_other_version(args.out)
+    elif args.bench:
         make_bench(args.out, args.only.split(",") if args.only else None)
     elif args.only == "sort_ops":
         write_model(args.out, "sort_ops", build(sort_ops()), sort_inputs(np.random.default_rng(99)))

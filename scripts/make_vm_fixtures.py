@@ -124,8 +124,35 @@ def conv_static():
     h = relay.nn.relu(relay.nn.conv2d(h, w2, kernel_size=(3, 3), channels=8, padding=(1, 1)))
     y = relay.nn.softmax(relay.nn.batch_flatten(relay.nn.global_avg_pool2d(h)))
     f = relay.Function([x, w1, w2], y)
-    return f, {"w1": weights(8, 3, 3, 3), "w2": weights(8, 8, 3, 3)}, [{"image": RNG.rand(1, 3, 16, 16).astype("float32")}]
+    params = {"w1": weights(8, 3, 3, 3), "w2": weights(8, 8, 3, 3)}
+    return f, params, [{"image": RNG.rand(1, 3, 16, 16).astype("float32")}]
 
+
+def resnet18():
+    """Benchmarks: ResNet-18 through the VM (static shapes, 47 MB of constants)."""
+    from tvm.relay import testing
+
+    mod, params = testing.resnet.get_workload(num_layers=18, batch_size=1)
+    return mod, params, [{"data": RNG.rand(1, 3, 224, 224).astype("float32")}]
+
+
+def mlp_big_dyn():
+    """Benchmarks: a dynamic-batch MLP of 784-1024-1024-10 (5 MB of constants)."""
+    x = relay.var("data", shape=(relay.Any(), 784), dtype="float32")
+    sizes = [784, 1024, 1024, 10]
+    params, h, args = {}, x, [x]
+    for i in range(3):
+        w = relay.var("w%d" % i, shape=(sizes[i + 1], sizes[i]), dtype="float32")
+        args.append(w)
+        params["w%d" % i] = weights(sizes[i + 1], sizes[i]) * 0.05
+        h = relay.nn.dense(h, w)
+        if i < 2:
+            h = relay.nn.relu(h)
+    f = relay.Function(args, relay.nn.softmax(h))
+    return f, params, [{"data": RNG.rand(n, 784).astype("float32")} for n in (1, 8)]
+
+
+BENCH_MODELS = {"resnet18": resnet18, "mlp_big_dyn": mlp_big_dyn}
 
 MODELS = {"mlp_dyn": mlp_dyn, "seq_dyn": seq_dyn, "nms_head": nms_head, "control": control, "conv_static": conv_static}
 # Models also written in the split form (code.ro + lib.so).
@@ -175,7 +202,7 @@ def register_gpu_elementwise():
 
 
 def compile_model(name, opencl):
-    f, params, cases = MODELS[name]()
+    f, params, cases = {**MODELS, **BENCH_MODELS}[name]()
     mod = f if isinstance(f, tvm.IRModule) else tvm.IRModule.from_expr(f)
     with tvm.transform.PassContext(opt_level=3):
         exe = relay.vm.compile(mod, target=opencl_target() if opencl else cpu_target(), params=params)
@@ -225,7 +252,7 @@ def build(name, out_dir, opencl=False, run=True):
     if not os.path.isdir(d):
         os.makedirs(d)
     exe.mod.export_library(os.path.join(d, "vm.so"))
-    if opencl or name in SPLIT:
+    if opencl or name in SPLIT or name in BENCH_MODELS:
         write_split(exe, d)
     arity = exe.mod["get_function_arity"]("main")
     params_of = [exe.mod["get_function_param_name"]("main", i) for i in range(arity)]
@@ -276,8 +303,11 @@ def main():
     p.add_argument("--opencl", action="store_true", help="build for OpenCL (host code and shape functions on the CPU)")
     p.add_argument("--build-only", action="store_true", help="write the artefacts and inputs, not the outputs")
     p.add_argument("--references-on-upstream", action="store_true", help="compute the outputs of a --build-only folder")
+    p.add_argument("--bench", action="store_true", help="the benchmark models (big: never committed)")
     a = p.parse_args()
     pool = OPENCL_MODELS if a.opencl else tuple(MODELS)
+    if a.bench:
+        pool = tuple(BENCH_MODELS)
     if a.opencl and not a.references_on_upstream:
         register_gpu_elementwise()
     names = [n for n in pool if not a.only or n in a.only.split(",")]

@@ -129,6 +129,7 @@ pub mod rpc;
 mod stream;
 pub mod tensor;
 pub mod time_evaluator;
+/// cbindgen:ignore
 pub mod vm;
 
 pub use capi::init;

@@ -262,7 +262,7 @@ def test_views_stay_what_they_were_after_their_thread_ends():
     assert views["v"].tobytes() == kept.tobytes(), "a view of a finished thread's run was overwritten"
     # Once the views are gone, the executor serves again.
     made = m.memory_usage()["executors"]
-    del views
+    views.clear()
     for _ in range(3):
         t = threading.Thread(target=lambda: m.run(f.inputs))
         t.start()

@@ -297,3 +297,25 @@ def test_health_metrics_and_stats(app):
     assert mem["arena_pool"]["members"] >= 2, mem["arena_pool"]
     st = serve.status().applications["mlp"]
     assert st.status == "RUNNING", st
+
+
+def test_a_relay_vm_model_serves_any_batch_as_it_is(app):
+    """A VM model (relay.vm.compile): no builds, no padding; every request runs at its own size."""
+    vm_dir = FIXTURES / "vm" / "0.19" / "mlp_dyn"
+    app_ = tserve.deployment(str(vm_dir), name="vm", concurrency=2, ray_actor_options={"num_cpus": 0})
+    handle = serve.run(app_, name="vm", route_prefix="/vm")
+    url = app[1].rsplit("/", 1)[0] + "/vm"
+    direct = tvmrt.Model(vm_dir)
+    rng = np.random.default_rng(4)
+    for rows in (1, 3, 17, 40):
+        x = rng.standard_normal((rows, 16)).astype("float32")
+        want = direct.run(x)
+        got = handle.infer.remote({"data": x}).result()
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want], rows
+        r = requests.post(url, json={"inputs": {"data": x.tolist()}}, timeout=60)
+        assert r.status_code == 200, r.text
+        np.testing.assert_array_equal(np.asarray(r.json()["outputs"][0], np.float32), want[0])
+    r = requests.post(url, json={"inputs": {"data": "text"}}, timeout=60)
+    assert r.status_code == 400
+    assert handle.stats.remote().result()["builds"] == {"vm": 0}
+    serve.delete("vm")

@@ -16,8 +16,8 @@ from conftest import FIXTURES, load
 
 pytest.importorskip("ray")
 
-import tvmrt  # noqa: E402
-from tvmrt.serve import _prepared, prepare_builds  # noqa: E402
+import tvmrt
+from tvmrt.serve import _prepared, default_prepared_dir, prepare_builds, private_dir
 
 B1, B8 = FIXTURES / "mlp_unbound_b1", FIXTURES / "mlp_unbound_b8"
 
@@ -86,19 +86,19 @@ def test_the_folder_is_the_users_own(tmp_path):
     shared.mkdir(mode=0o777)
     os.chmod(shared, 0o777)
     with pytest.raises(tvmrt.InvalidValueError, match="writable by others"):
-        _prepared.private_dir(shared)
+        private_dir(shared)
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "elsewhere")
     (tmp_path / "elsewhere").mkdir()
     with pytest.raises(tvmrt.InvalidValueError, match="not a folder"):
-        _prepared.private_dir(link)
+        private_dir(link)
     if os.getuid() == 0:
         theirs = tmp_path / "theirs"
         theirs.mkdir(mode=0o700)
         os.chown(theirs, 65534, 65534)
         with pytest.raises(tvmrt.InvalidValueError, match="owned by user 65534"):
-            _prepared.private_dir(theirs)
-    assert _prepared.default_prepared_dir().endswith(f"tvmrt-prepared-{os.getuid()}")
+            private_dir(theirs)
+    assert default_prepared_dir().endswith(f"tvmrt-prepared-{os.getuid()}")
 
 
 def test_files_nobody_holds_are_removed(tmp_path):

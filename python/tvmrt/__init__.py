@@ -27,6 +27,7 @@ from .model import Model
 from .params import load_params, save_params
 from .profiling import BenchmarkResult, Report
 from .session import Session, Tensor
+from .vm import VMModel
 
 try:
     __version__ = _metadata.version("tvmrt")
@@ -45,6 +46,7 @@ __all__ = [
     "Session",
     "TVMRTError",
     "Tensor",
+    "VMModel",
     "TensorInfo",
     "__version__",
     "library_path",

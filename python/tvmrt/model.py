@@ -95,6 +95,15 @@ class Model:
     :meth:`session`.
     """
 
+    def __new__(cls, path: PathLike | None = None, **kwargs: Any) -> Any:
+        # A Relay VM artefact (relay.vm.compile) is a model of its own kind, with the same calls.
+        if cls is Model:
+            from .vm import VMModel, locate_vm
+
+            if locate_vm(path, kwargs.get("lib"), kwargs.get("code")) is not None:
+                return VMModel(path, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         path: PathLike | None = None,

@@ -19,6 +19,8 @@ pub enum Owner {
     External,
     /// A DLPack tensor whose deleter runs when the array goes.
     DLPack(*mut DLManagedTensor),
+    /// Bytes of a file mapped read-only (shared with every process mapping it): never written.
+    Mapped(Arc<super::buffer::FileMap>),
 }
 
 #[repr(C)]
@@ -142,6 +144,32 @@ impl NDArray {
         // SAFETY: the zero-copy contract: the caller keeps the bytes valid, and leaves them alone,
         // for as long as the binding (which this array serves) lasts.
         Ok(unsafe { Self::external(t.data_ptr().cast(), t.shape(), t.dtype(), t.device()) })
+    }
+
+    /// An array over `bytes` of a mapped file (read-only, shared with every process mapping it):
+    /// the bytes must be exactly the array's size and 64-byte aligned, as kernels assume.
+    pub fn over_mapped(
+        map: &Arc<super::buffer::FileMap>,
+        bytes: &[u8],
+        shape: &[i64],
+        dtype: DLDataType,
+    ) -> Result<ObjRef<NDArray>> {
+        let need = tensor_bytes(shape, dtype)?;
+        if need != bytes.len()
+            || !map.contains(bytes.as_ptr())
+            || (!bytes.is_empty() && !map.contains(&bytes[bytes.len() - 1]))
+        {
+            return Err(Error::value("a mapped array must be exactly its bytes, inside the mapping"));
+        }
+        if bytes.as_ptr() as usize % crate::host_memory::ALIGNMENT != 0 {
+            return Err(Error::value("a mapped array's bytes must be 64-byte aligned (align the file)"));
+        }
+        Ok(Self::build(bytes.as_ptr().cast_mut().cast(), shape, dtype, DLDevice::CPU, Owner::Mapped(map.clone())))
+    }
+
+    /// Whether the array's bytes are a mapped file's (read-only: a copy must be made to write).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.owner, Owner::Mapped(_))
     }
 
     /// An array holding a copy of `bytes`, which must be exactly its size.
@@ -275,6 +303,9 @@ impl NDArray {
         match &this.owner {
             Owner::Buffer(b) => {
                 Ok(Self::build(this.data_ptr().cast(), shape, dtype, this.device(), Owner::Buffer(b.clone())))
+            }
+            Owner::Mapped(m) => {
+                Ok(Self::build(this.data_ptr().cast(), shape, dtype, this.device(), Owner::Mapped(m.clone())))
             }
             _ => Err(Error::value("views are only supported on arrays allocated by this runtime")),
         }

@@ -109,6 +109,94 @@ impl Constants {
         Ok(copy)
     }
 
+    /// Bytes of the host constants, and of the copies made on devices.
+    pub fn bytes(&self) -> (usize, usize) {
+        let host = self
+            .snapshot()
+            .iter()
+            .map(|c| match c {
+                Constant::Tensor(t) => t.nbytes(),
+                Constant::LateBound(_) => 0,
+            })
+            .sum();
+        let copies = self.on_device.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, _, t)| t.nbytes()).sum();
+        (host, copies)
+    }
+
+    /// Uses the constants from the aligned params file at `path` (mapped read-only: its pages are
+    /// shared by every process that maps it) instead of the process's own copies, writing the file
+    /// first when it is missing or is not this executable's (a record holding a digest of the
+    /// constants tells; damaged bytes do not match it). Returns whether the file was written.
+    /// `open` maps the file (the caller's promise: it does not change while mapped, which holds
+    /// for a file written whole and renamed into place, as this one is).
+    pub fn map_file(
+        &self,
+        path: &std::path::Path,
+        open: impl Fn() -> Result<Arc<crate::tensor::FileMap>>,
+    ) -> Result<bool> {
+        const STAMP: &str = "__tvmrt.vm_constants";
+        let host = self.snapshot();
+        let tensors: Vec<(String, ObjRef<NDArray>)> = host
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match c {
+                Constant::Tensor(t) => Ok((format!("const_{i}"), t.clone())),
+                Constant::LateBound(n) => {
+                    Err(Error::value(format!("constant {i} ('{n}') is late-bound and not loaded")))
+                }
+            })
+            .collect::<Result<_>>()?;
+        let digest_of = |items: &mut dyn Iterator<Item = (String, Vec<u8>)>| {
+            let parts: Vec<(String, Vec<u8>)> = items.collect();
+            format!("{:016x}", crate::digest::of_parts(parts.iter().map(|(n, b)| (n.as_str(), b.as_slice()))))
+        };
+        let want = digest_of(&mut tensors.iter().map(|(n, t)| (n.clone(), t.to_vec())));
+        // The file as it is, if it is this executable's.
+        let usable = |map: &Arc<crate::tensor::FileMap>| -> Option<Vec<(usize, ObjRef<NDArray>)>> {
+            let records = crate::params::parse(map.bytes()).ok()?;
+            let stamp = records.iter().find(|(n, _)| *n == STAMP)?;
+            if stamp.1.data != want.as_bytes() {
+                return None;
+            }
+            let mut out = Vec::new();
+            for (i, (name, t)) in tensors.iter().enumerate() {
+                let (_, rec) = records.iter().find(|(n, _)| n == name)?;
+                if rec.shape != t.shape() || rec.dtype != t.dtype() {
+                    return None;
+                }
+                out.push((i, NDArray::over_mapped(map, rec.data, t.shape(), t.dtype()).ok()?));
+            }
+            let found = digest_of(&mut out.iter().map(|(i, t)| (format!("const_{i}"), t.to_vec())));
+            (found == want).then_some(out)
+        };
+        let mut wrote = false;
+        let mapped = match open().ok().as_ref().and_then(usable) {
+            Some(m) => m,
+            None => {
+                let mut items: Vec<(String, ObjRef<NDArray>)> = tensors.clone();
+                items.push((
+                    STAMP.to_string(),
+                    NDArray::from_bytes(
+                        &[want.len() as i64],
+                        crate::dlpack::DLDataType::new(1, 8, 1),
+                        want.as_bytes(),
+                    )?,
+                ));
+                let plain = crate::params::save(items.iter().map(|(n, t)| (n.as_str(), &**t)));
+                crate::files::write_whole(path, &crate::params::align(&plain)?)?;
+                wrote = true;
+                open().ok().as_ref().and_then(usable).ok_or_else(|| {
+                    Error::value(format!("{}: the constants file just written does not read back", path.display()))
+                })?
+            }
+        };
+        let mut host = self.host.write().unwrap_or_else(|e| e.into_inner());
+        for (i, t) in mapped {
+            host[i] = Constant::Tensor(t);
+        }
+        Ok(wrote)
+    }
+
     /// Marks the constants of at least `byte_limit` bytes late-bound, named `const_<index>`, and
     /// returns them by name (upstream's `get_late_bound_consts`).
     pub fn make_late_bound(&self, byte_limit: i64) -> Result<Vec<(String, ObjRef<NDArray>)>> {

@@ -115,7 +115,7 @@ impl Machine {
         for (r, t) in outputs {
             frames[0].regs[*r] = Some(Value::Obj(t.clone().into_any()));
         }
-        let result = self.run(&mut frames, outputs, &mut rec);
+        let result = self.run(&mut frames, outputs, &mut rec).and_then(writable);
         for d in &self.devices {
             d.pool.end();
         }
@@ -491,6 +491,24 @@ impl Machine {
         }
         Ok(t)
     }
+}
+
+/// A result the caller may write: a constant mapped from a file (read-only memory) is copied.
+fn writable(o: AnyObject) -> Result<AnyObject> {
+    if let Some(t) = o.downcast_ref::<NDArray>() {
+        return Ok(if t.is_mapped() { t.deep_copy()?.into_any() } else { o });
+    }
+    if let Some(adt) = o.downcast_ref::<AdtObj>() {
+        if adt
+            .fields()
+            .iter()
+            .any(|f| f.downcast_ref::<NDArray>().is_some_and(|t| t.is_mapped()) || f.downcast_ref::<AdtObj>().is_some())
+        {
+            let fields = adt.fields().iter().cloned().map(writable).collect::<Result<Vec<_>>>()?;
+            return Ok(AdtObj::new(adt.tag(), fields).into_any());
+        }
+    }
+    Ok(o)
 }
 
 /// Starts timing a call when the invocation is profiled.

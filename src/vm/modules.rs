@@ -6,7 +6,6 @@
 
 use super::code::Instr;
 use super::executable::Executable;
-use super::image::Constant;
 use super::machine::{Device, Machine, OutputBinding};
 use super::objects::AdtObj;
 use super::profiler::Recorder;
@@ -102,6 +101,13 @@ impl ModuleNode for ExecutableModule {
                 }
                 exe.constants.bind(&pairs).map(Into::into)
             }),
+            // This runtime's: the constants from an aligned file, mapped and shared by every process
+            // (written first when it is not this executable's); returns whether it was written.
+            "tvmrt.map_constants" => native(this, |exe, _, a| {
+                let path = std::path::Path::new(a.str(0)?);
+                Ok(RetValue::Int(i64::from(exe.constants.map_file(path, || a.mapped_file(0))?)))
+            }),
+            "tvmrt.memory_usage" => native(this, |exe, _, _| Ok(text::memory(exe).to_string().into())),
             "tvmrt.describe" => {
                 native(this, |exe, m, _| Ok(text::describe(exe, !m.imports().is_empty()).to_string().into()))
             }
@@ -135,6 +141,8 @@ struct State {
     inputs: HashMap<String, Vec<Option<AnyObject>>>,
     outputs: HashMap<String, OutputBinding>,
     result: Option<AnyObject>,
+    /// Threads the kernels use (`set_num_threads`; 0: the process's).
+    threads: usize,
 }
 
 /// `VirtualMachine`: one caller at a time (its calls serialise); VMs of one executable share its
@@ -330,7 +338,7 @@ impl VirtualMachine {
         };
         let outputs = st.outputs.remove(func).unwrap_or_default();
         let m = Self::machine(&st)?;
-        let result = m.invoke(index, args, &outputs, rec)?;
+        let result = crate::backend::thread_pool::with_threads(st.threads, || m.invoke(index, args, &outputs, rec))?;
         st.result = Some(result.clone());
         Ok(result)
     }
@@ -461,6 +469,11 @@ impl ModuleNode for VirtualMachine {
                 let f = vm.exe.program.function(func)?;
                 Ok(RetValue::Int(f.params.iter().position(|p| p == input).map_or(-1, |i| i as i64)))
             }),
+            "set_num_threads" => wrap(this, |vm, a| {
+                let n = a.int(0)?;
+                vm.lock().threads = usize::try_from(n).map_err(|_| Error::value(format!("set_num_threads({n})")))?;
+                Ok(RetValue::None)
+            }),
             "load_late_bound_consts" => wrap(this, |vm, a| {
                 load_late_bound(&vm.exe, &crate::files::read(std::path::Path::new(a.str(0)?))?)?;
                 Ok(RetValue::None)
@@ -481,16 +494,4 @@ impl ModuleNode for VirtualMachine {
     fn as_any(&self) -> &dyn Any {
         self
     }
-}
-
-/// The constants' bytes on the host, for reports.
-pub fn constant_bytes(exe: &Executable) -> usize {
-    exe.constants
-        .snapshot()
-        .iter()
-        .map(|c| match c {
-            Constant::Tensor(t) => t.nbytes(),
-            Constant::LateBound(_) => 0,
-        })
-        .sum()
 }

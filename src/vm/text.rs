@@ -187,3 +187,20 @@ pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
         "has_library": has_lib,
     })
 }
+
+/// What an executable and its VMs hold (`tvmrt.memory_usage`): constants on the host and their
+/// copies on devices, and each device's storage pool.
+pub fn memory(exe: &Executable) -> serde_json::Value {
+    let (host, copies) = exe.constants.bytes();
+    let pools: Vec<serde_json::Value> = exe
+        .pools
+        .all()
+        .iter()
+        .map(|p| {
+            let u = p.usage();
+            serde_json::json!({"device": crate::profiling::device_name(p.device()), "blocks": u.blocks,
+                "bytes": u.bytes, "busy_blocks": u.busy_blocks, "busy_bytes": u.busy_bytes})
+        })
+        .collect();
+    serde_json::json!({"constants": host, "constants_on_devices": copies, "pools": pools})
+}

@@ -74,14 +74,20 @@ impl Fixture {
         f
     }
 
-    /// Every model with a lib.so (the system-lib build has objects only).
+    /// Every model with a lib.so (the system-lib build has objects only), those TVM 0.19 built
+    /// (tests/fixtures/tvm019) included.
     pub fn all() -> Vec<Fixture> {
-        let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().join("lib.so").exists())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
+        let list = |sub: &str| -> Vec<String> {
+            std::fs::read_dir(fixtures_dir().join(sub))
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().join("lib.so").exists())
+                .map(|e| format!("{sub}{}", e.file_name().to_string_lossy()))
+                .collect()
+        };
+        let mut names: Vec<String> = list("");
+        names.extend(list("tvm019/"));
         names.sort();
         names.iter().map(|n| Fixture::load(n)).collect()
     }

@@ -5,6 +5,7 @@ import pathlib
 
 import numpy as np
 import pytest
+
 from conftest import FIXTURES
 
 VM = FIXTURES / "vm"

@@ -263,6 +263,9 @@ fn check_writable(path: &Path) -> Result<()> {
 
 /// Runs the model; `Ok(false)` when `--expect` found outputs outside the tolerance.
 pub fn run(a: &RunArgs, json_out: bool) -> Result<bool> {
+    if let Some(m) = crate::vm::detect(&a.model)? {
+        return crate::vm::run(&m, a, json_out);
+    }
     for path in [&a.outputs, &a.data.save_inputs].into_iter().flatten() {
         check_writable(path)?;
     }
@@ -454,6 +457,9 @@ fn arg_desc(ex: &GraphExecutor, node: usize) -> (Vec<String>, String) {
 }
 
 pub fn profile(a: &ProfileArgs, json_out: bool) -> Result<()> {
+    if let Some(m) = crate::vm::detect(&a.model)? {
+        return crate::vm::profile(&m, a, json_out);
+    }
     for path in [&a.trace, &a.csv].into_iter().flatten() {
         check_writable(path)?;
     }
@@ -573,6 +579,9 @@ fn shown_report(full: &Report, top: Option<usize>, wide: bool) -> Report {
 }
 
 pub fn inspect(a: &ModelArgs, json_out: bool) -> Result<()> {
+    if let Some(m) = crate::vm::detect(a)? {
+        return crate::vm::inspect(&m, json_out);
+    }
     let model = Model::load(a.model.as_deref(), a)?;
     let m = model.executor(false)?;
     let ex = exec(&m);

@@ -6,6 +6,7 @@ mod commands;
 mod model;
 mod rpc_server;
 mod tensors;
+mod vm;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;

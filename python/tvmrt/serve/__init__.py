@@ -26,7 +26,8 @@ from typing import Any, Mapping, Sequence
 
 from ray import serve
 
-from ._prepared import default_prepared_dir, ensure_prepared, prepared_file, private_dir
+from .._cache import default_prepared_dir, private_dir
+from ._prepared import ensure_prepared, prepared_file
 from ._requests import BadRequest
 from .server import Answer, Build, ModelServer, prepare_builds
 

@@ -32,41 +32,12 @@ from typing import IO, Callable, Sequence
 
 from .. import _ffi, errors
 from .._artifacts import PathLike, locate
+from .._cache import private_dir
 
 logger = logging.getLogger("ray.serve")
 
 # Files nobody has held for this long may be removed by a replica starting.
 UNUSED_FOR = 60.0
-
-
-def default_prepared_dir() -> str:
-    """Where a node keeps its prepared-params files: ``TVMRT_PREPARED_DIR``, else a folder of the
-    user's own in the node's temporary directory (node-local on every cluster Ray runs on)."""
-    return os.environ.get("TVMRT_PREPARED_DIR") or os.path.join(tempfile.gettempdir(), f"tvmrt-prepared-{os.getuid()}")
-
-
-def private_dir(path: str | os.PathLike[str]) -> Path:
-    """`path` as a folder only this user can write: made 0700 if missing; refused if it is a
-    link, not a folder, another user's, or writable by group or others."""
-    p = Path(path)
-    try:
-        p.mkdir(mode=0o700, parents=True)
-    except FileExistsError:
-        pass
-    st = os.lstat(p)
-    why = None
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        why = "not a folder (a link, or a file)"
-    elif st.st_uid != os.getuid():
-        why = f"owned by user {st.st_uid}, not this one ({os.getuid()})"
-    elif st.st_mode & 0o022:
-        why = f"writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-    if why:
-        raise errors.InvalidValueError(
-            f"the prepared-params folder {p} is {why}: weights found there could be anyone's "
-            "(choose another with prepared_dir= or TVMRT_PREPARED_DIR)"
-        )
-    return p
 
 
 def content_key(builds: Sequence[PathLike], device: str, params: Sequence[PathLike | None] | None = None) -> str:

@@ -32,25 +32,34 @@ class InputSpec:
     """A data input as requests give it: its dtype and, per build, the shape of one row."""
 
     name: str
-    dtype: np.dtype
+    #: None: any numeric dtype (a Relay VM model, whose executable records no types).
+    dtype: np.dtype | None
     #: The shapes of one row, one per bucket of builds (sequence lengths...).
     row_shapes: tuple[tuple[int, ...], ...]
     #: The axes of a row along which the builds differ (a request may be shorter there: padded).
     varying: frozenset[int]
+    #: Any shape is taken as it is (a Relay VM model runs every shape it accepts).
+    any_shape: bool = False
 
     def row_bytes(self) -> int:
+        if self.any_shape or self.dtype is None:
+            return 1 << 62  # bounded by the body's size alone
         largest = max(int(np.prod(s, dtype=np.int64)) for s in self.row_shapes)
         return largest * self.dtype.itemsize
 
     def fits(self, row: tuple[int, ...]) -> bool:
         """Whether rows of shape `row` fit a build: equal on every axis but those the builds vary,
         at most the build's along those."""
+        if self.any_shape:
+            return True
         return any(
             len(s) == len(row) and all(r == d or (a in self.varying and r <= d) for a, (r, d) in enumerate(zip(row, s)))
             for s in self.row_shapes
         )
 
     def accepted(self) -> str:
+        if self.any_shape:
+            return "any shape"
         shapes = " or ".join(str(list(s)) for s in self.row_shapes)
         shorter = f" (or shorter along axes {sorted(a + 1 for a in self.varying)})" if self.varying else ""
         return f"{self.dtype} rows of {shapes}{shorter}"
@@ -79,7 +88,13 @@ def check_header(spec: InputSpec | None, name: str, dtype: np.dtype, shape: tupl
     if spec is None:
         raise BadRequest(f"no input named {name!r}")
     if dtype.hasobject or not (dtype.kind in "biuf" or dtype.name == "bfloat16"):
+        raise BadRequest(f"input {name!r} is {spec.dtype or 'numeric'}, got {dtype}")
+    if spec.dtype is not None and dtype.newbyteorder("=") != spec.dtype and not np.can_cast(dtype, spec.dtype, "safe"):
         raise BadRequest(f"input {name!r} is {spec.dtype}, got {dtype}")
+    if spec.any_shape:
+        if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > 4 * limits.max_body:
+            raise BadRequest(f"input {name!r}: {list(shape)} is larger than a request may be", 413)
+        return
     if len(shape) < 1 or shape[0] < 1:
         raise BadRequest(f"input {name!r} needs rows along its first axis, got shape {list(shape)}")
     if shape[0] > limits.max_rows:
@@ -91,7 +106,16 @@ def check_header(spec: InputSpec | None, name: str, dtype: np.dtype, shape: tupl
 def as_rows(spec: InputSpec, value: Any, limits: Limits) -> np.ndarray:
     """A value of a request as `spec`'s rows (dtype converted when no value changes)."""
     try:
-        arr = _tensors.as_input(value, spec.dtype, spec.name, cast="safe")
+        if spec.dtype is None:
+            # No type known (a VM executable records none): an array's own; JSON's numbers as
+            # TVM's usual float32 and int32 (input_specs= says otherwise).
+            raw, literal = _tensors._as_array(value, f"input {spec.name!r}")
+            want = raw.dtype.newbyteorder("=")
+            if literal:
+                want = np.dtype({"f": "float32", "i": "int32", "u": "int32"}.get(raw.dtype.kind, want.str))
+            arr = _tensors.as_input(value, want, spec.name)
+        else:
+            arr = _tensors.as_input(value, spec.dtype, spec.name, cast="safe")
     except (errors.InvalidTypeError, errors.InvalidValueError) as e:
         raise BadRequest(str(e)) from None
     check_header(spec, spec.name, arr.dtype, arr.shape, limits)
@@ -146,7 +170,7 @@ def read_npz(body: bytes, specs_: Mapping[str, InputSpec], limits: Limits) -> di
                 raise BadRequest(f"the .npz holds {name!r}, which is not an input ({', '.join(specs_)})")
             if name in out:
                 raise BadRequest(f"the .npz holds {name!r} twice")
-            if m.file_size > limits.max_rows * spec.row_bytes() + 4096:
+            if m.file_size > min(4 * limits.max_body, limits.max_rows * spec.row_bytes() + 4096):
                 raise BadRequest(f"{name}: {m.file_size} bytes, more than {limits.max_rows} rows can be", 413)
             try:
                 with z.open(m) as f:

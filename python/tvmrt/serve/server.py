@@ -18,9 +18,11 @@ import numpy as np
 from ray import serve
 from ray.serve import metrics
 
-from .. import _ffi, errors
+from .. import _ffi, _tensors, errors
 from .._artifacts import PathLike
+from .._cache import default_prepared_dir
 from ..model import Model
+from ..vm import VMModel, locate_vm
 from . import _prepared, _requests
 from ._requests import BadRequest, InputSpec, Limits
 
@@ -132,20 +134,25 @@ class ModelServer:
         pad_buckets: bool = True,
         max_request_rows: int | None = None,
         max_body_bytes: int | None = None,
+        input_specs: Any = None,
     ) -> None:
         import ray
 
         paths = [builds] if isinstance(builds, (str, os.PathLike)) else list(builds)
         if not paths:
             raise errors.InvalidValueError("no build to serve")
-        per_build = _params_per_build(params, len(paths))
         self.node_id = ray.get_runtime_context().get_node_id()
+        self.vm: VMModel | None = None
+        if locate_vm(paths[0]) is not None:
+            self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs)
+            return
+        per_build = _params_per_build(params, len(paths))
         self.pad_buckets = pad_buckets
         self.prepared: Path | None = None
         self.made_prepared = False
         self._holding: _prepared.Holding | None = None
         if map_params:
-            self._map_prepared(paths, per_build, device, prepared_dir or _prepared.default_prepared_dir())
+            self._map_prepared(paths, per_build, device, prepared_dir or default_prepared_dir())
         if self.prepared is not None:
             # Every build maps the one file: its weights once, each build's derived weights, all
             # pages of the node's page cache; one pool of arenas for all of them.
@@ -194,6 +201,41 @@ class ModelServer:
             concurrency,
         )
 
+    def _init_vm(
+        self,
+        paths: list[Any],
+        device: str,
+        concurrency: int,
+        num_threads: int | None,
+        max_body: int | None,
+        input_specs: Any = None,
+    ) -> None:
+        """A Relay VM model: one executable runs every shape it accepts, so a request runs as it
+        is (no builds, no padding, no batching); several run at once on the replica's threads."""
+        if len(paths) != 1:
+            raise errors.InvalidValueError("a Relay VM model is served alone: it runs every shape it accepts")
+        self.vm = VMModel(paths[0], device=device, num_threads=num_threads, input_specs=input_specs)
+        self.prepared, self.made_prepared, self._holding = None, False, None
+        self.builds = []
+        self.inputs = {}
+        self.specs = {
+            t.name: InputSpec(t.name, _tensors.np_dtype(t.dtype) if t.dtype else None, (), frozenset(), any_shape=True)
+            for t in self.vm.inputs
+        }
+        self.limits = Limits(1 << 31, max_body or (256 << 20))
+        self.max_batch_size = 0
+        self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tvmrt-run")
+        self._metrics()
+        logger.info("tvmrt: Relay VM model %s on %s, %d runs at once", paths[0], self.vm.device, concurrency)
+
+    def _run_vm(self, request: _Request) -> Answer:
+        assert self.vm is not None
+        start = time.perf_counter()
+        outputs = self.vm.run(request.inputs)
+        self.m_run.observe((time.perf_counter() - start) * 1e3, tags={"build": "vm"})
+        self.m_requests.inc(tags={"build": "vm"})
+        return Answer(outputs, [("vm", 0, request.rows, request.rows)])
+
     def _map_prepared(self, paths: list[Any], params: list[PathLike | None], device: str, folder: str) -> None:
         try:
             path = _prepared.prepared_file(paths, folder, device, params)
@@ -239,6 +281,10 @@ class ModelServer:
         return self.postprocess(answer.outputs, request)
 
     async def _answer(self, request: _Request) -> Answer:
+        if self.vm is not None:
+            loop = asyncio.get_running_loop()
+            answer: Answer = await loop.run_in_executor(self._threads, self._run_vm, request)
+            return answer
         if request.rows > self.max_batch_size:
             # Larger than a batch: runs alone, on as many runs of the builds as the plan says.
             loop = asyncio.get_running_loop()
@@ -249,7 +295,10 @@ class ModelServer:
         return batched
 
     def check_health(self) -> None:
-        """Serve's health check: the smallest build runs."""
+        """Serve's health check: the smallest build runs (a VM model: it is open)."""
+        if self.vm is not None:
+            self.vm.memory_usage()
+            return
         b = self.builds[0]
         b.model.run({n: np.zeros((b.batch, *s), self.inputs[n].dtype) for n, s in b.row_shapes.items()})
 
@@ -260,9 +309,9 @@ class ModelServer:
             "node_id": self.node_id,
             "prepared": str(self.prepared) if self.prepared else None,
             "made_prepared": self.made_prepared,
-            "builds": {b.name: b.batch for b in self.builds},
+            "builds": {b.name: b.batch for b in self.builds} if self.vm is None else {"vm": 0},
             "kernel_threads": _ffi.global_function("runtime.NumThreads")(),
-            "memory": self.builds[0].model.memory_usage(),
+            "memory": self.builds[0].model.memory_usage() if self.vm is None else self.vm.memory_usage(),
         }
 
     # The parts.
@@ -325,11 +374,17 @@ class ModelServer:
         arrays, rows = {}, None
         for name, value in inputs.items():
             arr = _requests.as_rows(self.specs[name], value, self.limits)
+            if self.vm is not None:
+                arrays[name] = arr
+                rows = arr.shape[0] if arr.ndim else 1
+                continue
             if rows is not None and arr.shape[0] != rows:
                 raise BadRequest(f"inputs have different numbers of rows ({rows} and {arr.shape[0]})")
             rows = arr.shape[0]
             arrays[name] = arr
         assert rows is not None
+        if self.vm is not None:
+            return _Request(arrays, rows, ())
         row_shapes = {n: tuple(a.shape[1:]) for n, a in arrays.items()}
         return _Request(arrays, rows, self._bucket_for(row_shapes))
 

@@ -1,0 +1,360 @@
+"""Models compiled with ``relay.vm.compile`` (the Relay VM: shapes that move, control flow), run with
+inputs of any shape the model accepts, from many threads at once.
+
+Every thread gets a VM of its own; the VMs of a model share its executable: the code, the
+constants (once on the host, once per device) and the pools their storage comes from (reused
+across shapes, trimmed as shapes change). A VM executable carries no parameter types: inputs are
+checked against ``input_specs`` when given (or when a DLR-style ``.meta`` file is beside the
+model), otherwise only by what the kernels check (rank, dtype).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import struct
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence, Union
+
+import numpy as np
+
+from . import _ffi, _tensors, errors
+from ._artifacts import LIBRARY_NAMES, PathLike, TensorInfo
+from .profiling import BenchmarkResult, Report
+
+VM_MAGIC = 0xD225DE2F4214151D
+# How a VMExecutable entry appears in a module blob: its type key as a dmlc string.
+_BLOB_MARK = struct.pack("<Q", len(b"VMExecutable")) + b"VMExecutable"
+
+Nested = Union[np.ndarray, tuple[Any, ...]]
+
+
+def is_vm_library(path: PathLike) -> bool:
+    """Whether `path` is an ``export_library`` file whose module blob holds a VM executable."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return _BLOB_MARK in data
+
+
+def is_vm_code(path: PathLike) -> bool:
+    """Whether `path` is a VM bytecode file (what ``exe.save()`` returns)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return len(head) == 8 and struct.unpack("<Q", head)[0] == VM_MAGIC
+
+
+@dataclass
+class VMArtefacts:
+    #: The library: the whole executable (one-file form), or the kernels (split form).
+    lib: Path
+    #: The bytecode of the split form.
+    code: Path | None = None
+    #: A DLR-style .meta file beside the model (its inputs' names, dtypes and shapes).
+    meta: Path | None = None
+
+
+def locate_vm(path: PathLike | None, lib: PathLike | None = None, code: PathLike | None = None) -> VMArtefacts | None:
+    """The VM artefacts named, or None when they are not a VM model."""
+    if code is not None:
+        if lib is None and path is not None and Path(path).is_dir():
+            lib = next((Path(path) / n for n in LIBRARY_NAMES if (Path(path) / n).is_file()), None)
+        if lib is None:
+            raise errors.InvalidValueError("code= (a VM's bytecode) needs its kernel library: lib=")
+        if not is_vm_code(code):
+            raise errors.InvalidValueError(f"{code}: not a Relay VM bytecode file (exe.save()'s first part)")
+        return VMArtefacts(Path(lib), Path(code))
+    if lib is not None:
+        return VMArtefacts(Path(lib)) if is_vm_library(lib) else None
+    if path is None:
+        return None
+    p = Path(path)
+    if p.is_file():
+        return VMArtefacts(p) if is_vm_library(p) else None
+    if not p.is_dir():
+        return None
+    meta = next(iter(sorted(p.glob("*.meta"))), None)
+    codes = sorted(c for c in p.iterdir() if c.is_file() and c.suffix not in (".so", ".json") and is_vm_code(c))
+    libs = sorted(p.glob("*.so"))
+    whole = [so for so in libs if is_vm_library(so)]
+    if whole:
+        return VMArtefacts(whole[0], None, meta)
+    if codes:
+        if len(codes) > 1:
+            raise errors.InvalidValueError(
+                f"{p}: several VM bytecode files ({', '.join(c.name for c in codes)}): name one with code="
+            )
+        kernel = next((p / n for n in LIBRARY_NAMES if (p / n).is_file()), libs[0] if len(libs) == 1 else None)
+        if kernel is None:
+            raise errors.InvalidValueError(f"{p}: VM bytecode {codes[0].name} but no single kernel library: lib=")
+        return VMArtefacts(kernel, codes[0], meta)
+    return None
+
+
+def constants_file(art: VMArtefacts) -> Path:
+    """Where an executable's constants are kept aligned for mapping (``map_constants=True``): the
+    user's own folder (see ``_cache``), named by the bytes of the library and bytecode, so every
+    process loading the same model maps the same file and another model never does."""
+    from ._cache import default_prepared_dir, private_dir
+
+    h = hashlib.sha256()
+    for f in (art.lib, art.code):
+        if f is not None:
+            with open(f, "rb") as src:
+                for chunk in iter(lambda: src.read(1 << 20), b""):
+                    h.update(chunk)
+    return private_dir(default_prepared_dir()) / f"{art.lib.stem}-{h.hexdigest()[:32]}.vmconst"
+
+
+def _specs_from_meta(meta: Path) -> list[TensorInfo]:
+    """The inputs a DLR .meta file lists (``{"Model": {"Inputs": [{"name", "dtype", "shape"}]}}``)."""
+    doc = json.loads(meta.read_text())
+    items = doc.get("Model", doc).get("Inputs", [])
+    return [
+        TensorInfo(i["name"], tuple(-1 if d is None else int(d) for d in i.get("shape", [])), i["dtype"]) for i in items
+    ]
+
+
+class _VM:
+    """One VM of the model: used by one thread (or session) at a time."""
+
+    __slots__ = ("__weakref__", "_invoke", "_set_input", "module")
+
+    def __init__(self, model: VMModel, debug: bool = False) -> None:
+        make = "runtime._VirtualMachineDebug" if debug else "runtime._VirtualMachine"
+        self.module = _ffi.global_function(make)(model._exe)
+        init: list[Any] = []
+        for d in model._devices:
+            init += [d.type, d.id, 2]
+        _ffi.method(self.module, "init")(*init)
+        if model.num_threads is not None:
+            _ffi.method(self.module, "set_num_threads")(model.num_threads)
+        self._set_input = _ffi.method(self.module, "set_input")
+        self._invoke = _ffi.method(self.module, "invoke")
+
+    def run(self, func: str, arrays: Sequence[np.ndarray]) -> Any:
+        self._set_input(func, *[_tensors.TensorView(a) for a in arrays])
+        return self._invoke(func)
+
+
+def _to_numpy(handle: _ffi.Handle) -> np.ndarray:
+    t = _ffi.array_tensor(handle)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    code, bits = t.dtype.code, t.dtype.bits
+    if code == 1 and bits == 1:
+        dtype = np.dtype(np.bool_)
+    else:
+        dtype = _tensors.np_dtype({0: "int", 1: "uint", 2: "float", 4: "bfloat"}[code] + str(bits))
+    out = np.empty(shape, dtype=dtype)
+    lb = _ffi.lib()
+    lb.check(lb.cdll.TVMArrayCopyToBytes(ctypes.c_void_p(handle.value), out.ctypes.data, out.nbytes))
+    return out
+
+
+def _unpack(value: Any, flat: list[np.ndarray]) -> Nested:
+    """A result as numpy arrays (tuples nested as the model returns them), also appended to `flat`."""
+    if isinstance(value, _ffi.Handle) and value.code == _ffi.NDARRAY:
+        a = _to_numpy(value)
+        flat.append(a)
+        return a
+    if isinstance(value, _ffi.Handle):
+        size = _ffi.global_function("runtime.GetADTSize")(value)
+        get = _ffi.global_function("runtime.GetADTFields")
+        return tuple(_unpack(get(value, i), flat) for i in range(size))
+    raise errors.RuntimeFailure(f"the VM returned a {type(value).__name__}")
+
+
+class VMModel:
+    """A Relay VM model (``relay.vm.compile``): ``path`` is a folder (``vm.so``, or the split form's
+    bytecode ``*.ro`` beside its kernel library), one ``export_library`` file of the executable,
+    or ``code=`` and ``lib=`` (``exe.save()``'s two parts). ``run`` takes inputs of any shape the
+    model accepts and returns numpy arrays: a tuple result flattened in order (``nested=True``:
+    as the model nests it). Made by :class:`tvmrt.Model` for VM artefacts."""
+
+    def __init__(
+        self,
+        path: PathLike | None = None,
+        *,
+        lib: PathLike | None = None,
+        code: PathLike | None = None,
+        device: Any = "auto",
+        num_threads: int | None = None,
+        input_specs: Sequence[TensorInfo] | Mapping[str, tuple[Sequence[int], str]] | None = None,
+        function: str = "main",
+        map_constants: bool = False,
+        **unused: Any,
+    ) -> None:
+        from .model import _device  # the graph model's device rules
+
+        bad = sorted(k for k, v in unused.items() if v not in (None, False))
+        if bad:
+            raise errors.InvalidValueError(f"a Relay VM model takes no {', '.join(bad)} (graph-executor options)")
+        art = locate_vm(path, lib, code)
+        if art is None:
+            raise errors.InvalidValueError(f"{path or lib}: not a Relay VM model")
+        self.artefacts = art
+        self._closed = False
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._free: list[_VM] = []
+        self.num_threads = num_threads
+        self.function = function
+        library = _ffi.load_module(str(art.lib))
+        if art.code is not None:
+            self._exe = _ffi.global_function("runtime.Load_Executable")(art.code.read_bytes(), library)
+        else:
+            self._exe = library
+        key = _ffi.global_function("runtime.ModuleGetTypeKey")(self._exe)
+        if key != "VMExecutable":
+            raise errors.InvalidValueError(f"{art.lib}: its root module is a {key}, not a VM executable")
+        #: The aligned constants file mapped (``map_constants=True``), and whether this load wrote it.
+        self.constants_file: Path | None = None
+        self.made_constants_file = False
+        if map_constants:
+            self.constants_file = constants_file(art)
+            made = _ffi.method(self._exe, "tvmrt.map_constants")(str(self.constants_file))
+            self.made_constants_file = bool(made)
+        self.library_path = str(art.lib)
+        self.description: dict[str, Any] = json.loads(_ffi.method(self._exe, "tvmrt.describe")())
+        funcs = {f["name"]: f for f in self.description["functions"]}
+        if function not in funcs:
+            raise errors.InvalidKeyError(f"no function {function!r} (the executable's: {', '.join(funcs)})")
+        self.params: list[str] = list(funcs[function]["params"])
+        self.device = _device(device, self._exe)
+        self._devices = [self.device] if self.device.type == _ffi.CPU else [self.device, _ffi.Device(_ffi.CPU, 0)]
+        self.inputs: list[TensorInfo] = self._specs(input_specs, art.meta)
+        self.outputs: list[TensorInfo] = []
+        self.weights: list[TensorInfo] = []
+        _VM(self)  # made once now: a missing kernel or device is an error at load
+
+    def _specs(self, given: Any, meta: Path | None) -> list[TensorInfo]:
+        if given is None and meta is not None:
+            given = _specs_from_meta(meta)
+        if given is None:
+            return [TensorInfo(p, (), "") for p in self.params]
+        if isinstance(given, Mapping):
+            specs = [
+                TensorInfo(n, tuple(-1 if d is None else int(d) for d in s), str(t)) for n, (s, t) in given.items()
+            ]
+        else:
+            specs = list(given)
+        names = [s.name for s in specs]
+        if names != self.params:
+            raise errors.InvalidValueError(f"input_specs name {names}; the function takes {self.params}")
+        return specs
+
+    # VMs to threads and sessions.
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.RuntimeFailure("the model is closed")
+
+    def _vm(self) -> _VM:
+        self._check_open()
+        vm: _VM | None = getattr(self._local, "vm", None)
+        if vm is None:
+            with self._lock:
+                vm = self._free.pop() if self._free else None
+            vm = vm or _VM(self)
+            self._local.vm = vm
+            # When the thread ends, its VM serves another (the model held weakly: no cycle).
+            weakref.finalize(threading.current_thread(), VMModel._give_back, weakref.ref(self), vm)
+        return vm
+
+    @staticmethod
+    def _give_back(model: weakref.ref[VMModel], vm: _VM) -> None:
+        m = model()
+        if m is not None:
+            with m._lock:
+                if not m._closed:
+                    m._free.append(vm)
+
+    def _feed(self, args: Sequence[Any], named: Mapping[str, Any], cast: _tensors.Cast) -> list[np.ndarray]:
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            named = {**args[0], **named}
+            args = ()
+        elif len(args) == 1 and isinstance(args[0], (list, tuple)) and len(self.params) > 1:
+            args = tuple(args[0])
+        if len(args) + len(named) != len(self.params):
+            raise errors.InvalidValueError(
+                f"{self.function} takes {len(self.params)} inputs ({', '.join(self.params)}); "
+                f"{len(args) + len(named)} given"
+            )
+        values: list[Any] = list(args) + [None] * (len(self.params) - len(args))
+        for k, v in named.items():
+            if k not in self.params:
+                raise errors.InvalidKeyError(f"no input named {k!r} (inputs: {', '.join(self.params)})")
+            i = self.params.index(k)
+            if values[i] is not None:
+                raise errors.InvalidValueError(f"input {k!r} given twice")
+            values[i] = v
+        out = []
+        for spec, v in zip(self.inputs, values):
+            if spec.dtype:
+                arr = _tensors.as_input(v, _tensors.np_dtype(spec.dtype), spec.name, cast)
+                if len(arr.shape) != len(spec.shape) or any(s not in (-1, a) for s, a in zip(spec.shape, arr.shape)):
+                    raise errors.InvalidValueError(
+                        f"input {spec.name!r} is {spec.dtype}{list(spec.shape)}, got {list(arr.shape)}"
+                    )
+            else:
+                raw, _ = _tensors._as_array(v, f"input {spec.name!r}")
+                arr = _tensors.as_input(v, raw.dtype.newbyteorder("="), spec.name, cast)
+            out.append(arr)
+        return out
+
+    def run(self, *args: Any, cast: _tensors.Cast = False, nested: bool = False, **named: Any) -> Any:
+        """Runs the function on inputs given in order, by name, or as a mapping; returns its
+        outputs as numpy arrays (flattened, or ``nested``)."""
+        arrays = self._feed(args, named, cast)
+        result = self._vm().run(self.function, arrays)
+        flat: list[np.ndarray] = []
+        tree = _unpack(result, flat)
+        return tree if nested else flat
+
+    __call__ = run
+
+    def benchmark(self, *args: Any, repeat: int = 5, number: int = 5, warmup: int = 1, **named: Any) -> BenchmarkResult:
+        """Seconds per run (inputs given as to :meth:`run`), measured from Python."""
+        arrays = self._feed(args, named, False)
+        vm = self._vm()
+        for _ in range(warmup):
+            vm.run(self.function, arrays)
+        results = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                vm.run(self.function, arrays)
+            results.append((time.perf_counter() - start) / number)
+        return BenchmarkResult(results)
+
+    def profile(self, *args: Any, **named: Any) -> Report:
+        """Profiles a run as TVM's profiler VM does (three warm-up runs, then every kernel and
+        allocation timed)."""
+        arrays = self._feed(args, named, False)
+        vm = _VM(self, debug=True)
+        _ffi.method(vm.module, "set_input")(self.function, *[_tensors.TensorView(a) for a in arrays])
+        return Report(_ffi.method(vm.module, "profile")(self.function, None))
+
+    def memory_usage(self) -> dict[str, Any]:
+        """The constants (host, device copies) and the storage pools every VM draws from, in bytes."""
+        self._check_open()
+        usage: dict[str, Any] = json.loads(_ffi.method(self._exe, "tvmrt.memory_usage")())
+        return usage
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._free.clear()
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"tvmrt.VMModel({self.library_path!r}, device={self.device!r}, inputs={self.params})"
