@@ -75,11 +75,16 @@ pub fn xxh64(bytes: &[u8]) -> u64 {
 
 /// A digest of several named byte strings, in order: each name and its bytes' digest.
 pub fn of_parts<'a>(parts: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> u64 {
+    of_hashed(parts.into_iter().map(|(name, bytes)| (name, xxh64(bytes))))
+}
+
+/// [`of_parts`] from each part's name and the [`xxh64`] of its bytes (parts too large to gather).
+pub fn of_hashed<'a>(parts: impl IntoIterator<Item = (&'a str, u64)>) -> u64 {
     let mut all = Vec::new();
-    for (name, bytes) in parts {
+    for (name, hash) in parts {
         all.extend_from_slice(&(name.len() as u64).to_le_bytes());
         all.extend_from_slice(name.as_bytes());
-        all.extend_from_slice(&xxh64(bytes).to_le_bytes());
+        all.extend_from_slice(&hash.to_le_bytes());
     }
     xxh64(&all)
 }

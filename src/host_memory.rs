@@ -25,6 +25,13 @@ pub fn check_size(len: usize) -> Result<()> {
     Ok(())
 }
 
+/// Gives the free pages of the C heap back to the system (glibc keeps freed blocks, even large
+/// ones once its mmap threshold has risen, as the process's own until asked).
+pub fn return_free_heap() {
+    // SAFETY: malloc_trim only returns free memory of the allocator to the system.
+    unsafe { libc::malloc_trim(0) };
+}
+
 /// A type of [`ALIGNMENT`], whose dangling pointer is the address an empty block has.
 #[repr(C, align(64))]
 struct Aligned([u8; ALIGNMENT]);

@@ -10,6 +10,5 @@ pub mod workspace;
 pub fn release_idle_memory() {
     workspace::release_idle();
     thread_pool::release();
-    // SAFETY: malloc_trim only returns free memory of the allocator to the system.
-    unsafe { libc::malloc_trim(0) };
+    crate::host_memory::return_free_heap();
 }

@@ -134,6 +134,18 @@ impl Constants {
         path: &std::path::Path,
         open: impl Fn() -> Result<Arc<crate::tensor::FileMap>>,
     ) -> Result<bool> {
+        let wrote = self.swap_in_mapped(path, open);
+        // The process's own copies are gone; the heap would otherwise keep their pages (and those
+        // of the copies hashed) as its own, which is as much memory as the mapping saves.
+        crate::host_memory::return_free_heap();
+        wrote
+    }
+
+    fn swap_in_mapped(
+        &self,
+        path: &std::path::Path,
+        open: impl Fn() -> Result<Arc<crate::tensor::FileMap>>,
+    ) -> Result<bool> {
         const STAMP: &str = "__tvmrt.vm_constants";
         let host = self.snapshot();
         let tensors: Vec<(String, ObjRef<NDArray>)> = host
@@ -146,11 +158,12 @@ impl Constants {
                 }
             })
             .collect::<Result<_>>()?;
-        let digest_of = |items: &mut dyn Iterator<Item = (String, Vec<u8>)>| {
-            let parts: Vec<(String, Vec<u8>)> = items.collect();
-            format!("{:016x}", crate::digest::of_parts(parts.iter().map(|(n, b)| (n.as_str(), b.as_slice()))))
+        // One constant's bytes at a time: a model's weights gathered at once would double its size.
+        let digest_of = |items: &mut dyn Iterator<Item = (String, &NDArray)>| {
+            let hashed: Vec<(String, u64)> = items.map(|(n, t)| (n, crate::digest::xxh64(&t.to_vec()))).collect();
+            format!("{:016x}", crate::digest::of_hashed(hashed.iter().map(|(n, h)| (n.as_str(), *h))))
         };
-        let want = digest_of(&mut tensors.iter().map(|(n, t)| (n.clone(), t.to_vec())));
+        let want = digest_of(&mut tensors.iter().map(|(n, t)| (n.clone(), &**t)));
         // The file as it is, if it is this executable's.
         let usable = |map: &Arc<crate::tensor::FileMap>| -> Option<Vec<(usize, ObjRef<NDArray>)>> {
             let records = crate::params::parse(map.bytes()).ok()?;
@@ -166,7 +179,7 @@ impl Constants {
                 }
                 out.push((i, NDArray::over_mapped(map, rec.data, t.shape(), t.dtype()).ok()?));
             }
-            let found = digest_of(&mut out.iter().map(|(i, t)| (format!("const_{i}"), t.to_vec())));
+            let found = digest_of(&mut out.iter().map(|(i, t)| (format!("const_{i}"), &**t)));
             (found == want).then_some(out)
         };
         let mut wrote = false;
