@@ -136,12 +136,14 @@ fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &GraphExec
     if let Some(npz) = &data.inputs {
         given.extend(tensors::read_npz(&npz.to_string_lossy())?);
     }
-    for (name, file) in &data.input {
-        let mut t = tensors::read_npy_file(&file.to_string_lossy())?;
-        t.name = name.clone();
-        given.push(t);
-    }
     let plan = ex.plan();
+    for (name, file) in &data.input {
+        let like = plan.input_index(name).map(|i| {
+            let e = &plan.graph.entries[plan.input_entries[i]];
+            (e.dtype, &e.shape[..])
+        });
+        given.push(tensors::read_tensor_file(name, &file.to_string_lossy(), like)?);
+    }
     let unknown: Vec<&str> = given.iter().map(|t| t.name.as_str()).filter(|n| plan.input_index(n).is_none()).collect();
     if !unknown.is_empty() {
         let names: Vec<&str> = (0..plan.num_inputs()).map(|i| plan.input_name(i)).collect();
@@ -183,10 +185,10 @@ fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &GraphExec
                 })
                 .collect();
             return Err(Error::value(format!(
-                "{} has no weights: its library carries none and no params file was found ({} does not exist; \
+                "{} has no weights: its library carries none and no params file was found (looked for {}; \
                  --params names one). Inputs without values: {}. Pass --fill-weights random|zeros to run on made-up weights",
                 model.dir.display(),
-                model.dir.join("params.bin").display(),
+                crate::artefacts::params_looked_for(&model.dir),
                 list.join(", ")
             )));
         }
@@ -261,6 +263,22 @@ fn check_writable(path: &Path) -> Result<()> {
     std::fs::remove_file(&probe).map_err(io)
 }
 
+/// Fails early, before a model loads and runs, when a file to read later is not there.
+pub fn check_readable(path: Option<&Path>) -> Result<()> {
+    let Some(p) = path else { return Ok(()) };
+    let s = p.to_string_lossy();
+    // A raw file's layout may follow its name (FILE@DTYPE[SHAPE]).
+    let file = if p.exists() { s.as_ref() } else { s.rsplit_once('@').map_or(s.as_ref(), |(f, _)| f) };
+    std::fs::metadata(file).map(|_| ()).map_err(|e| Error::io(file.to_string(), e))
+}
+
+/// The arrays of `run --expect`, read once the outputs are known (a raw reference takes the first
+/// output's dtype and shape); the flag: one array, for the first output only.
+pub fn read_expected(a: &RunArgs, first: Option<&HostTensor>) -> Result<Option<(Vec<HostTensor>, bool)>> {
+    let Some(p) = &a.expect else { return Ok(None) };
+    tensors::read_expected(&p.to_string_lossy(), first.map(|t| (t.dtype, &t.shape[..]))).map(Some)
+}
+
 /// Runs the model; `Ok(false)` when `--expect` found outputs outside the tolerance.
 pub fn run(a: &RunArgs, json_out: bool) -> Result<bool> {
     if let Some(m) = crate::vm::detect(&a.model)? {
@@ -269,7 +287,7 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<bool> {
     for path in [&a.outputs, &a.data.save_inputs].into_iter().flatten() {
         check_writable(path)?;
     }
-    let expected = a.expect.as_ref().map(|p| tensors::read_npz(&p.to_string_lossy())).transpose()?;
+    check_readable(a.expect.as_deref())?;
     let t0 = Instant::now();
     let model = Model::load(a.model.model.as_deref(), &a.model)?;
     let m = model.executor(false)?;
@@ -334,12 +352,14 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<bool> {
                    "preview": tensors::preview(t, shown), "matches_reference": matches, "top": top}))
         })
         .collect::<Result<_>>()?;
-    // `--expect`: each output against the array of its name (output_k), else the k-th.
+    // `--expect`: each output against the array of its name (output_k), else the k-th; a single
+    // array (.npy, raw) is the first output's.
+    let expected = read_expected(a, outputs.first())?;
     let expect = match &expected {
         None => None,
-        Some(want) => {
+        Some((want, first_only)) => {
             let mut results = Vec::new();
-            for (k, t) in outputs.iter().enumerate() {
+            for (k, t) in outputs.iter().enumerate().take(if *first_only { 1 } else { usize::MAX }) {
                 let w = want.iter().find(|w| w.name == t.name).or_else(|| want.get(k)).ok_or_else(|| {
                     Error::key(format!("{} has no array for {} (nor a {}-th one)", a.expect_label(), t.name, k + 1))
                 })?;

@@ -1,6 +1,7 @@
 //! `tvmrt`: run, profile, inspect and share TVM-compiled graph-executor models with this runtime.
 //! `tvmrt --help` and `tvmrt COMMAND --help` describe every option.
 
+mod artefacts;
 mod bundled;
 mod commands;
 mod model;
@@ -17,8 +18,9 @@ use std::process::ExitCode;
 #[command(
     name = "tvmrt",
     version,
-    about = "Run, profile, inspect and share TVM graph-executor models (lib.so, graph.json, params.bin)",
-    after_help = "MODEL is a folder with lib.so (plus graph.json and params.bin for builds with unbound params) \
+    about = "Run, profile, inspect and share TVM models: graph-executor builds (lib.so, graph.json, params) and Relay VM executables",
+    after_help = "MODEL is a folder with a library (lib.so, deploy_lib.so, mod.so or its one .so; plus graph.json and a params file \
+                  for builds with unbound params: params.bin, params, deploy_param.params or its one file of TVM's params format) \
                   or a lib.so; --lib, --graph and --params name the artefacts one by one. Without MODEL and \
                   --lib, run, profile and inspect use the bundled MLP."
 )]
@@ -56,7 +58,7 @@ enum Command {
     /// Write the model's weights with what its weight-only operators derive from them, stamped
     /// with the graph, the library and the weights: `run MODEL --params OUT --map-params` (and
     /// `load_params_from_file` in a host) then compute nothing at load
-    #[command(after_help = "The weights come from --params, else MODEL/params.bin, else the weights the library \
+    #[command(after_help = "The weights come from --params, else the model folder's params file, else the weights the library \
                             carries. A prepared file serves the build it was made for: another build of the model \
                             (another batch size or sequence length) loads it as the plain params it also is and \
                             derives its own weights (its report says so), and a file whose weights were edited since \
@@ -107,13 +109,13 @@ pub struct PrepareArgs {
     /// Model folder or lib.so
     #[arg(value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// The operator library (default: MODEL/lib.so)
+    /// The operator library (default: MODEL/lib.so, deploy_lib.so, mod.so, or its one .so)
     #[arg(long, value_name = "FILE")]
     pub lib: Option<PathBuf>,
     /// The graph JSON (default: the library's own, else MODEL/graph.json)
     #[arg(long, value_name = "FILE")]
     pub graph: Option<PathBuf>,
-    /// The params file (default: MODEL/params.bin, else the weights the library carries)
+    /// The params file (default: the weights the library carries, else the folder's params file)
     #[arg(long, value_name = "FILE")]
     pub params: Option<PathBuf>,
     /// The device the derived weights are computed on: auto (the one the model was built for),
@@ -146,13 +148,13 @@ pub struct ModelArgs {
     /// Model folder or lib.so
     #[arg(value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// The operator library (default: MODEL/lib.so)
+    /// The operator library (default: MODEL/lib.so, deploy_lib.so, mod.so, or its one .so)
     #[arg(long, value_name = "FILE")]
     pub lib: Option<PathBuf>,
     /// The graph JSON (default: the library's own, else MODEL/graph.json)
     #[arg(long, value_name = "FILE", requires = "source")]
     pub graph: Option<PathBuf>,
-    /// The params file (default: MODEL/params.bin when the library carries no weights)
+    /// The params file (default: the folder's params file when the library carries no weights)
     #[arg(long, value_name = "FILE", requires = "source")]
     pub params: Option<PathBuf>,
     /// Map the params file and use its weights in place; every tensor must be 64-byte aligned in
@@ -215,8 +217,9 @@ pub struct InputArgs {
     /// Inputs from an .npz archive (array names are input names)
     #[arg(long, value_name = "FILE.npz")]
     pub inputs: Option<PathBuf>,
-    /// One input from an .npy file
-    #[arg(long, value_name = "NAME=FILE.npy", value_parser = parse_named_file)]
+    /// One input from a file: an .npy, or raw little-endian bytes in C order read as the input's
+    /// dtype and shape, or as a layout written after the name (FILE@float32[1,3,224,224])
+    #[arg(long, value_name = "NAME=FILE", value_parser = parse_named_file)]
     pub input: Vec<(String, PathBuf)>,
     /// Fill the data inputs not given by file (default: the recorded inputs of a fixture, else random)
     #[arg(long, value_enum, value_name = "HOW")]
@@ -248,9 +251,11 @@ pub struct RunArgs {
     /// Runs per timed repeat
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub number: u32,
-    /// Compare the outputs with the arrays of an .npz (output_0, output_1, ... or in order): a
-    /// summary of the largest differences; exit status 3 when any is outside the tolerance
-    #[arg(long, value_name = "REF.npz")]
+    /// Compare the outputs with the arrays of an .npz (output_0, output_1, ... or in order), or the
+    /// first output with an .npy or a raw file (read as that output's dtype and shape, or as
+    /// FILE@DTYPE[SHAPE]): a summary of the largest differences; exit status 3 when any is outside
+    /// the tolerance
+    #[arg(long, value_name = "REF")]
     pub expect: Option<PathBuf>,
     /// Relative tolerance of --expect (|got - want| <= atol + rtol * |want|, as numpy's allclose)
     #[arg(long, default_value_t = 1e-5, requires = "expect")]
@@ -325,7 +330,7 @@ pub struct ShareArgs {
 fn parse_named_file(s: &str) -> Result<(String, PathBuf), String> {
     match s.split_once('=') {
         Some((name, file)) if !name.is_empty() && !file.is_empty() => Ok((name.to_string(), file.into())),
-        _ => Err(format!("expected NAME=FILE.npy, got '{s}'")),
+        _ => Err(format!("expected NAME=FILE (an .npy, or raw bytes: FILE@DTYPE[SHAPE]), got '{s}'")),
     }
 }
 

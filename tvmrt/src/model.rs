@@ -43,8 +43,8 @@ fn for_dlopen(path: &Path) -> PathBuf {
 }
 
 impl Model {
-    /// MODEL is a folder with `lib.so` (and maybe `graph.json`, `params.bin`) or a `lib.so`;
-    /// without MODEL and `--lib`, the bundled MLP.
+    /// MODEL is a folder (its artefacts found by [`crate::artefacts`]) or a library file; without
+    /// MODEL and `--lib`, the bundled MLP.
     pub fn load(spec: Option<&Path>, args: &ModelArgs) -> Result<Model> {
         let (spec, bundled) = match (spec, &args.lib) {
             (Some(s), _) => (s.to_path_buf(), false),
@@ -52,7 +52,11 @@ impl Model {
             (None, None) => (crate::bundled::dir()?, true),
         };
         let (dir, lib_path) = if spec.is_dir() {
-            (spec.clone(), args.lib.clone().unwrap_or_else(|| spec.join("lib.so")))
+            let lib = match &args.lib {
+                Some(l) => l.clone(),
+                None => crate::artefacts::library(&spec)?,
+            };
+            (spec.clone(), lib)
         } else {
             let parent = spec.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             (parent.to_path_buf(), args.lib.clone().unwrap_or(spec.clone()))
@@ -65,7 +69,10 @@ impl Model {
         let graph_json = match (factory, &args.graph) {
             (Some(f), None) => f.graph_json().to_string(),
             _ => {
-                let path = args.graph.clone().unwrap_or_else(|| dir.join("graph.json"));
+                let path = match &args.graph {
+                    Some(g) => g.clone(),
+                    None => crate::artefacts::graph(&dir).unwrap_or_else(|| dir.join("graph.json")),
+                };
                 if !path.is_file() {
                     return Err(Error::value(format!(
                         "{} has no graph: the library embeds none and {} does not exist (--graph names one)",
@@ -77,10 +84,9 @@ impl Model {
             }
         };
         let has_weights = factory.is_some_and(|f| !f.params().is_empty());
-        let default_params = dir.join("params.bin");
         let params_path = match &args.params {
             Some(p) => Some(p.clone()),
-            None if !has_weights && default_params.is_file() => Some(default_params),
+            None if !has_weights => crate::artefacts::params(&dir)?,
             None => None,
         };
         let params = params_path.as_deref().map(read).transpose()?;

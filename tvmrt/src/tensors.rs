@@ -135,10 +135,91 @@ pub fn write_npy(t: &HostTensor, w: impl Write) -> Result<()> {
     w.write_all(&t.data).map_err(|e| at(&e))
 }
 
-pub fn read_npy_file(path: &str) -> Result<HostTensor> {
-    let f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
-    let stem = std::path::Path::new(path).file_stem().and_then(|s| s.to_str()).unwrap_or("array");
-    read_npy(stem, path, std::io::BufReader::new(f))
+/// The dtype and shape a raw file is read as: written after the file name (`FILE@float32[1,3,8]`,
+/// or `FILE@int64` for a one-dimensional array of the file's length), else the model's own.
+pub type Like<'a> = Option<(DLDataType, &'a [i64])>;
+
+/// `FILE[@DTYPE[SHAPE]]` split: the path, and the layout written after it, if any. A name whose
+/// part after the last `@` is no layout is a path with `@` in it.
+fn split_layout(spec: &str) -> Result<(&str, Option<(DLDataType, Option<Vec<i64>>)>)> {
+    let Some((path, layout)) = spec.rsplit_once('@') else { return Ok((spec, None)) };
+    let (dtype, shape) = match layout.split_once('[') {
+        Some((d, rest)) => (d, Some(rest)),
+        None => (layout, None),
+    };
+    let Ok(dtype) = dtype.parse::<DLDataType>() else { return Ok((spec, None)) };
+    let shape = match shape {
+        None => None,
+        Some(rest) => {
+            let dims = rest.strip_suffix(']').ok_or_else(|| {
+                Error::value(format!("'{spec}': a shape is written as DTYPE[D0,D1,...], e.g. @float32[1,3,224,224]"))
+            })?;
+            let dims: std::result::Result<Vec<i64>, _> =
+                dims.split(',').filter(|d| !d.trim().is_empty()).map(|d| d.trim().parse::<i64>()).collect();
+            match dims {
+                Ok(d) if d.iter().all(|&x| x >= 0) => Some(d),
+                _ => return Err(Error::value(format!("'{spec}': the shape's dimensions are numbers of 0 or more"))),
+            }
+        }
+    };
+    Ok((path, Some((dtype, shape))))
+}
+
+/// A tensor named `name` from a file given on the command line: an `.npy` (known by its magic
+/// string, whatever the file's name), else raw little-endian bytes in C order, read as the layout
+/// written after the name (`FILE@DTYPE[SHAPE]`) or, without one, as `like` (the model's input or
+/// output it stands for). A raw file of the wrong size is refused, saying what it should hold.
+pub fn read_tensor_file(name: &str, spec: &str, like: Like<'_>) -> Result<HostTensor> {
+    let (path, layout) = split_layout(spec)?;
+    let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
+    if bytes.starts_with(b"\x93NUMPY") {
+        if layout.is_some() {
+            return Err(Error::value(format!("'{spec}': {path} is an .npy file, which says its own dtype and shape")));
+        }
+        return read_npy(name, path, bytes.as_slice());
+    }
+    let (dtype, shape) = match (layout, like) {
+        (Some((dtype, Some(shape))), _) => (dtype, shape),
+        (Some((dtype, None)), _) => {
+            let size = dtype.element_bytes().max(1);
+            (dtype, vec![(bytes.len() / size) as i64])
+        }
+        (None, Some((dtype, shape))) => (dtype, shape.to_vec()),
+        (None, None) => {
+            return Err(Error::value(format!(
+                "{path} is not an .npy file and nothing says how to read its bytes: write its layout after the \
+                 name, e.g. {path}@float32[1,3,224,224]"
+            )))
+        }
+    };
+    if shape.iter().any(|&d| d < 0) {
+        return Err(Error::value(format!(
+            "{path}: '{name}' has dimensions of any size ({shape:?}); write the file's layout after its name, \
+             e.g. {path}@{dtype}[...]"
+        )));
+    }
+    let want = tvm_runtime::dtype::tensor_bytes(&shape, dtype)?;
+    if bytes.len() != want {
+        return Err(Error::value(format!(
+            "{path} holds {} bytes, read as raw {dtype} {shape:?} for '{name}' it must hold {want} (an .npy file, or \
+             FILE@DTYPE[SHAPE], says what a file holds)",
+            bytes.len()
+        )));
+    }
+    Ok(HostTensor { name: name.to_string(), dtype, shape, data: bytes })
+}
+
+/// The reference arrays of `run --expect`: every array of an `.npz` (by name, else in order), or
+/// one array for the first output, from an `.npy` or a raw file (read as `first`, the first
+/// output's dtype and shape, unless a layout follows its name). The flag says which.
+pub fn read_expected(spec: &str, first: Like<'_>) -> Result<(Vec<HostTensor>, bool)> {
+    let (path, _) = split_layout(spec)?;
+    let mut head = [0u8; 4];
+    let is_zip = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && &head == b"PK\x03\x04";
+    if is_zip {
+        return Ok((read_npz(path)?, false));
+    }
+    Ok((vec![read_tensor_file("output_0", spec, first)?], true))
 }
 
 /// Every array of an `.npz` archive, named by entry (without `.npy`).

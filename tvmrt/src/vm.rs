@@ -50,7 +50,10 @@ pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
         match (whole, code) {
             (Some(w), _) => (spec.clone(), args.lib.clone().unwrap_or(w), None),
             (None, Some(c)) => {
-                let lib = args.lib.clone().unwrap_or_else(|| spec.join("lib.so"));
+                let lib = match &args.lib {
+                    Some(l) => l.clone(),
+                    None => crate::artefacts::library(&spec)?,
+                };
                 (spec.clone(), lib, Some(c))
             }
             _ => return Ok(None),
@@ -112,9 +115,8 @@ impl VmModel {
             given.extend(tensors::read_npz(&npz.to_string_lossy())?);
         }
         for (name, file) in &data.input {
-            let mut t = tensors::read_npy_file(&file.to_string_lossy())?;
-            t.name = name.clone();
-            given.push(t);
+            // A VM executable records no input layouts: a raw file says its own (FILE@DTYPE[SHAPE]).
+            given.push(tensors::read_tensor_file(name, &file.to_string_lossy(), None)?);
         }
         if given.is_empty() {
             if let Some(recorded) = self.recorded() {
@@ -236,12 +238,13 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
     if let Some(path) = &a.outputs {
         tensors::write_npz(&path.to_string_lossy(), &outputs)?;
     }
-    let expected = a.expect.as_ref().map(|p| tensors::read_npz(&p.to_string_lossy())).transpose()?;
+    let expected = crate::commands::read_expected(a, outputs.first())?;
     let mut all_ok = true;
     let outs: Vec<Value> = outputs
         .iter()
         .enumerate()
         .map(|(k, t)| {
+            let expected = expected.as_ref().filter(|(_, first_only)| k == 0 || !first_only).map(|(w, _)| w);
             let matches =
                 reference.as_ref().and_then(|r| r.get(k)).and_then(|p| std::fs::read(p).ok()).map(|w| w == t.data);
             let expect = match &expected {

@@ -189,3 +189,107 @@ fn a_system_lib_build_linked_as_a_shared_object_runs() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn raw_inputs_and_references_read_as_the_model_says_or_as_written() {
+    let src = fixture("mlp_b1");
+    let model = src.to_str().unwrap();
+    let input = format!("data={}", src.join("in_0.bin").display());
+    let reference = src.join("out_0.bin");
+    let reference = reference.to_str().unwrap();
+    // Raw bytes read as the input's and the first output's dtype and shape.
+    let r = json_run(&["run", model, "--repeat", "1", "--input", &input, "--expect", reference, "--atol", "0"]);
+    assert_eq!(r["expect"]["ok"], true, "{r}");
+    assert_eq!(r["inputs"][0]["source"], "file");
+    // Or as a layout written after the name.
+    let with_layout = format!("{reference}@float32[1,10]");
+    let r = json_run(&["run", model, "--repeat", "1", "--input", &input, "--expect", &with_layout]);
+    assert_eq!(r["expect"]["ok"], true, "{r}");
+    // A reference one value off is found (exit 3), naming nothing but the outputs.
+    let dir = temp_dir("raw");
+    let mut off = std::fs::read(reference).unwrap();
+    let second = f32::from_le_bytes(off[4..8].try_into().unwrap()) + 0.5;
+    off[4..8].copy_from_slice(&second.to_le_bytes());
+    std::fs::write(dir.join("off.bin"), &off).unwrap();
+    let (code, out, _) =
+        tvmrt(&["run", model, "--repeat", "1", "--input", &input, "--expect", dir.join("off.bin").to_str().unwrap()]);
+    assert_eq!(code, 3, "{out}");
+    // The same reference as an .npy.
+    write_npy(&dir.join("ref.npy"), "<f4", &[1, 10], false, &std::fs::read(reference).unwrap());
+    let r = json_run(&["run", model, "--input", &input, "--expect", dir.join("ref.npy").to_str().unwrap()]);
+    assert_eq!(r["expect"]["ok"], true, "{r}");
+    // Raw files of the wrong size, or a layout that is not the input's: the user's error, naming the file.
+    std::fs::write(dir.join("short.bin"), [0u8; 100]).unwrap();
+    let short = format!("data={}", dir.join("short.bin").display());
+    let (code, _, err) = tvmrt(&["run", model, "--input", &short]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("short.bin holds 100 bytes") && err.contains("must hold 3136"), "{err}");
+    let wrong = format!("{input}@float32[1,1,28,27]");
+    let (code, _, err) = tvmrt(&["run", model, "--input", &wrong]);
+    assert_eq!(code, 2, "{err}");
+    let bad_layout = format!("{input}@float32[1,x]");
+    let (code, _, err) = tvmrt(&["run", model, "--input", &bad_layout]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("numbers of 0 or more"), "{err}");
+    // A VM model records no input layouts: a raw input says its own.
+    let vm = fixture("vm/0.16/mlp_dyn");
+    let raw = format!("data={}", vm.join("in_1_0.bin").display());
+    let (code, _, err) = tvmrt(&["run", vm.to_str().unwrap(), "--input", &raw]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("@float32[1,3,224,224]"), "{err}");
+    let r = json_run(&[
+        "run",
+        vm.to_str().unwrap(),
+        "--repeat",
+        "1",
+        "--input",
+        &format!("{raw}@float32[3,16]"),
+        "--expect",
+        vm.join("out_1_0.bin").to_str().unwrap(),
+        "--atol",
+        "0",
+        "--rtol",
+        "0",
+    ]);
+    assert_eq!(r["outputs"][0]["shape"], serde_json::json!([3, 8]));
+    assert_eq!(r["outputs"][0]["expect"]["ok"], true, "{r}");
+    assert!(r["outputs"][1]["expect"].is_null(), "only the first output is checked against one array: {r}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_model_folder_is_found_whatever_its_files_are_named() {
+    let src = fixture("mlp_unbound_b1");
+    let dir = temp_dir("names");
+    // DLR's names, and the params under a name of the user's.
+    std::fs::copy(src.join("lib.so"), dir.join("deploy_lib.so")).unwrap();
+    std::fs::copy(src.join("graph.json"), dir.join("deploy_graph.json")).unwrap();
+    std::fs::copy(src.join("params.bin"), dir.join("model.params")).unwrap();
+    std::fs::copy(src.join("in_0.bin"), dir.join("input_0.bin")).unwrap();
+    let input = format!("data={}", dir.join("input_0.bin").display());
+    let reference = src.join("out_0.bin");
+    let d = dir.to_str().unwrap();
+    let r = json_run(&["run", d, "--input", &input, "--expect", reference.to_str().unwrap(), "--atol", "0"]);
+    assert_eq!(r["expect"]["ok"], true, "{r}");
+    // Two params files: which one is the user's to say.
+    std::fs::copy(src.join("params.bin"), dir.join("other.bin")).unwrap();
+    let (code, _, err) = tvmrt(&["run", d, "--input", &input]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("several params files (model.params, other.bin)") && err.contains("--params"), "{err}");
+    let other = dir.join("other.bin");
+    let r = json_run(&["run", d, "--params", other.to_str().unwrap(), "--input", &input]);
+    assert_eq!(r["outputs"][0]["shape"], serde_json::json!([1, 10]));
+    // None: the message says what was looked for.
+    std::fs::remove_file(dir.join("other.bin")).unwrap();
+    std::fs::remove_file(dir.join("model.params")).unwrap();
+    let (code, _, err) = tvmrt(&["run", d, "--input", &input]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("looked for params.bin, params, deploy_param.params"), "{err}");
+    // Two libraries and none of the usual names: say which to name.
+    std::fs::rename(dir.join("deploy_lib.so"), dir.join("a.so")).unwrap();
+    std::fs::copy(dir.join("a.so"), dir.join("b.so")).unwrap();
+    let (code, _, err) = tvmrt(&["run", d]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("(a.so, b.so)") && err.contains("--lib"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
