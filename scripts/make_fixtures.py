@@ -62,8 +62,10 @@ def random_inputs(mod, rng, skip=()):
     return out
 
 
-def tensor_line(arr):
-    return "%s %d %s" % (arr.dtype, arr.ndim, " ".join(str(d) for d in arr.shape))
+def tensor_line(arr, dtype=None):
+    """A manifest's dtype and shape; `dtype` the model's where numpy has none (bfloat16 travels
+    as its bits, uint16)."""
+    return "%s %d %s" % (dtype or arr.dtype, arr.ndim, " ".join(str(d) for d in arr.shape))
 
 
 def write_model(outdir, name, lib, inputs, load_params=None, factory_weights=True, extra=None):
@@ -90,16 +92,17 @@ def write_model(outdir, name, lib, inputs, load_params=None, factory_weights=Tru
         gmod.set_input(k, v)
     gmod.run()
     outputs = [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
+    out_dtypes = [gmod.get_output(i).dtype for i in range(gmod.get_num_outputs())]
 
     lines = ["model %s" % name, "factory_weights %s" % ("yes" if factory_weights else "no")]
     for k, (iname, arr) in enumerate(inputs.items()):
         fname = "in_%d.bin" % k
         np.ascontiguousarray(arr).tofile(os.path.join(d, fname))
-        lines.append("input %s %s %s" % (iname, tensor_line(arr), fname))
+        lines.append("input %s %s %s" % (iname, tensor_line(arr, gmod.get_input(iname).dtype), fname))
     for k, arr in enumerate(outputs):
         fname = "out_%d.bin" % k
         np.ascontiguousarray(arr).tofile(os.path.join(d, fname))
-        lines.append("output %s %s" % (tensor_line(arr), fname))
+        lines.append("output %s %s" % (tensor_line(arr, out_dtypes[k]), fname))
     lines.extend(extra or [])
     with open(os.path.join(d, "manifest.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -163,6 +166,22 @@ def int8_dense():
     requant = relay.cast(relay.clip(relay.right_shift(acc, relay.const(4)), -128, 127), "int8")
     mod = tvm.IRModule.from_expr(relay.Function([data], relay.Tuple([acc, requant])))
     return relay.transform.InferType()(mod)
+
+
+def bf16_io():
+    """bfloat16 in and out (numpy has none: the inputs and references are its bits, uint16): a
+    dense layer computed in float32 between casts, and a float32 output beside."""
+    x = relay.var("x", shape=(2, 8), dtype="bfloat16")
+    w = relay.var("w", shape=(4, 8), dtype="float32")
+    y = relay.nn.relu(relay.nn.dense(relay.cast(x, "float32"), w))
+    mod = tvm.IRModule.from_expr(relay.Function([x, w], relay.Tuple([relay.cast(y, "bfloat16"), relay.sum(y, axis=1)])))
+    params = {"w": np.random.default_rng(5).standard_normal((4, 8)).astype("float32")}
+    return relay.transform.InferType()(mod), params
+
+
+def bf16_inputs(rng):
+    x = rng.uniform(-1, 1, (2, 8)).astype("float32")
+    return {"x": (x.view("uint32") >> 16).astype("uint16")}  # truncated to bfloat16, as bits
 
 
 def sort_ops():
@@ -294,6 +313,10 @@ def make_small(outdir):
 
     make_system_lib(outdir, mod1, mlp_params)
 
+    # Its own seed, so adding it left the fixtures before it as they were.
+    mod, params = bf16_io()
+    write_model(outdir, "bf16_io", build(mod, params), bf16_inputs(np.random.default_rng(7)))
+
 
 def make_other_version(outdir):
     """The fixtures another TVM (0.19: scripts/make_fixtures.sh --tvm019) builds as well: the
@@ -413,7 +436,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--bench", action="store_true", help="build the large benchmark models instead")
-    ap.add_argument("--only", help="with --bench: comma-separated model names; without: 'sort_ops' alone")
+    ap.add_argument("--only", help="with --bench: comma-separated model names; without: 'sort_ops' or 'bf16_io' alone")
     ap.add_argument("--other-version", action="store_true", help="the subset another TVM version builds")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -423,6 +446,9 @@ def main():
         make_bench(args.out, args.only.split(",") if args.only else None)
     elif args.only == "sort_ops":
         write_model(args.out, "sort_ops", build(sort_ops()), sort_inputs(np.random.default_rng(99)))
+    elif args.only == "bf16_io":
+        mod, params = bf16_io()
+        write_model(args.out, "bf16_io", build(mod, params), bf16_inputs(np.random.default_rng(7)))
     else:
         make_small(args.out)
 

@@ -1,5 +1,5 @@
-"""tvmrt: run TVM graph-executor models (``relay.build`` + ``export_library``, TVM 0.8 to 0.19) on
-any current CPython, with no TVM installed.
+"""tvmrt: run TVM's Relay-era models (``relay.build`` + ``export_library`` graph-executor builds, and
+``relay.vm.compile`` executables; TVM 0.8 to 0.19) on CPython 3.9 to 3.13, with no TVM installed.
 
 >>> import tvmrt, numpy as np
 >>> model = tvmrt.Model("my_model")                 # lib.so (+ graph.json, params.bin)

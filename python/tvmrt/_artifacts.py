@@ -53,6 +53,11 @@ class Artefacts:
 # The names TVM's tutorials, tvmc and DLR give a params file, in the order they are preferred.
 PARAMS_NAMES = ("params.bin", "params", "deploy_param.params")
 LIBRARY_NAMES = ("lib.so", "deploy_lib.so", "mod.so")
+GRAPH_NAMES = ("graph.json", "deploy_graph.json")
+
+
+def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
+    return next((folder / n for n in names if (folder / n).is_file()), None)
 
 
 def is_params_file(path: Path) -> bool:
@@ -133,10 +138,10 @@ def locate(
         else:
             graph_text = Path(g).read_text()
             files.append(Path(g))
-    elif folder is not None and (folder / "graph.json").is_file():
-        graph_text = (folder / "graph.json").read_text()
+    elif folder is not None and (found_graph := _first_file(folder, GRAPH_NAMES)) is not None:
+        graph_text = found_graph.read_text()
         graph_from_folder = True
-        files.append(folder / "graph.json")
+        files.append(found_graph)
     params_src: Path | bytes | None = None
     from_folder = False
     looked: str | None = None

@@ -54,7 +54,9 @@ def _module_type_keys(module: _ffi.Handle) -> list[str]:
     return keys
 
 
-def _device(spec: DeviceSpec, module: _ffi.Handle) -> _ffi.Device:
+def _device(spec: DeviceSpec, module: _ffi.Handle | None) -> _ffi.Device:
+    if isinstance(spec, _ffi.Device):
+        return spec
     if isinstance(spec, tuple):
         return _ffi.Device(int(spec[0]), int(spec[1]))
     if hasattr(spec, "device_type") and hasattr(spec, "device_id"):  # TVM's Device
@@ -62,6 +64,8 @@ def _device(spec: DeviceSpec, module: _ffi.Handle) -> _ffi.Device:
     name, _, index = str(spec).lower().partition(":")
     dev_id = int(index) if index else 0
     if name == "auto":
+        if module is None:
+            raise errors.InvalidValueError("device 'auto' names no device here: 'cpu', 'opencl' or 'opencl:N'")
         name = "opencl" if any(k in ("opencl", "cl") for k in _module_type_keys(module)) else "cpu"
     if name in ("cpu", "llvm"):
         return _ffi.Device(_ffi.CPU, dev_id)

@@ -22,6 +22,70 @@ _FORMS = (
 )
 
 
+# Our order of benchmark's arguments, and TVM's after its device and func_name.
+_OURS = ("repeat", "number", "min_repeat_ms", "end_to_end", "warmup")
+_TVMS = (
+    "repeat",
+    "number",
+    "min_repeat_ms",
+    "limit_zero_time_iterations",
+    "end_to_end",
+    "cooldown_interval_ms",
+    "repeats_to_cooldown",
+)
+# TVM's arguments that tune its time evaluator's loop; taken, and without effect here.
+_TVM_ONLY = ("limit_zero_time_iterations", "cooldown_interval_ms", "repeats_to_cooldown")
+_BENCHMARK_FORMS = (
+    "benchmark(repeat=5, number=5, min_repeat_ms=0, end_to_end=False, warmup=1, **inputs), or TVM's "
+    "benchmark(device, func_name='run', repeat=5, number=5, min_repeat_ms=None, ...)"
+)
+
+
+def _is_device(value: Any) -> bool:
+    return isinstance(value, (str, _ffi.Device)) or (hasattr(value, "device_type") and hasattr(value, "device_id"))
+
+
+def benchmark_arguments(device: _ffi.Device, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``benchmark``'s arguments in either form (ours, or TVM's ``GraphModule.benchmark`` with a
+    device first) as our keywords; a device other than the model's, a function other than
+    ``run``, or anything else unknown is refused with the forms accepted."""
+    from .model import _device  # the one reader of device arguments
+
+    args = list(args)
+    named = dict(kwargs)
+    order: tuple[str, ...] = _OURS
+    if (args and _is_device(args[0])) or "device" in named or "dev" in named:
+        order = _TVMS
+        given = args.pop(0) if args and _is_device(args[0]) else named.pop("device", named.pop("dev", None))
+        try:
+            dev = _device(given, None)
+        except (errors.TVMRTError, ValueError, TypeError):
+            raise errors.InvalidValueError(f"benchmark: {given!r} is no device ({_BENCHMARK_FORMS})") from None
+        if dev != device:
+            raise errors.InvalidValueError(f"benchmark: the model runs on {device}, not {dev}")
+        func = args.pop(0) if args and isinstance(args[0], str) else named.pop("func_name", "run")
+        if func != "run":
+            raise errors.InvalidValueError(f"benchmark: func_name {func!r}: only 'run' is timed here")
+    if len(args) > len(order):
+        raise errors.InvalidValueError(f"benchmark: {len(args)} positional arguments; the forms: {_BENCHMARK_FORMS}")
+    for name, value in zip(order, args):
+        if name in named:
+            raise errors.InvalidValueError(f"benchmark: {name} given twice")
+        named[name] = value
+    for name in _TVM_ONLY:
+        named.pop(name, None)
+    if named.get("min_repeat_ms") is None:
+        named["min_repeat_ms"] = 0
+    for name in ("repeat", "number", "min_repeat_ms", "warmup"):
+        value = named.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0):
+            raise errors.InvalidValueError(f"benchmark: {name}={value!r}: a count of 0 or more")
+    for name in ("repeat", "number"):
+        if named.get(name) is not None and named[name] < 1:
+            raise errors.InvalidValueError(f"benchmark: {name}={named[name]!r}: at least 1")
+    return named
+
+
 def _is_array(value: Any) -> bool:
     return isinstance(value, (np.ndarray, np.generic, Tensor)) or any(
         hasattr(value, a) for a in ("__array__", "__array_interface__", "__dlpack__")
@@ -148,7 +212,7 @@ class Session:
 
     def benchmark(self, *args: Any, **kwargs: Any) -> BenchmarkResult:
         """Times runs as TVM's ``GraphModule.benchmark`` (see :meth:`Model.benchmark`)."""
-        return self._benchmark(*args, **kwargs)
+        return self._benchmark(**benchmark_arguments(self._model.device, args, kwargs))
 
     def _benchmark(
         self,
