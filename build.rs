@@ -57,7 +57,28 @@ fn build_cxx() {
         .compile("tvmrt_cxx");
     println!("cargo:rustc-link-search=native={}", out_dir.display());
     println!("cargo:rustc-link-lib=static:+whole-archive=tvmrt_cxx");
-    println!("cargo:rustc-link-lib=dylib=stdc++");
+    // The C++ runtime: libstdc++, whose layouts the Rust side mirrors (upstream's objects, as C++
+    // hosts on Linux see them). Linked dynamically, unless TVM_RT_CXX_STATIC names the folder of
+    // a libstdc++.a to link in (the release wheels, built for an old glibc: a newer libstdc++.so
+    // than the oldest systems carry would be asked for otherwise).
+    println!("cargo:rerun-if-env-changed=TVM_RT_CXX_STATIC");
+    match std::env::var("TVM_RT_CXX_STATIC") {
+        Ok(dir) if !dir.is_empty() => {
+            println!("cargo:rerun-if-changed=cxx/static");
+            cc::Build::new()
+                .cpp(true)
+                .file(crate_dir.join("cxx/static/glibc_compat.cc"))
+                .cargo_metadata(false)
+                .compile("tvmrt_glibc_compat");
+            println!("cargo:rustc-link-lib=static:+whole-archive=tvmrt_glibc_compat");
+            // Bundled for the crates linking this one (the tool), and named once more at the end
+            // of the library's own link line: an archive only answers what precedes it.
+            println!("cargo:rustc-link-search=native={dir}");
+            println!("cargo:rustc-link-lib=static=stdc++");
+            println!("cargo:rustc-cdylib-link-arg={dir}/libstdc++.a");
+        }
+        _ => println!("cargo:rustc-link-lib=dylib=stdc++"),
+    }
     println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", crate_dir.join("cxx/exports.map").display());
     println!("cargo:rustc-env=TVM_RT_CXX_ABI={}", if old_abi { "old" } else { "new" });
 }

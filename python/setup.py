@@ -1,6 +1,6 @@
 """Builds the wheel: the runtime library and the `tvmrt` tool from the Rust workspace one level up
 (`cargo build --release`, or prebuilt ones from TVMRT_PREBUILT_DIR), stripped, beside the Python
-package. The package calls the library through ctypes, so one wheel serves every CPython 3.9+
+package. The package calls the library through ctypes, so one wheel serves CPython 3.9 to 3.13
 (free-threaded builds too): its tag is py3-none-<platform>. The version is the workspace's
 (Cargo.toml)."""
 
@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from distutils.command.build_scripts import build_scripts  # setuptools ships distutils
 from pathlib import Path
 from typing import ClassVar
@@ -35,6 +36,11 @@ SONAME = "libtvmrt_runtime.so"
 
 
 def cargo_version() -> str:
+    if not (REPO / "Cargo.toml").is_file():
+        # An sdist alone: its own record of the version (the build then says what it needs).
+        info = HERE / "PKG-INFO"
+        found = re.search(r"^Version:\s*(\S+)", info.read_text(), re.M) if info.is_file() else None
+        return found.group(1) if found else "0+unknown"
     text = (REPO / "Cargo.toml").read_text()
     package = text.split("[package]", 1)[1].split("\n[", 1)[0]
     m = re.search(r'^version\s*=\s*"([^"]+)"', package, re.M)
@@ -58,6 +64,54 @@ def tool(name: str) -> str | None:
     return name if shutil.which(name) else None
 
 
+NO_BUILD = """
+tvmrt: cannot build the runtime library here: {why}.
+
+Two ways to get tvmrt:
+  - a release wheel, which needs nothing else (Linux x86_64 or aarch64, glibc 2.28+, CPython 3.9 to 3.13):
+      pip install tvmrt-<version>-py3-none-manylinux_2_28_<arch>.whl
+  - a build from a clone of the repository (the Rust workspace beside python/), which needs Rust
+    1.82 or later (https://rustup.rs: curl --proto '=https' -sSf https://sh.rustup.rs | sh) and a
+    C and C++ compiler (Debian/Ubuntu: apt-get install build-essential); then
+      pip install ./python          (a few minutes on 2 cores; pip -v shows cargo's progress)
+"""
+
+
+def check_can_build() -> None:
+    """Fails at once, saying what to do, where the library cannot be built (no workspace, as in
+    an sdist alone; no cargo; no C++ compiler), rather than minutes later with a raw error."""
+    if not (REPO / "Cargo.toml").is_file() or not (REPO / "src").is_dir():
+        why = f"the Rust sources are not beside this package ({REPO} holds no Cargo.toml)"
+    elif shutil.which("cargo") is None:
+        why = "cargo (Rust's build tool) is not on PATH"
+    elif not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        why = "no C++ compiler (c++, g++ or clang++) is on PATH"
+    else:
+        return
+    raise SystemExit(NO_BUILD.format(why=why))
+
+
+def run_visibly(cmd: list[str]) -> None:
+    """Runs cargo where its progress can be seen: pip captures a build's output (shown only with
+    -v), so when there is a terminal, cargo writes to it directly."""
+    note = "tvmrt: building the runtime library and the tool with cargo (a few minutes on 2 cores)\n"
+    try:
+        tty = open("/dev/tty", "w")
+    except OSError:
+        tty = None
+    try:
+        if tty is not None and not sys.stderr.isatty():
+            tty.write(note)
+            tty.flush()
+            subprocess.check_call(cmd, cwd=REPO, stderr=tty)
+        else:
+            sys.stderr.write(note)
+            subprocess.check_call(cmd, cwd=REPO)
+    finally:
+        if tty is not None:
+            tty.close()
+
+
 class BuildRust(Command):
     """Builds the runtime library and the tool (or takes them from TVMRT_PREBUILT_DIR)."""
 
@@ -75,10 +129,11 @@ class BuildRust(Command):
         if prebuilt:
             out = Path(prebuilt)
         else:
+            check_can_build()
             cmd = ["cargo", "build", "--release", "-p", "tvm-runtime", "-p", "tvmrt"]
             if target():
                 cmd += ["--target", target()]
-            subprocess.check_call(cmd, cwd=REPO)
+            run_visibly(cmd)
             target_dir = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
             out = target_dir / (target() or "") / "release"
         lib = Path(self.build_lib) / "tvmrt" / "_lib" / LIB_NAME

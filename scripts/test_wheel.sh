@@ -97,4 +97,19 @@ for c in "${combos[@]}"; do
   ran=$((ran + 1))
 done
 [ $ran -gt 0 ] || { echo "no Python to test the wheel with" >&2; exit 1; }
+
+echo "== building from source where it cannot be done: a message saying what to do, at once"
+# No cargo on PATH (a clone on a machine without Rust), then the package's folder alone (an sdist).
+cannot() {  # WHAT DIR: pip must fail within a minute and print our message naming WHAT
+  local log=$out/cannot.log
+  if timeout 120 env PATH=/usr/bin:/bin "$out/build-venv/bin/pip" wheel -q --no-deps "$2" -w "$out/cannot" >"$log" 2>&1; then
+    echo "pip built $2 without $1" >&2; exit 1
+  fi
+  grep -q "cannot build the runtime library here: .*$1" "$log" && grep -q "pip install tvmrt-<version>" "$log" \
+    || { echo "no clear message without $1:" >&2; cat "$log" >&2; exit 1; }
+  echo "   without $1: refused with the routes that work"
+}
+cannot cargo ./python
+rm -rf "$out/python-alone" && cp -r python "$out/python-alone" && rm -rf "$out/python-alone/build"
+cannot "Rust sources" "$out/python-alone"
 echo "== the wheel passed on $ran interpreter(s)"
