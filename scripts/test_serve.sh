@@ -17,16 +17,18 @@ py=$( (command -v pyenv >/dev/null && pyenv prefix 3.11 2>/dev/null | head -1) |
 py=${py:+$py/bin/python3}
 py=${py:-python3}
 venv=target/serve-test/venv
-if [ ! -x $venv/bin/python ] || [ ! -f $venv/.complete ]; then
+if [ ! -x $venv/bin/python ] || [ ! -f $venv/.complete-2 ]; then
   rm -rf $venv
   "$py" -m venv $venv
   $venv/bin/pip install -q --upgrade pip
-  $venv/bin/pip install -q "ray[serve]" requests pytest hypothesis
-  touch $venv/.complete
+  # tritonclient: Triton's own client, unmodified, speaks the Open Inference Protocol to the replicas.
+  $venv/bin/pip install -q "ray[serve]" requests pytest hypothesis "tritonclient[http]"
+  touch $venv/.complete-2
 fi
 $venv/bin/pip install -q --force-reinstall --no-deps "$wheel"
 $venv/bin/pip install -q "$wheel[serve]"
 echo "== Ray Serve on $($venv/bin/python -c 'import ray; print("ray", ray.__version__)'), $(basename "$wheel")"
 (cd target/serve-test && env -u TVMRT_LIBRARY -u PYTHONPATH RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 \
   "$repo/$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests/test_serve.py" \
+  "$repo/python/tests/test_serve_protocol.py" "$repo/python/tests/test_serve_prepared.py" \
   "$repo/python/tests/test_serve_cluster.py")

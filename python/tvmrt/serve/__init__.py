@@ -32,6 +32,15 @@ from ._requests import BadRequest
 from .server import Answer, Build, ModelServer, prepare_builds
 
 
+def _node_cpus() -> list[int]:
+    """The CPUs of each live node of the Ray cluster this driver is connected to."""
+    import ray
+
+    if not ray.is_initialized():
+        return []
+    return [int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")]
+
+
 def deployment(
     builds: Sequence[str] | str,
     *,
@@ -39,6 +48,7 @@ def deployment(
     num_replicas: int | str | None = None,
     autoscaling_config: Mapping[str, Any] | None = None,
     max_ongoing_requests: int | None = None,
+    max_replicas_per_node: int | None = None,
     ray_actor_options: Mapping[str, Any] | None = None,
     server: type[ModelServer] = ModelServer,
     **config: Any,
@@ -46,13 +56,33 @@ def deployment(
     """The Serve application of a model in one call: ``serve.run(tvmrt.serve.deployment([...]))``.
     `config` goes to the replica (:class:`ModelServer`: device, params, max_batch_size,
     batch_wait_timeout_s, concurrency, num_threads, prepared_dir, map_params, max_request_rows,
-    max_body_bytes)."""
+    max_body_bytes, input_specs).
+
+    The default shape is one replica per node, running several requests at once on threads (its
+    runs in flight times its kernel threads fill the node's cores): one process holds Ray's
+    per-process floor, the weights are mapped once per node anyway, and the activation arenas
+    follow the runs in flight. Serve scales it between one replica and one per live node
+    (``max_replicas_per_node=1``); ``num_replicas`` or ``autoscaling_config`` choose otherwise."""
     options: dict[str, Any] = {"name": name}
+    cpus = _node_cpus()
     if autoscaling_config is not None:
         options["autoscaling_config"] = dict(autoscaling_config)
     elif num_replicas is not None:
         options["num_replicas"] = num_replicas
-    concurrency = int(config.get("concurrency", 2))
+    if "num_replicas" not in options and "autoscaling_config" not in options:
+        nodes = max(1, len(cpus))
+        runs = int(config.get("concurrency") or min(cpus or [2]))
+        options["autoscaling_config"] = {
+            "min_replicas": 1,
+            "initial_replicas": nodes,
+            "max_replicas": nodes,
+            # A replica is busy when every run in flight has a request queued behind it.
+            "target_ongoing_requests": 2 * runs,
+        }
+        options["max_replicas_per_node"] = 1
+    if max_replicas_per_node is not None:
+        options["max_replicas_per_node"] = max_replicas_per_node
+    concurrency = int(config.get("concurrency") or max(cpus or [2]))
     largest = int(config.get("max_batch_size") or 8)
     options["max_ongoing_requests"] = max_ongoing_requests or max(16, 2 * largest * concurrency)
     if ray_actor_options is not None:

@@ -18,12 +18,12 @@ import numpy as np
 from ray import serve
 from ray.serve import metrics
 
-from .. import _ffi, _tensors, errors
+from .. import _tensors, errors
 from .._artifacts import PathLike
 from .._cache import default_prepared_dir
 from ..model import Model
 from ..vm import VMModel, locate_vm
-from . import _prepared, _requests
+from . import _prepared, _protocol, _requests
 from ._requests import BadRequest, InputSpec, Limits
 
 logger = logging.getLogger("ray.serve")
@@ -102,6 +102,35 @@ def _plan(builds: Sequence[Build], rows: int) -> list[Build]:
     return best[rows][1]
 
 
+def fill_the_node(concurrency: int | None, num_threads: int | None) -> tuple[int, int]:
+    """Runs in flight and kernel threads per run, the ones not given chosen so that together they
+    fill the CPUs this process may use: a run per CPU with one kernel thread each by default
+    (throughput: no kernel waits for a slower thread of its own), as many runs as fit the kernel
+    threads asked for, as many threads as fit the runs."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    env = os.environ.get("TVM_NUM_THREADS", "")
+    if num_threads is None and env.isdigit() and int(env) > 0:
+        num_threads = int(env)  # the process's own setting, as everywhere in TVM
+    for what, value in (("concurrency", concurrency), ("num_threads", num_threads)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise errors.InvalidValueError(f"{what} {value!r}: a count of at least 1")
+    if concurrency is None and num_threads is None:
+        return cpus, 1
+    if concurrency is None:
+        assert num_threads is not None
+        return max(1, cpus // num_threads), num_threads
+    if num_threads is None:
+        return concurrency, max(1, cpus // concurrency)
+    return concurrency, num_threads
+
+
+def _deployment_name() -> str:
+    try:
+        return str(serve.get_replica_context().deployment)
+    except Exception:  # not in a replica (a test constructing one by hand)
+        return "tvmrt"
+
+
 class ModelServer:
     """A Ray Serve replica of a tvmrt model (decorate it, or a subclass, with
     ``serve.deployment``; :func:`deployment` does).
@@ -117,6 +146,11 @@ class ModelServer:
     ``{"outputs": [...], "build": ...}``, ``.npy`` of the one output, ``.npz`` of ``output_0``...).
     A bad request fails alone (HTTP 400, or 413 past ``max_request_rows`` or ``max_body_bytes``,
     with the message); a failed run fails the requests of its batch.
+
+    The same route also speaks the Open Inference Protocol (KServe v2) under ``/v2`` (health,
+    server and model metadata, infer with JSON or binary tensors): the model's name there is the
+    deployment's. :meth:`preprocess` sees its inputs too; its answers are the model's outputs
+    (:meth:`postprocess` shapes this server's own forms only).
     """
 
     def __init__(
@@ -127,7 +161,7 @@ class ModelServer:
         params: Any = None,
         max_batch_size: int | None = None,
         batch_wait_timeout_s: float = 0.0,
-        concurrency: int = 2,
+        concurrency: int | None = None,
         num_threads: int | None = None,
         prepared_dir: str | None = None,
         map_params: bool = True,
@@ -141,7 +175,12 @@ class ModelServer:
         paths = [builds] if isinstance(builds, (str, os.PathLike)) else list(builds)
         if not paths:
             raise errors.InvalidValueError("no build to serve")
+        concurrency, num_threads = fill_the_node(concurrency, num_threads)
+        self.concurrency, self.num_threads = concurrency, num_threads
         self.node_id = ray.get_runtime_context().get_node_id()
+        #: The model's name in the Open Inference Protocol: the deployment's.
+        self.protocol_name = _deployment_name()
+        self._protocol_meta: _protocol.ModelMeta | None = None
         self.vm: VMModel | None = None
         if locate_vm(paths[0]) is not None:
             self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs)
@@ -191,7 +230,7 @@ class ModelServer:
         )(self._run_batch)
         self._metrics()
         logger.info(
-            "tvmrt: %d build(s) (batch %s) on %s, weights %s, arena pool of %d",
+            "tvmrt: %d build(s) (batch %s) on %s, weights %s, %d runs in flight of %d kernel thread(s)",
             len(self.builds),
             ",".join(str(b.batch) for b in self.builds),
             first.device,
@@ -199,6 +238,7 @@ class ModelServer:
             if self.prepared
             else "loaded",
             concurrency,
+            num_threads,
         )
 
     def _init_vm(
@@ -310,7 +350,8 @@ class ModelServer:
             "prepared": str(self.prepared) if self.prepared else None,
             "made_prepared": self.made_prepared,
             "builds": {b.name: b.batch for b in self.builds} if self.vm is None else {"vm": 0},
-            "kernel_threads": _ffi.global_function("runtime.NumThreads")(),
+            "runs_in_flight": self.concurrency,
+            "kernel_threads": self.num_threads,
             "memory": self.builds[0].model.memory_usage() if self.vm is None else self.vm.memory_usage(),
         }
 
@@ -487,9 +528,93 @@ class ModelServer:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def _output_names(self, count: int) -> list[str]:
+        if self.vm is None:
+            return [t.name for t in self.builds[0].model.outputs]
+        return [f"output_{i}" for i in range(count)]
+
+    def protocol_metadata(self) -> _protocol.ModelMeta:
+        """The model as the protocol describes it: -1 along the rows and along the axes the builds
+        vary (a Relay VM model: along the axes its input_specs leave open)."""
+        if self._protocol_meta is not None:
+            return self._protocol_meta
+        if self.vm is not None:
+            inputs = [
+                _protocol.TensorMeta(
+                    t.name,
+                    _protocol.datatype_of(_tensors.np_dtype(t.dtype) if t.dtype else None),
+                    [-1 if d is None or d < 0 else d for d in t.shape] if t.shape is not None else [-1],
+                )
+                for t in self.vm.inputs
+            ]
+            meta = _protocol.ModelMeta(self.protocol_name, "tvm_relay_vm", inputs, [])
+        else:
+            inputs = [
+                _protocol.TensorMeta(
+                    n,
+                    _protocol.datatype_of(spec.dtype),
+                    [-1] + [-1 if a in spec.varying else d for a, d in enumerate(spec.row_shapes[0])],
+                )
+                for n, spec in self.specs.items()
+            ]
+            outputs = []
+            for k, t in enumerate(self.builds[0].model.outputs):
+                shapes = {tuple(b.model.outputs[k].shape[1:]) for b in self.builds}
+                first = next(iter(shapes))
+                same = [all(len(s) == len(first) and s[a] == first[a] for s in shapes) for a in range(len(first))]
+                outputs.append(
+                    _protocol.TensorMeta(
+                        t.name,
+                        _protocol.datatype_of(_tensors.np_dtype(t.dtype)),
+                        [-1] + [d if same[a] else -1 for a, d in enumerate(first)],
+                    )
+                )
+            meta = _protocol.ModelMeta(self.protocol_name, "tvm_graph_executor", inputs, outputs)
+        self._protocol_meta = meta
+        return meta
+
+    async def _protocol(self, request: Any, r: _protocol.Route) -> Any:
+        """An Open Inference Protocol request (see :mod:`._protocol`)."""
+        from starlette.responses import JSONResponse, Response
+
+        from .. import __version__
+
+        if r.kind in ("live", "ready"):
+            return Response(status_code=200)
+        if r.kind == "server":
+            return JSONResponse({"name": "tvmrt", "version": __version__, "extensions": ["binary_tensor_data"]})
+        meta = self.protocol_metadata()
+        meta.check(r)
+        if r.kind == "model":
+            return JSONResponse(meta.as_json())
+        if r.kind == "model_ready":
+            return Response(status_code=200)
+        body = await self._body(request)
+        req = _protocol.read_infer(body, request.headers.get(_protocol.HEADER_LENGTH), self.limits)
+        answer: Answer = await self.infer(self.preprocess(req.inputs), details=True)
+        names = self._output_names(len(answer.outputs))
+        data, headers = _protocol.write_infer(meta.name, r.version or meta.versions[0], req, names, answer.outputs)
+        headers.update(self._where(answer))
+        return Response(data, headers=headers)
+
     async def _http(self, request: Any) -> Any:
         from starlette.responses import JSONResponse, Response
 
+        path = request.url.path
+        root = request.scope.get("root_path", "")
+        relative = path[len(root) :] if root and path.startswith(root) else path
+        try:
+            r = _protocol.route(request.method, relative)
+            if r is None and not relative.startswith("/v2") and "/v2" in path.split("?")[0]:
+                r = _protocol.route(request.method, path[path.index("/v2") :])
+            if r is not None:
+                return await self._protocol(request, r)
+        except BadRequest as e:
+            return Response(_protocol.error(str(e)), status_code=e.status, media_type="application/json")
+        except errors.RuntimeFailure as e:
+            return Response(_protocol.error(str(e)), status_code=500, media_type="application/json")
+        except (errors.TVMRTError, ValueError, TypeError, KeyError, RecursionError) as e:
+            return Response(_protocol.error(str(e)), status_code=400, media_type="application/json")
         kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
         try:
             body = await self._body(request)
