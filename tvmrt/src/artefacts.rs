@@ -36,7 +36,8 @@ pub fn library(dir: &Path) -> Result<PathBuf> {
     match so.as_slice() {
         [one] => Ok(one.clone()),
         _ => {
-            let listed: Vec<String> = so.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+            let listed: Vec<String> =
+                so.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
             Err(Error::value(format!(
                 "no operator library in {}: no {} and {} other .so files{} (--lib names one)",
                 dir.display(),

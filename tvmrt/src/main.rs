@@ -58,12 +58,14 @@ enum Command {
     /// Write the model's weights with what its weight-only operators derive from them, stamped
     /// with the graph, the library and the weights: `run MODEL --params OUT --map-params` (and
     /// `load_params_from_file` in a host) then compute nothing at load
-    #[command(after_help = "The weights come from --params, else the model folder's params file, else the weights the library \
+    #[command(
+        after_help = "The weights come from --params, else the model folder's params file, else the weights the library \
                             carries. A prepared file serves the build it was made for: another build of the model \
                             (another batch size or sequence length) loads it as the plain params it also is and \
                             derives its own weights (its report says so), and a file whose weights were edited since \
                             is loaded the same way. Prepare one file per build that should load with nothing \
-                            computed. Upstream's runtime loads a prepared file as plain params.")]
+                            computed. Upstream's runtime loads a prepared file as plain params."
+    )]
     PrepareParams(PrepareArgs),
     /// Serve TVM's RPC on this runtime, as upstream's `tvm_rpc server`: hosts with TVM upload,
     /// run, time and profile models here (`tvm.rpc.connect`, a tracker, `tvmc --rpc-key`)

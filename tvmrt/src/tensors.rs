@@ -139,9 +139,12 @@ pub fn write_npy(t: &HostTensor, w: impl Write) -> Result<()> {
 /// or `FILE@int64` for a one-dimensional array of the file's length), else the model's own.
 pub type Like<'a> = Option<(DLDataType, &'a [i64])>;
 
+/// A layout written after a file name: its dtype, and its shape when given.
+type Layout = (DLDataType, Option<Vec<i64>>);
+
 /// `FILE[@DTYPE[SHAPE]]` split: the path, and the layout written after it, if any. A name whose
 /// part after the last `@` is no layout is a path with `@` in it.
-fn split_layout(spec: &str) -> Result<(&str, Option<(DLDataType, Option<Vec<i64>>)>)> {
+fn split_layout(spec: &str) -> Result<(&str, Option<Layout>)> {
     let Some((path, layout)) = spec.rsplit_once('@') else { return Ok((spec, None)) };
     let (dtype, shape) = match layout.split_once('[') {
         Some((d, rest)) => (d, Some(rest)),
