@@ -1,8 +1,10 @@
-"""Ray Serve on this machine: ResNet-18 served by tvmrt.serve (builds for batch 1, 2, 4 and 8,
-with and without batching) and the usual way (TVM's Python on upstream's runtime, each replica
-loading its own model), 4 replicas, 16 clients at once, sides alternated round by round. Prints
-the node's memory (the sum of the replica processes' PSS), requests per second and p50/p99
-latency. Run by bench/serve_bench.sh (which sets up the venv and the models).
+"""Ray Serve on this machine: ResNet-18 (the batch-1 build, unbound params) served by tvmrt.serve in
+several shapes of replicas x runs in flight (one kernel thread per run): 1 x 4, 2 x 2, 4 x 1, and
+the default shape (one replica filling the node), against the usual way (TVM's Python on
+upstream's runtime, 4 replicas each loading its own model, one request at a time); 16 clients at
+once, sides alternated round by round. Prints the node's memory (the sum of the replica processes'
+PSS), requests per second and p50/p99 latency. Run by bench/serve_bench.sh (which sets up the venv
+and the models).
 
   python serve_bench.py MODELS_DIR UPSTREAM_LIB_DIR TVM_WHEEL_DIR [ROUNDS] [SECONDS]
 """
@@ -67,11 +69,19 @@ def pss_mb(pid: int) -> float:
     raise RuntimeError(f"no Pss for {pid}")
 
 
-def pids(handle, usual: bool) -> set[int]:
+def replica_count(name: str) -> int:
+    """How many replicas a side's name says it runs (the default shape: one, on one node)."""
+    for n in (4, 2):
+        if f"{n} replicas" in name:
+            return n
+    return 1
+
+
+def pids(handle, usual: bool, want: int = REPLICAS) -> set[int]:
     """The replicas' processes (asked until each has answered)."""
     found: set[int] = set()
     deadline = time.time() + 120
-    while len(found) < REPLICAS and time.time() < deadline:
+    while len(found) < want and time.time() < deadline:
         found.add(handle.pid.remote().result() if usual else handle.stats.remote().result()["pid"])
     return found
 
@@ -113,8 +123,7 @@ def main() -> None:
     models, upstream, wheel_dir = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
     seconds = float(sys.argv[5]) if len(sys.argv) > 5 else 20.0
-    builds = [str(models / f"resnet18_unbound_b{b}") for b in (1, 2, 4, 8)]
-    builds[0] = str(models / "resnet18_unbound")
+    b1 = str(models / "resnet18_unbound")
     prepared = tempfile.mkdtemp(prefix="tvmrt-bench-prepared-")
     env = {"TVM_NUM_THREADS": "1"}
     usual_env = dict(env, TVM_FFI="ctypes", TVM_USE_RUNTIME_LIB="1", TVM_LIBRARY_PATH=upstream, PYTHONPATH=wheel_dir)
@@ -122,23 +131,37 @@ def main() -> None:
     serve.start(http_options={"host": "127.0.0.1", "port": 18200})
     import tvmrt.serve
 
-    actor = {"num_cpus": 0.5, "runtime_env": {"env_vars": env}}
+    def shape(replicas: int, runs: int):
+        return lambda: tvmrt.serve.deployment(
+            b1,
+            name="bench",
+            num_replicas=replicas,
+            concurrency=runs,
+            num_threads=1,
+            max_batch_size=1,
+            prepared_dir=prepared,
+            ray_actor_options={"num_cpus": 2 / replicas},
+        )
+
     sides = {
-        "tvmrt, batching (builds 1/2/4/8)": lambda: tvmrt.serve.deployment(
-            builds, name="bench", num_replicas=REPLICAS, max_batch_size=8,
-            concurrency=1, prepared_dir=prepared, ray_actor_options=actor,
+        "tvmrt, 1 replica x 4 runs in flight": shape(1, 4),
+        "tvmrt, 2 replicas x 2 runs": shape(2, 2),
+        "tvmrt, 4 replicas x 1 run": shape(4, 1),
+        "tvmrt, the default shape (1 replica x 2 runs here)": lambda: tvmrt.serve.deployment(
+            b1, name="bench", max_batch_size=1, prepared_dir=prepared
         ),
-        "tvmrt, no batching (build 1)": lambda: tvmrt.serve.deployment(
-            builds[:1], name="bench", num_replicas=REPLICAS, max_batch_size=1, concurrency=1,
-            prepared_dir=prepared, ray_actor_options=actor,
-        ),
-        "usual: TVM's Python, upstream's runtime": lambda: UsualTVM.options(
-            name="bench", num_replicas=REPLICAS, max_ongoing_requests=8,
+        "usual: TVM's Python, upstream's runtime, 4 replicas": lambda: UsualTVM.options(
+            name="bench",
+            num_replicas=REPLICAS,
+            max_ongoing_requests=8,
             ray_actor_options={"num_cpus": 0.5, "runtime_env": {"env_vars": usual_env}},
-        ).bind(builds[0]),
+        ).bind(b1),
     }
-    empty = serve.run(Empty.options(num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0.5}).bind(), name="bench",
-                      route_prefix="/bench")
+    empty = serve.run(
+        Empty.options(num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0.5}).bind(),
+        name="bench",
+        route_prefix="/bench",
+    )
     floor = sum(pss_mb(p) for p in pids(empty, usual=True))
     serve.delete("bench")
     print(f"{REPLICAS} empty replicas (Ray and Python alone): {floor:.0f} MB", flush=True)
@@ -146,29 +169,31 @@ def main() -> None:
     for r in range(rounds):
         for name, make in sides.items():
             handle = serve.run(make(), name="bench", route_prefix="/bench")
-            replica_pids = pids(handle, usual=name.startswith("usual"))
+            usual = name.startswith("usual")
+            replica_pids = pids(handle, usual, want=REPLICAS if usual else replica_count(name))
             rps, p50, p99, errors = load(handle, seconds)
             node_mb = sum(pss_mb(p) for p in replica_pids)
             results[name].append((node_mb, rps, p50, p99, errors))
-            print(f"round {r + 1}: {name}: {node_mb:.0f} MB, {rps:.1f} req/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms,"
-                  f" {errors} errors", flush=True)
+            print(
+                f"round {r + 1}: {name}: {node_mb:.0f} MB, {rps:.1f} req/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms,"
+                f" {errors} errors",
+                flush=True,
+            )
             serve.delete("bench")
     print()
-    print(f"| {REPLICAS} replicas, {CLIENTS} clients | node memory (sum of PSS), MB | requests/s | p50, ms | p99, ms |")
-    print("|---|---|---|---|---|")
+    print(f"| {CLIENTS} clients, ResNet-18 b1 | node memory (PSS sum), MB | requests/s | p50, ms | p99, ms | errors |")
+    print("|---|---|---|---|---|---|")
     med = {k: [statistics.median(col) for col in zip(*v)] for k, v in results.items()}
     for name, (mb, rps, p50, p99, _errors) in med.items():
-        print(f"| {name} | {mb:.0f} | {rps:.1f} | {p50:.1f} | {p99:.1f} |")
-    keys = list(med)
-    ours, nob, usual = med[keys[0]], med[keys[1]], med[keys[2]]
-    print(f"\nabove {REPLICAS} empty replicas ({floor:.0f} MB): tvmrt batching {ours[0] - floor:.0f} MB, "
-          f"no batching {nob[0] - floor:.0f} MB, usual {usual[0] - floor:.0f} MB: "
-          f"{(ours[0] - floor) / (usual[0] - floor):.2f}x and "
-          f"{(nob[0] - floor) / (usual[0] - floor):.2f}x the usual way's")
-    print(f"node memory: tvmrt {ours[0] / usual[0]:.2f}x the usual way's ({nob[0] / usual[0]:.2f}x without the "
-          f"batch builds); throughput: batching "
-          f"{ours[1] / usual[1]:.2f}x the usual way's, {ours[1] / nob[1]:.2f}x no batching; p99: "
-          f"{ours[3] / usual[3]:.2f}x the usual way's")
+        print(
+            f"| {name} | {mb:.0f} ({min(x[0] for x in results[name]):.0f}-{max(x[0] for x in results[name]):.0f}) "
+            f"| {rps:.1f} ({min(x[1] for x in results[name]):.1f}-{max(x[1] for x in results[name]):.1f}) "
+            f"| {p50:.1f} | {p99:.1f} | {sum(x[4] for x in results[name])} |"
+        )
+    usual = med[list(med)[-1]]
+    print(f"\nagainst the usual way (4 replicas), {floor:.0f} MB of it being {REPLICAS} empty replicas:")
+    for name, (mb, rps, _p50, p99, _e) in list(med.items())[:-1]:
+        print(f"- {name}: memory {mb / usual[0]:.2f}x, throughput {rps / usual[1]:.2f}x, p99 {p99 / usual[3]:.2f}x")
     serve.shutdown()
     ray.shutdown()
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Ray Serve: ResNet-18 by tvmrt.serve (builds for batch 1, 2, 4, 8) against the usual way (TVM's
-# Python on upstream's runtime v0.16, each replica loading its model): 4 replicas, 16 clients, node
+# Ray Serve: ResNet-18 by tvmrt.serve in shapes of replicas x runs in flight against the usual way (TVM's
+# Python on upstream's runtime v0.16, each of 4 replicas loading its model): 16 clients, node
 # memory (sum of the replicas' PSS), requests/s, p50/p99 (bench/serve_bench.py).
 # usage: bench/serve_bench.sh [ROUNDS] [SECONDS]
 set -euo pipefail
@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 eval "$(scripts/tvm_env.sh)"
 upstream=${TVM_UPSTREAM_SHARED:-$PWD/../shared/upstream}
 need=()
-for m in resnet18_unbound resnet18_unbound_b2 resnet18_unbound_b4 resnet18_unbound_b8; do
+for m in resnet18_unbound; do
   [ -f target/bench-models/$m/lib.so ] || need+=($m)
 done
 [ ${#need[@]} -eq 0 ] || scripts/make_fixtures.sh --bench --only "$(IFS=,; echo "${need[*]}")"
