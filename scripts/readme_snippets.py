@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Runs the README's snippets as written, from the repository's root.
+"""Runs the snippets of the README, the docs pages and the package's README as written, from the
+repository's root, page after page in the order a reader follows them (a later page may use what
+an earlier one made: docs/compile.md's model, python/README.md's venv).
 
 A fenced block right after a line naming a file in bold code (**`FILE`**, what a reader sees as
 its name) is written to FILE; one after `<!-- snippet: run -->` (or `<!-- snippet: run, expect:
@@ -7,6 +9,7 @@ TEXT -->`) runs in bash, stops at the first failing command, and must print TEXT
 files the snippets create are removed after; the script refuses to start where one of them exists
 already (it is not ours to overwrite).
 """
+import glob
 import os
 import re
 import shutil
@@ -18,14 +21,39 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = re.compile(
     r"(?:<!-- snippet: (run)(?:, expect: (.*?))? -->|\*\*`([^`\n]+)`\*\*)\n```[a-z]*\n(.*?)```", re.S)
 # What the run snippets leave besides the files written (the programs they build).
-BUILT = ["app", "my_model", ".venv-tvmrt"]
+BUILT = ["app", "my_model", ".venv-tvmrt", "my_vm_model", "rows5.npy"]
+# The pages, in reading order; any other page with a snippet is an error (it would never run).
+PAGES = [
+    "README.md",
+    "docs/compile.md",
+    "docs/tool.md",
+    "docs/c.md",
+    "docs/cpp.md",
+    "docs/memory.md",
+    "docs/tvm-python.md",
+    "docs/dynamic-shapes.md",
+    "python/README.md",
+    "docs/serving.md",
+    "docs/opencl.md",
+    "docs/profiling.md",
+    "docs/platforms.md",
+]
 # The files the README's tvmrt examples write (tvmrt/tests/readme.rs runs them elsewhere; a reader
 # running them here gets these, which .gitignore lists).
 
 
 def main():
-    readme = open(os.path.join(REPO, "README.md")).read()
-    snippets = [(run or name, expect, body) for run, expect, name, body in MARK.findall(readme)]
+    snippets = []
+    for page in PAGES:
+        text = open(os.path.join(REPO, page)).read()
+        snippets += [(run or name, expect, body) for run, expect, name, body in MARK.findall(text)]
+    stray = [
+        os.path.relpath(p, REPO)
+        for p in glob.glob(os.path.join(REPO, "docs", "*.md"))
+        if os.path.relpath(p, REPO) not in PAGES and MARK.search(open(p).read())
+    ]
+    if stray:
+        sys.exit(f"readme snippets: {', '.join(stray)} hold snippets but are not in PAGES")
     files = [name for name, _, _ in snippets if name != "run"]
     clash = [f for f in files + BUILT if os.path.exists(os.path.join(REPO, f))]
     if clash:

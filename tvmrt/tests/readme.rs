@@ -1,5 +1,5 @@
-//! Every `$ tvmrt ...` command the README shows runs as written, from the repository's top folder,
-//! and prints what the README shows: exactly, except for timings (numbers on the `load`, `run`,
+//! Every `$ tvmrt ...` command docs/tool.md shows runs as written, from the repository's top folder,
+//! and prints what the page shows: exactly, except for timings (numbers on the `load`, `run`,
 //! `sum of operators` lines and every number of a profile) and the order of lines (two operators
 //! of almost equal time may swap).
 
@@ -10,7 +10,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// `(command, expected output lines)` for every `$ tvmrt` line in the README's code blocks.
+/// `(command, expected output lines)` for every `$ tvmrt` line in docs/tool.md's code blocks.
 fn examples(readme: &str) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     let (mut in_block, mut current) = (false, None);
@@ -76,7 +76,7 @@ fn normalise(line: &str, profile: bool) -> String {
 
 #[test]
 fn every_tvmrt_command_in_the_readme_runs_as_shown() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo().join("docs/tool.md")).unwrap();
     let examples = examples(&readme);
     assert!(examples.len() >= 7, "only {} examples found", examples.len());
     // A scratch folder standing in for a fresh clone: the fixtures, and room for the files written.
@@ -101,7 +101,7 @@ fn every_tvmrt_command_in_the_readme_runs_as_shown() {
         let (mut g, mut w) = (got.clone(), want.clone());
         g.sort();
         w.sort();
-        assert_eq!(g, w, "{cmd}\n--- README shows:\n{}\n--- it prints:\n{}", want.join("\n"), got.join("\n"));
+        assert_eq!(g, w, "{cmd}\n--- docs/tool.md shows:\n{}\n--- it prints:\n{}", want.join("\n"), got.join("\n"));
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
