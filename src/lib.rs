@@ -56,8 +56,8 @@
 //!   `src/rpc/fd.rs` (a socket a host hands over);
 //! - devices: `src/device/` (each device's API over its own library, whose handles only that
 //!   device's module interprets);
-//! - threads and the allocator: `src/backend/thread_pool/`, `src/backend/affinity.rs`,
-//!   `src/backend/mod.rs`, `src/backend/fork.rs` (what a forked child cannot inherit).
+//! - threads: `src/backend/thread_pool/`, `src/backend/affinity.rs`, `src/backend/fork.rs` (what a
+//!   forked child cannot inherit); the C allocator's free pages given back: `src/host_memory.rs`.
 //!
 //! The formats, planning, the executor's layout and factories, parameters and the registry are
 //! `#![forbid(unsafe_code)]`.

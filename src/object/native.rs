@@ -63,8 +63,14 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicI32;
 
-    unsafe extern "C" fn first(_: *mut ObjectHeader) {}
-    unsafe extern "C" fn second(_: *mut ObjectHeader) {}
+    // Bodies of their own: identical empty functions may be folded into one address (release
+    // builds), and the test needs two deleters.
+    unsafe extern "C" fn first(_: *mut ObjectHeader) {
+        std::hint::black_box(1);
+    }
+    unsafe extern "C" fn second(_: *mut ObjectHeader) {
+        std::hint::black_box(2);
+    }
 
     #[test]
     fn a_deleter_is_noted_once_and_an_index_has_one_type() {
