@@ -52,3 +52,72 @@ fn linked_params_from_lookup_linked_param_are_used_in_place() {
     let usage = ex.memory_usage();
     assert!(usage.weights_shared > 0 && usage.weights_owned == 128 * 784 * 4, "{usage:?}");
 }
+
+/// `tvmrt.run_into`, the request in one call: every input set (by name or index), the run, the
+/// outputs copied into the caller's tensors (all of them, or the first few), the answers
+/// upstream's; a count that does not add up is refused before anything is set.
+#[test]
+fn run_into_sets_runs_and_copies_out_in_one_call() {
+    use tvm_runtime::tensor::NDArray;
+    let f = Fixture::load("multi_io");
+    let lib = f.load_lib();
+    let m = f.executor_from_factory(&lib);
+    let inputs: Vec<_> =
+        f.inputs.iter().map(|t| NDArray::from_bytes(&t.shape, t.dtype, &t.data).unwrap()).collect();
+    let outputs: Vec<_> = f
+        .outputs
+        .iter()
+        .map(|t| NDArray::empty(&t.shape, t.dtype, tvm_runtime::dlpack::DLDevice::CPU).unwrap())
+        .collect();
+    call(&m, "tvmrt.run_into", |a| {
+        a.int(f.inputs.len() as i64);
+        for (k, (t, arr)) in f.inputs.iter().zip(&inputs).enumerate() {
+            // Names and indices both.
+            if k % 2 == 0 {
+                a.str(&t.name);
+            } else {
+                a.int(exec(&m).plan().input_index(&t.name).unwrap() as i64);
+            }
+            a.object(arr.clone().into_any());
+        }
+        for o in &outputs {
+            a.object(o.clone().into_any());
+        }
+    })
+    .unwrap();
+    for (k, (o, want)) in outputs.iter().zip(&f.outputs).enumerate() {
+        assert_eq!(o.to_vec(), want.data, "output {k}");
+    }
+    // The first two outputs only, into fresh tensors.
+    let two: Vec<_> = outputs[..2].iter().map(|o| NDArray::empty(o.shape(), o.dtype(), o.device()).unwrap()).collect();
+    call(&m, "tvmrt.run_into", |a| {
+        a.int(0);
+        for o in &two {
+            a.object(o.clone().into_any());
+        }
+    })
+    .unwrap();
+    assert_eq!(two[1].to_vec(), f.outputs[1].data);
+    // Counts that do not add up, an unknown name, too many outputs: refused, saying which.
+    let err = |build: &dyn Fn(&mut tvm_runtime::packed::ArgsBuilder)| call(&m, "tvmrt.run_into", |a| build(a)).unwrap_err().to_string();
+    assert!(err(&|a| {
+        a.int(2);
+        a.str("x");
+    })
+    .contains("n = 2 with 2 arguments"));
+    assert!(err(&|a| {
+        a.int(-1);
+    })
+    .contains("n = -1"));
+    assert!(err(&|a| {
+        a.int(1).str("no_such_input").object(inputs[0].clone().into_any());
+    })
+    .contains("no_such_input"));
+    let many = err(&|a| {
+        a.int(0);
+        for _ in 0..8 {
+            a.object(outputs[0].clone().into_any());
+        }
+    });
+    assert!(many.contains("8 output tensors given: the graph has 7"), "{many}");
+}

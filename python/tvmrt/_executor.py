@@ -42,7 +42,7 @@ class Slot:
     def put(self, arr: np.ndarray) -> None:
         """Calls with `arr` (of this slot's shape and dtype, contiguous) as the tensor; `arr` is
         the caller's, alive for the whole call."""
-        self.tensor.data = arr.ctypes.data
+        self.tensor.data = _tensors.address(arr)
         try:
             self.call()
         finally:
@@ -54,9 +54,11 @@ class Executor:
 
     __slots__ = (
         "__weakref__",
+        "_fused",
         "_get_input",
         "_get_output",
         "_run",
+        "_run_into",
         "_set",
         "inputs",
         "model",
@@ -80,6 +82,9 @@ class Executor:
             fn("get_input"),
         )
         self.run_call = _ffi.PreparedCall(self._run, [])
+        self._run_into = fn("tvmrt.run_into")
+        # Prepared one-call requests, by the inputs they set (usually one: every data input).
+        self._fused: dict[tuple[int, ...], _ffi.PreparedCall] = {}
         self.inputs = [Slot(self._set, i, t) for i, t in enumerate(model._all_inputs)]
         self.outputs = [Slot(self._get_output, i, t) for i, t in enumerate(model.outputs)]
         # The data inputs not set yet: a run before every one was set is refused.
@@ -111,6 +116,47 @@ class Executor:
             raise errors.InvalidKeyError(f"inputs never set: {', '.join(missing)}")
         self.run_call()
 
+    def fused(self, indices: tuple[int, ...]) -> _ffi.PreparedCall:
+        """``tvmrt.run_into`` prepared for the inputs `indices` and every output, over the slots'
+        tensors: a request is then one call into the library."""
+        call = self._fused.get(indices)
+        if call is None:
+            n_out = len(self.outputs)
+            codes = [_ffi.INT] + [_ffi.INT, _ffi.DLTENSOR] * len(indices) + [_ffi.DLTENSOR] * n_out
+            call = _ffi.PreparedCall(self._run_into, codes)
+            call.values[0].v_int64 = len(indices)
+            for k, i in enumerate(indices):
+                call.values[1 + 2 * k].v_int64 = i
+                call.values[2 + 2 * k].v_handle = ctypes.addressof(self.inputs[i].tensor)
+            for k, slot in enumerate(self.outputs):
+                call.values[1 + 2 * len(indices) + k].v_handle = ctypes.addressof(slot.tensor)
+            self._fused[indices] = call
+        return call
+
+    def run_into(self, arrays: dict[int, np.ndarray]) -> list[np.ndarray]:
+        """Sets the inputs `arrays` (by index; each of its slot's shape and dtype, contiguous),
+        runs, and returns every output, copied out: one call into the library. Every array is
+        alive for the whole call."""
+        missing = self.unset.difference(arrays)
+        if missing:
+            names = [self.model._all_inputs[i].name for i in sorted(missing)]
+            raise errors.InvalidKeyError(f"inputs never set: {', '.join(names)}")
+        call = self.fused(tuple(arrays))
+        outs = [np.empty(slot.shape, dtype=slot.dtype) for slot in self.outputs]
+        try:
+            for i, arr in arrays.items():
+                self.inputs[i].tensor.data = _tensors.address(arr)
+            for slot, out in zip(self.outputs, outs):
+                slot.tensor.data = _tensors.address(out)
+            call()
+        finally:
+            for i in arrays:
+                self.inputs[i].tensor.data = None
+            for slot in self.outputs:
+                slot.tensor.data = None
+        self.unset.difference_update(arrays)
+        return outs
+
     def output(self, index: int, copy: bool = True) -> np.ndarray:
         slot = self.outputs[index]
         if copy or self.model.device.type != _ffi.CPU:
@@ -128,7 +174,7 @@ class Executor:
         out = np.empty(info.shape, dtype=_tensors.np_dtype(info.dtype))
         handle = self._get_input(index)
         lb = _ffi.lib()
-        lb.check(lb.cdll.TVMArrayCopyToBytes(ctypes.c_void_p(handle.value), out.ctypes.data, out.nbytes))
+        lb.check(lb.cdll.TVMArrayCopyToBytes(ctypes.c_void_p(handle.value), _tensors.address(out), out.nbytes))
         return out
 
     def memory_usage(self) -> dict[str, Any]:

@@ -58,6 +58,19 @@ def dl_dtype(dtype: np.dtype) -> DLDataType:
     return DLDataType(code, dtype.itemsize * 8, 1)
 
 
+def address(arr: np.ndarray) -> int:
+    """The address of `arr`'s first byte, the cheapest way numpy allows: through the buffer of a
+    writable array (a third of ``arr.ctypes.data``'s cost), else its array interface. The caller
+    keeps `arr` alive while the address is used."""
+    if arr.flags.writeable and arr.size:
+        try:
+            return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+        except (ValueError, TypeError, BufferError):  # a dtype the buffer protocol has no code for
+            pass
+    addr: int = arr.__array_interface__["data"][0]
+    return addr
+
+
 def np_dtype(name: str) -> np.dtype:
     """The numpy dtype of a TVM dtype name (``bfloat16`` through ml_dtypes)."""
     if name in ("bool", "uint1"):
@@ -164,7 +177,7 @@ class TensorView:
         self.array = array
         self.shape = shape_tuple(array.shape)
         t = DLTensor()
-        t.data = array.ctypes.data
+        t.data = address(array)
         t.device = DLDevice(CPU, 0)
         t.ndim = array.ndim
         t.dtype = dl_dtype(array.dtype)

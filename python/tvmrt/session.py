@@ -173,7 +173,29 @@ class Session:
         """Sets the inputs given (others keep what was set before), runs, and returns the outputs
         (see :meth:`Model.run` for the forms the inputs may take)."""
         ex = self._ex()
-        given, wanted = feeds(self._model, args, named)
+        # Inputs by keyword, the usual call, need no sorting out.
+        given, wanted = (named, None) if not args else feeds(self._model, args, named)
+        if copy and given:
+            # One call into the library for the whole request, when every input given is of its
+            # slot's shape (another shape goes the long way, to the runtime's own refusal).
+            arrays: dict[int, np.ndarray] = {}
+            by_name = self._model._input_indices
+            for k, v in given.items():
+                i = by_name.get(k) if isinstance(k, str) else None
+                if i is None:
+                    i = self._model._input_index(k)
+                slot = ex.inputs[i]
+                # An array already as the input takes it (exactly its class: a masked array is
+                # not; its dtype equal to the slot's, so in native byte order), else the rules.
+                if type(v) is np.ndarray and v.dtype == slot.dtype and v.flags.c_contiguous:
+                    arrays[i] = v
+                else:
+                    arrays[i] = _tensors.as_input(v, slot.dtype, slot.name, cast)
+                if arrays[i].shape != slot.shape:
+                    break
+            else:
+                outs = ex.run_into(arrays)
+                return outs if wanted is None else [outs[i] for i in wanted]
         for k, v in given.items():
             ex.set_input(k, v, cast)
         ex.run()

@@ -32,6 +32,7 @@ pub const NAMES: &[&str] = &[
     "set_strict_inputs",
     "prepare_params",
     "set_num_threads",
+    "tvmrt.run_into",
 ];
 
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
@@ -142,6 +143,7 @@ pub fn get(this: &ObjRef<Module>, name: &str) -> Option<ObjRef<PackedFunc>> {
         "get_output_info" => wrap(this, |ex, _| Ok(output_info(ex).into()), "get_output_info"),
         "run" => wrap(this, |ex, _| ex.run().map(Into::into), "run"),
         "run_from_inputs" => wrap(this, run_from_inputs, "run_from_inputs"),
+        "tvmrt.run_into" => wrap(this, run_into, "tvmrt.run_into"),
         "load_params" => wrap(this, |ex, a| ex.load_params(a.bytes(0)?).map(Into::into), "load_params"),
         "load_params_from_file" => wrap(
             this,
@@ -276,6 +278,33 @@ fn set_input(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
         return ex.set_input_bytes(i, a.bytes(1)?).map(Into::into);
     }
     ex.set_input(i, a.tensor(1)?).map(Into::into)
+}
+
+/// This runtime's request in one call, for hosts whose every call costs (Python's ctypes):
+/// `(n, [input key, tensor] * n, output tensors...)` sets the n inputs as `set_input` does, runs,
+/// and copies output k into the k-th output tensor given (as `get_output(k, tensor)`; fewer
+/// tensors than outputs copy the first ones). The same checks as those calls, in that order.
+fn run_into(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
+    let n = a.int(0)?;
+    let n = usize::try_from(n).ok().filter(|&n| 1 + 2 * n <= a.len()).ok_or_else(|| {
+        Error::type_err(format!(
+            "takes (n, [input key, tensor] * n, output tensors...): n = {n} with {} arguments",
+            a.len()
+        ))
+    })?;
+    let outputs = a.len() - (1 + 2 * n);
+    if outputs > ex.plan.num_outputs() {
+        return Err(Error::index(format!("{outputs} output tensors given: the graph has {}", ex.plan.num_outputs())));
+    }
+    for k in 0..n {
+        let i = ex.input_index(key(a, 1 + 2 * k)?)?;
+        ex.set_input(i, a.tensor(2 + 2 * k)?)?;
+    }
+    ex.run()?;
+    for k in 0..outputs {
+        ex.copy_output_to(k, a.tensor(1 + 2 * n + k)?)?;
+    }
+    Ok(RetValue::None)
 }
 
 fn run_from_inputs(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
