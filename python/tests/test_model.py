@@ -245,3 +245,14 @@ def test_a_closed_or_dropped_model_frees_its_memory():
     m.close()
     with pytest.raises(tvmrt.TVMRTError):
         m.run(f.inputs)
+
+
+def test_request_cost_reports_the_request_the_run_and_their_difference():
+    f = load("mlp_b1")
+    m = tvmrt.Model(f.dir)
+    c = m.request_cost(seconds=0.05, **f.inputs)
+    assert set(c) == {"request", "run", "overhead"}
+    assert c["request"] > 0 and c["run"] > 0
+    assert c["overhead"] == pytest.approx(c["request"] - c["run"])
+    with pytest.raises(tvmrt.InvalidValueError):
+        m.request_cost(repeat=0, **f.inputs)

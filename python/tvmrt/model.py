@@ -430,6 +430,12 @@ class Model:
         ...)``, is taken too."""
         return self._thread_session().benchmark(*args, **kwargs)
 
+    def request_cost(self, *args: Any, repeat: int = 7, seconds: float = 0.5, **named: Any) -> dict[str, float]:
+        """What a request costs from Python on this model, in microseconds: ``request`` (a
+        :meth:`run` with these inputs), ``run`` (the model's own run) and ``overhead`` (their
+        difference: what the package and the runtime add); see :meth:`Session.request_cost`."""
+        return self._thread_session().request_cost(*args, repeat=repeat, seconds=seconds, **named)
+
     def profile(self, inputs: Mapping[str, Any] | None = None, **named: Any) -> Report:
         """Profiles a run as TVM's debug executor does (three warm-up runs, then every operator
         timed on its device); the inputs given, else the calling thread's current ones."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -266,6 +267,34 @@ class Session:
         )
         raw = timer()
         return BenchmarkResult(list(np.frombuffer(raw, dtype=np.float64)))
+
+    def request_cost(self, *args: Any, repeat: int = 7, seconds: float = 0.5, **named: Any) -> dict[str, float]:
+        """What a request costs from Python on this model, in microseconds: ``request`` (a
+        :meth:`run` with these inputs, outputs copied out), ``run`` (the model's own run, the
+        executor's ``run`` alone) and ``overhead``, their difference (what this package and the
+        runtime add); medians of `repeat` timed loops of about `seconds` in all, after a warm-up."""
+        if repeat < 1 or seconds <= 0:
+            raise errors.InvalidValueError("request_cost: repeat of at least 1 and seconds above 0")
+        self.run(*args, **named)
+        ex = self._ex()
+
+        def median_us(f: Any, each: float) -> float:
+            n = max(10, int(seconds / repeat / max(each, 1e-7)))
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                for _ in range(n):
+                    f()
+                times.append((time.perf_counter() - start) / n * 1e6)
+            return statistics.median(times)
+
+        start = time.perf_counter()
+        for _ in range(10):
+            self.run(*args, **named)  # the warm-up, and a first estimate to size the loops
+        each = (time.perf_counter() - start) / 10
+        request = median_us(lambda: self.run(*args, **named), each)
+        run = median_us(ex.run_call, each)
+        return {"request": request, "run": run, "overhead": request - run}
 
     def close(self) -> None:
         """Gives the executor back to the model (outputs taken with ``copy=False`` stay as they

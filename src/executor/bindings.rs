@@ -6,7 +6,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::kernels::{DataPtrs, OpCalls, TensorTable};
+use super::kernels::{DataPtrs, External, OpCalls, TensorTable};
 pub use super::kernels::{Mem, Ops};
 use super::plan::Plan;
 use crate::device::Place;
@@ -100,6 +100,14 @@ impl Ops {
         self.memory[eid] = mem;
         self.lent_entries = None;
         Ok(())
+    }
+
+    /// Points entry `eid`, bound to caller memory, at other caller memory: nothing else about
+    /// it changes (the entries an arena is lent to stay those they were).
+    pub fn rebind_external(&mut self, eid: usize, x: External) {
+        debug_assert!(matches!(self.memory[eid], Mem::External(_)), "entry {eid} was bound to caller memory");
+        self.tensors.set_data(eid, x.addr());
+        self.memory[eid] = Mem::External(x);
     }
 
     /// Points every entry at its memory in `mems` (one per entry), all or nothing: when a device

@@ -45,7 +45,7 @@ fn progress(what: &str, i: usize, n: usize) {
     }
 }
 
-fn print_json(v: &Value) {
+pub fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 
@@ -131,7 +131,7 @@ fn fill_name(fill: &Fill) -> &'static str {
 /// fill. Returns one report per input set, saying where its values came from. A model with no
 /// source of weights at all (no weights in its library, no params file) is an error unless
 /// `--fill-weights` asks for made-up ones: running on them silently would print meaningless results.
-fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &GraphExecutor) -> Result<Vec<Value>> {
+pub fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &GraphExecutor) -> Result<Vec<Value>> {
     let mut given: Vec<HostTensor> = Vec::new();
     if let Some(npz) = &data.inputs {
         given.extend(tensors::read_npz(&npz.to_string_lossy())?);

@@ -2,6 +2,7 @@
 //! `tvmrt --help` and `tvmrt COMMAND --help` describe every option.
 
 mod artefacts;
+mod bench;
 mod bundled;
 mod commands;
 mod model;
@@ -44,6 +45,9 @@ enum Command {
     Profile(ProfileArgs),
     /// Show inputs (weights marked), outputs, operators, the storage plan and memory
     Inspect(ModelArgs),
+    /// What a request costs on this model, call by call: the run, setting inputs, copying outputs
+    /// out, the request they make, and the same in one call
+    Bench(BenchArgs),
     /// Make K executors sharing one copy of the weights and report their memory
     Share(ShareArgs),
     /// Rewrite a params file so every tensor can be mapped and used in place (--map-params)
@@ -103,6 +107,21 @@ pub struct RpcServerArgs {
     /// Print nothing per session
     #[arg(long)]
     pub silent: bool,
+}
+
+/// What `bench` measures.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub data: InputArgs,
+    /// Timed loops per figure (the median is reported)
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+    /// About how long each figure's loops take, in seconds
+    #[arg(long, default_value_t = 0.5)]
+    pub seconds: f64,
 }
 
 /// What `prepare-params` reads and writes.
@@ -384,6 +403,7 @@ fn main() -> ExitCode {
         Command::Run(a) => commands::run(&a, json),
         Command::Profile(a) => commands::profile(&a, json).map(|()| true),
         Command::Inspect(a) => commands::inspect(&a, json).map(|()| true),
+        Command::Bench(a) => bench::bench(&a, json).map(|()| true),
         Command::Share(a) => commands::share(&a, json).map(|()| true),
         Command::AlignParams { input, output } => commands::align_params(&input, &output, json).map(|()| true),
         Command::PrepareParams(a) => commands::prepare_params(&a, json).map(|()| true),

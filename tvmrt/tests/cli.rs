@@ -598,3 +598,20 @@ fn profile_fits_a_terminal_unless_wide() {
     assert!(ok && rows == 2, "{top}");
     assert!(top.contains("Total"), "the totals stay: {top}");
 }
+
+/// `bench` reports what a request costs on the model given, call by call, every figure a time,
+/// the request at least the model's run, the overheads their difference; on bad input the user's
+/// error.
+#[test]
+fn bench_reports_a_requests_costs_call_by_call() {
+    let r = json(&["bench", &fixture("multi_io"), "--fill", "ones", "--repeat", "3", "--seconds", "0.05"]);
+    let us = &r["us"];
+    for k in ["run", "set_inputs_by_name", "set_inputs_by_index", "get_outputs", "request", "request_in_one_call"] {
+        assert!(us[k].as_f64().is_some_and(|v| v > 0.0), "{k}: {r}");
+    }
+    assert_eq!(r["operators"], 7);
+    let overhead = r["overhead_us"]["request"].as_f64().unwrap();
+    assert!((overhead - (us["request"].as_f64().unwrap() - us["run"].as_f64().unwrap())).abs() < 1e-9, "{r}");
+    let (ok, _, err) = tvmrt(&["bench", &fixture("multi_io"), "--input", "nope=x.npy"]);
+    assert!(!ok && err.contains("error:"), "{err}");
+}

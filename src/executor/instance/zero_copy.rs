@@ -16,6 +16,23 @@ impl Instance {
     pub fn bind_input_external(&mut self, eid: usize, src: ZeroCopy<'_>) -> Result<()> {
         self.check_external(eid, src.tensor())?;
         let sid = self.plan.graph.entries[eid].storage_id;
+        if self.moves_alone(sid) {
+            // What a host does before every run: the same data input, bound to caller memory
+            // again. Only the entries of its slot move; nothing else is laid out anew.
+            let x = External::of(&src);
+            self.slot_override[sid] = Some(x);
+            let plan = self.plan.clone();
+            for (e, entry) in plan.graph.entries.iter().enumerate() {
+                if entry.storage_id == sid {
+                    self.ops.rebind_external(e, x);
+                    // An array handed out for the entry follows it, as after any binding.
+                    if self.views[e].as_ref().is_some_and(|view| !self.ops.follow(e, view)) {
+                        self.views[e] = None;
+                    }
+                }
+            }
+            return Ok(());
+        }
         let before = (self.slot_override[sid], self.entry_override.clone(), self.stale);
         self.slot_override[sid] = Some(External::of(&src));
         // The latest binding wins: outputs that alias this input (a `__nop` of it) bound to caller
@@ -33,6 +50,21 @@ impl Instance {
         self.refresh().inspect_err(|_| {
             (self.slot_override[sid], self.entry_override, self.stale) = before;
         })
+    }
+
+    /// Whether slot `sid`'s entries can move to other caller memory by themselves: the slot is
+    /// bound to caller memory already, it holds no weight (whose move changes what folds), and
+    /// none of its entries is redirected on its own.
+    fn moves_alone(&self, sid: usize) -> bool {
+        self.slot_override[sid].is_some()
+            && !matches!(self.slots[sid], SlotMemory::Weight(_))
+            && self
+                .plan
+                .graph
+                .entries
+                .iter()
+                .enumerate()
+                .all(|(e, entry)| entry.storage_id != sid || self.entry_override[e].is_none())
     }
 
     /// Redirects output entry `eid` to caller memory, and the operator results it aliases
