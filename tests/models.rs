@@ -110,6 +110,11 @@ fn run_into_sets_runs_and_copies_out_in_one_call() {
         a.int(-1);
     })
     .contains("n = -1"));
+    // A count whose doubling overflows: refused, not a panic.
+    assert!(err(&|a| {
+        a.int(i64::MAX);
+    })
+    .contains(&format!("n = {}", i64::MAX)));
     assert!(err(&|a| {
         a.int(1).str("no_such_input").object(inputs[0].clone().into_any());
     })

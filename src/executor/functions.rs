@@ -286,7 +286,7 @@ fn set_input(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
 /// tensors than outputs copy the first ones). The same checks as those calls, in that order.
 fn run_into(ex: &GraphExecutor, a: &Args<'_>) -> Result<RetValue> {
     let n = a.int(0)?;
-    let n = usize::try_from(n).ok().filter(|&n| 1 + 2 * n <= a.len()).ok_or_else(|| {
+    let n = usize::try_from(n).ok().filter(|&n| n.checked_mul(2).is_some_and(|m| m < a.len())).ok_or_else(|| {
         Error::type_err(format!(
             "takes (n, [input key, tensor] * n, output tensors...): n = {n} with {} arguments",
             a.len()
