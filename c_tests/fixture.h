@@ -104,6 +104,7 @@ static inline int load_fixture(const char* dir, Fixture* fx) {
 static inline void dtype_of(const char* s, int* code, int* bits) {
   if (!strcmp(s, "bool")) { *code = 1; *bits = 1; return; }
   if (!strncmp(s, "float", 5)) { *code = 2; *bits = atoi(s + 5); return; }
+  if (!strncmp(s, "bfloat", 6)) { *code = 4; *bits = atoi(s + 6); return; } /* kDLBfloat */
   if (!strncmp(s, "uint", 4)) { *code = 1; *bits = atoi(s + 4); return; }
   if (!strncmp(s, "int", 3)) { *code = 0; *bits = atoi(s + 3); return; }
   *code = -1; *bits = 0;
