@@ -8,6 +8,7 @@ use crate::object::{release, ObjectHeader};
 use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::Ordering;
 
+#[inline]
 unsafe fn header<'a>(h: TVMObjectHandle) -> crate::error::Result<&'a ObjectHeader> {
     // SAFETY: a live handle from the caller.
     unsafe { h.cast::<ObjectHeader>().as_ref() }.ok_or_else(|| Error::value("object handle is null"))

@@ -110,18 +110,28 @@ impl RetValue {
     /// The value and code for a C caller: objects hand over their count; strings and bytes must
     /// be stored by the caller (see the C layer), so they are returned as `None` here.
     pub fn into_c_scalar(self) -> std::result::Result<(TVMValue, i32), RetValue> {
-        Ok(match self {
-            RetValue::None => (TVMValue::NULL, kTVMNullptr),
-            RetValue::Int(v) => (TVMValue { v_int64: v }, kTVMArgInt),
-            RetValue::Float(v) => (TVMValue { v_float64: v }, kTVMArgFloat),
-            RetValue::Handle(p) => (TVMValue { v_handle: p }, kTVMOpaqueHandle),
-            RetValue::Device(d) => (TVMValue { v_device: d }, kDLDevice),
-            RetValue::Object(o) => {
-                let (v, code) = object_to_value(&o);
-                std::mem::forget(o);
-                (v, code)
+        match self.as_c_scalar() {
+            Some(pair) => {
+                // An object's count goes with the handle.
+                std::mem::forget(self);
+                Ok(pair)
             }
-            other @ (RetValue::Str(_) | RetValue::Bytes(_) | RetValue::DataType(_)) => return Err(other),
+            None => Err(self),
+        }
+    }
+
+    /// What `into_c_scalar` gives, read in place: an object's handle is borrowed (forget `self`
+    /// to hand its count over with it). Strings, bytes and dtypes have none.
+    #[inline]
+    pub fn as_c_scalar(&self) -> Option<(TVMValue, i32)> {
+        Some(match self {
+            RetValue::None => (TVMValue::NULL, kTVMNullptr),
+            RetValue::Int(v) => (TVMValue { v_int64: *v }, kTVMArgInt),
+            RetValue::Float(v) => (TVMValue { v_float64: *v }, kTVMArgFloat),
+            RetValue::Handle(p) => (TVMValue { v_handle: *p }, kTVMOpaqueHandle),
+            RetValue::Device(d) => (TVMValue { v_device: *d }, kDLDevice),
+            RetValue::Object(o) => object_to_value(o),
+            RetValue::Str(_) | RetValue::Bytes(_) | RetValue::DataType(_) => return None,
         })
     }
 }
