@@ -16,6 +16,7 @@ class Fixture:
         self.dir = FIXTURES / name
         self.factory_weights = True
         self.inputs = {}
+        self.input_dtypes = {}  # the manifest's dtype names (bfloat16's arrays are its bits, uint16)
         self.outputs = []
         for line in (self.dir / "manifest.txt").read_text().splitlines():
             tok = line.split()
@@ -23,14 +24,21 @@ class Fixture:
                 self.factory_weights = tok[1] == "yes"
             elif tok[0] == "input":
                 self.inputs[tok[1]] = self._tensor(tok[2:])
+                self.input_dtypes[tok[1]] = tok[2]
             elif tok[0] == "output":
                 self.outputs.append(self._tensor(tok[1:]))
 
     def _tensor(self, tok):
         dtype, ndim = tok[0], int(tok[1])
         shape = [int(d) for d in tok[2 : 2 + ndim]]
-        data = np.fromfile(self.dir / tok[2 + ndim], dtype="bool" if dtype == "bool" else dtype)
+        # numpy has no bfloat16: TVM's package reads and writes it as its bits, uint16.
+        data = np.fromfile(self.dir / tok[2 + ndim], dtype="uint16" if dtype == "bfloat16" else dtype)
         return data.reshape(shape)
+
+    def nd_input(self, tvm, name):
+        """Input `name` as a TVM NDArray of the manifest's dtype."""
+        v = self.inputs[name]
+        return tvm.nd.empty(v.shape, self.input_dtypes[name]).copyfrom(v)
 
     @property
     def lib_path(self):

@@ -40,14 +40,14 @@ def test_create_path(tvm, name):
     lib = tvm.runtime.load_module(fx.lib_path)
     gmod = graph_executor.create(fx.graph_json(), lib, tvm.cpu(0))
     gmod.load_params(fx.params())
-    for k, v in fx.inputs.items():
-        gmod.set_input(k, tvm.nd.array(v))
+    for k in fx.inputs:
+        gmod.set_input(k, fx.nd_input(tvm, k))
     gmod.run()
     check_outputs(gmod, fx, "create")
     shapes, dtypes = gmod.get_input_info()
     assert dict(shapes) and set(shapes.keys()) == set(fx.inputs), "params are hidden from get_input_info"
     for k, v in fx.inputs.items():
-        assert tuple(shapes[k]) == v.shape and dtypes[k] == str(v.dtype)
+        assert tuple(shapes[k]) == v.shape and dtypes[k] == fx.input_dtypes[k]
 
 
 def test_executor_introspection(tvm):
