@@ -7,6 +7,7 @@ use crate::object::{release, AnyObject, ObjectHeader};
 use crate::packed::{registry, Args, PackedFunc, RetValue};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 thread_local! {
     static RET_STR: RefCell<CString> = RefCell::new(CString::default());
@@ -53,6 +54,12 @@ fn stored_return(rv: RetValue) -> (TVMValue, i32) {
         Err(RetValue::Bytes(b)) => {
             let p = RET_BYTES.with(|slot| {
                 let mut slot = slot.borrow_mut();
+                let (was, is) = (slot.0.capacity() > LARGE_BYTES, b.capacity() > LARGE_BYTES);
+                if is && !was {
+                    THREADS_HOLDING_LARGE_BYTES.fetch_add(1, Ordering::Relaxed);
+                } else if was && !is {
+                    THREADS_HOLDING_LARGE_BYTES.fetch_sub(1, Ordering::Relaxed);
+                }
                 slot.0 = b;
                 slot.1 = TVMByteArray { data: slot.0.as_ptr().cast(), size: slot.0.len() };
                 &slot.1 as *const TVMByteArray
@@ -67,12 +74,27 @@ fn stored_return(rv: RetValue) -> (TVMValue, i32) {
 /// params file is the size of the weights) is given back then, not kept until the next bytes.
 #[inline]
 fn release_large_bytes() {
+    // Most calls find no thread holding large bytes and skip the thread-local slot: in a shared
+    // library each thread-local access is a call to __tls_get_addr, a tenth of a short call's
+    // time. A thread only ever sees its own increment before its next call, so the count never
+    // hides this thread's buffer (a thread that ended holding one leaves the count high: the
+    // slow path, still right).
+    if THREADS_HOLDING_LARGE_BYTES.load(Ordering::Relaxed) == 0 {
+        return;
+    }
     RET_BYTES.with(|slot| {
-        if slot.borrow().0.capacity() > 1 << 16 {
+        if slot.borrow().0.capacity() > LARGE_BYTES {
             *slot.borrow_mut() = (Vec::new(), TVMByteArray { data: std::ptr::null(), size: 0 });
+            THREADS_HOLDING_LARGE_BYTES.fetch_sub(1, Ordering::Relaxed);
         }
     });
 }
+
+/// A bytes result above this size is released at the thread's next call.
+const LARGE_BYTES: usize = 1 << 16;
+
+/// The threads whose bytes return slot holds more than `LARGE_BYTES`.
+static THREADS_HOLDING_LARGE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 fn store_str(s: &str) -> TVMValue {
     let c = CString::new(s.replace('\0', "")).expect("NULs removed");
