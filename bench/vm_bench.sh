@@ -88,16 +88,14 @@ pss_of() {  # N LIBDIR [ENV...]: the PSS sum (kB) of N resident processes
   echo "$total"
 }
 consts=$(mktemp -d)/resnet18.vmconst
-O="" U=""
+# One measurement per round gives both figures (pss_added prints "first added").
+O1="" U1="" O2="" U2=""
 for _ in $(seq "$rounds"); do
-  O+="$(pss_added "$ours" VM_MAP_CONSTANTS="$consts" | cut -d' ' -f2) "
-  U+="$(pss_added "$upstream" VM_VERSION=0.16.0 | cut -d' ' -f2) "
+  read -r first added < <(pss_added "$ours" VM_MAP_CONSTANTS="$consts")
+  O1+="$first " O2+="$added "
+  read -r first added < <(pss_added "$upstream" VM_VERSION=0.16.0)
+  U1+="$first " U2+="$added "
 done
-row "4 processes loading the ResNet-18 VM file: PSS kB each after the first adds" 0
-O="" U=""
-for _ in $(seq "$rounds"); do
-  O+="$(pss_added "$ours" VM_MAP_CONSTANTS="$consts" | cut -d' ' -f1) "
-  U+="$(pss_added "$upstream" VM_VERSION=0.16.0 | cut -d' ' -f1) "
-done
-row "... PSS kB of the first process alone" 0
+O=$O2 U=$U2 row "4 processes loading the ResNet-18 VM file: PSS kB each after the first adds" 0
+O=$O1 U=$U1 row "... PSS kB of the first process alone" 0
 rm -rf "$(dirname "$consts")"
