@@ -28,24 +28,30 @@ pub(crate) unsafe fn write_return(rv: RetValue, value: *mut TVMValue, code: *mut
     if value.is_null() || code.is_null() {
         return Err(Error::value("null return value or type code pointer"));
     }
-    let (v, c) = match rv {
-        RetValue::None => (TVMValue::NULL, kTVMNullptr),
-        RetValue::Int(i) => (TVMValue { v_int64: i }, kTVMArgInt),
-        RetValue::Float(f) => (TVMValue { v_float64: f }, kTVMArgFloat),
-        other => stored_return(other),
-    };
+    let (v, c) = stored_return(rv);
+    // SAFETY: both checked non-null above.
+    unsafe { put_return(v, c, value, code) };
+    Ok(())
+}
+
+/// Writes a result's value and type code to the caller's slots, first giving back a large bytes
+/// result of this thread's earlier call (unless this result is bytes: it replaced them).
+///
+/// # Safety
+/// `value` and `code` are non-null and writable.
+#[inline]
+unsafe fn put_return(v: TVMValue, c: i32, value: *mut TVMValue, code: *mut i32) {
     if c != kTVMBytes {
         release_large_bytes();
     }
-    // SAFETY: both checked non-null above.
+    // SAFETY: per the contract.
     unsafe {
         value.write(v);
         code.write(c);
     }
-    Ok(())
 }
 
-/// Objects hand over their count; strings and bytes go to thread-local storage.
+/// Scalars as they are, objects with their count; strings and bytes go to thread-local storage.
 fn stored_return(rv: RetValue) -> (TVMValue, i32) {
     match rv.into_c_scalar() {
         Ok(pair) => pair,
@@ -138,9 +144,7 @@ pub unsafe extern "C" fn TVMFuncCall(
             // store forwarding, a third of a short call's time.
             if let (Ok(rv), false) = (&result, ret_val.is_null() || ret_type_code.is_null()) {
                 if let Some((v, c)) = rv.as_c_scalar() {
-                    release_large_bytes();
-                    ret_val.write(v);
-                    ret_type_code.write(c);
+                    put_return(v, c, ret_val, ret_type_code);
                     // An object's count now belongs to the caller.
                     std::mem::forget(result);
                     return 0;
