@@ -1,8 +1,11 @@
 /* fork() after running models: the child has only the forking thread, so the runtime puts right
  * what it cannot inherit (the thread pool's workers, a launch's lock, arenas lent to other
- * threads' runs). The child runs the parent's model and one it loads itself, while the parent
- * keeps other threads running; every child must answer right within a deadline (a hang is a
- * failure). usage: test_fork FIXTURE_DIR (a model whose kernels launch in parallel) */
+ * threads' runs, any lock another thread held). The child runs the parent's model and one it
+ * loads itself, while the parent keeps other threads running, then while they load libraries and
+ * make executors without pause (the registry's, the contexts', the executors' and the arena
+ * pools' locks are taken and let go all the time); every child must answer right within a
+ * deadline (a hang is a failure). usage: test_fork FIXTURE_DIR (a model whose kernels launch in
+ * parallel) */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -14,6 +17,7 @@
 #include "executor.h"
 
 static Fixture fx;
+static void fork_and_wait(TVMModuleHandle g, const char* when);
 static TVMModuleHandle lib;
 static atomic_int stop;
 
@@ -24,6 +28,42 @@ static void* keep_running(void* arg) {
   while (g && !atomic_load(&stop)) run_and_check(g, &fx, "parent thread");
   if (g) TVMModFree(g);
   return NULL;
+}
+
+/* Another thread of the parent, loading the library and making an executor of it again and
+ * again, each run once. */
+static void* keep_loading(void* arg) {
+  (void)arg;
+  char path[700];
+  snprintf(path, sizeof path, "%s/lib.so", fx.dir);
+  while (!atomic_load(&stop)) {
+    TVMModuleHandle own = NULL;
+    if (TVMModLoadFromFile(path, "", &own) != 0) {
+      CHECK(0, "parent thread: load: %s", TVMGetLastError());
+      break;
+    }
+    TVMModuleHandle g = create_from_factory(own);
+    if (g) {
+      run_and_check(g, &fx, "parent thread, a new executor");
+      TVMModFree(g);
+    }
+    TVMModFree(own);
+  }
+  return NULL;
+}
+
+static void with_threads(void* (*body)(void*), TVMModuleHandle g, int forks, long pause_ns, const char* when) {
+  pthread_t t[2];
+  atomic_store(&stop, 0);
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, body, NULL);
+  for (int i = 0; i < forks; i++) {
+    /* The first fork comes at once, while the threads are still starting. */
+    struct timespec pause = {0, i == 0 ? 0 : pause_ns};
+    nanosleep(&pause, NULL);
+    fork_and_wait(g, when);
+  }
+  atomic_store(&stop, 1);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
 }
 
 /* In the child: the parent's executor, then a library and executor of its own. */
@@ -64,15 +104,8 @@ int main(int argc, char** argv) {
   if (!g) return 1;
   run_and_check(g, &fx, "parent, before forking"); /* the thread pool runs now */
   fork_and_wait(g, "a quiet parent");
-  pthread_t t[2];
-  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, keep_running, NULL);
-  for (int i = 0; i < 5; i++) {
-    struct timespec pause = {0, 20 * 1000 * 1000};
-    nanosleep(&pause, NULL);
-    fork_and_wait(g, "a parent with threads running");
-  }
-  atomic_store(&stop, 1);
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  with_threads(keep_running, g, 5, 20 * 1000 * 1000, "a parent with threads running");
+  with_threads(keep_loading, g, 200, 0, "a parent with threads loading");
   run_and_check(g, &fx, "parent, after the forks");
   OK(TVMModFree(g));
   OK(TVMModFree(lib));

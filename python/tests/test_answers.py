@@ -374,6 +374,33 @@ def test_a_fork_while_other_threads_run_leaves_the_child_able_to_run():
     assert not wrong
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_fork_while_other_threads_run_a_vm_model_leaves_the_child_able_to_run():
+    m = tvmrt.Model(FIXTURES / "vm" / "0.16" / "seq_dyn")
+    x = np.random.default_rng(5).standard_normal((1, 17, 8)).astype("float32")
+    want = [o.tobytes() for o in m.run(x)]
+    stop = threading.Event()
+    wrong = []
+
+    def busy():
+        while not stop.is_set():
+            if [o.tobytes() for o in m.run(x)] != want:
+                wrong.append(1)
+
+    threads = [threading.Thread(target=busy) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(5):
+            code = run_in_child(lambda: 0 if [o.tobytes() for o in m.run(x)] == want else 3)
+            assert code == 0, f"the child {'hung' if code is None else f'exited {code}'}"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not wrong
+
+
 def _pool_worker(path: str) -> bytes:
     f = load(os.path.basename(path))
     return tvmrt.Model(path).run(f.inputs)[0].tobytes()

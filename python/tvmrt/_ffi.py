@@ -148,6 +148,15 @@ _lib: _Lib | None = None
 _lib_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    # Another thread may have been loading the library: the child loads it itself if need be.
+    global _lib_lock
+    _lib_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def lib() -> _Lib:
     global _lib
     if _lib is None:

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _ffi, _tensors, errors
+from . import _ffi, _fork, _tensors, errors
 from ._artifacts import NOT_WEIGHTS, Graph, PathLike, TensorInfo, locate, names_blob, read_param_names
 from ._executor import Executor
 from .profiling import BenchmarkResult, Report
@@ -36,9 +36,6 @@ DeviceSpec = Any  # "auto", "cpu", "opencl", "opencl:1", or (device_type, device
 # Names Relay gives weights it leaves unbound (mxnet/gluon, PyTorch and ONNX importers, bound
 # params' "p0"...): a graph with such inputs and no params is missing its weights.
 _WEIGHT_NAME = re.compile(r"(^p\d+$)|([._](weight|bias|gamma|beta|moving_mean|moving_var|running_mean|running_var)$)")
-
-# Every model alive, for what a forked child must put right (see `_after_fork_in_child`).
-_MODELS: weakref.WeakSet[Model] = weakref.WeakSet()
 
 
 def _module_type_keys(module: _ffi.Handle) -> list[str]:
@@ -193,8 +190,7 @@ class Model:
         # a bad file or a missing weight is an error here, not at the first run.
         self._holder: Executor | None = self._make(holder=True)
         self._check_weights_present()
-        with self._lock:
-            _MODELS.add(self)
+        _fork.track(self)
 
     # Loading.
     def _factory_param_names(self) -> list[str]:
@@ -540,16 +536,6 @@ class Model:
         ins = ", ".join(repr(t) for t in self.inputs)
         state = ", closed" if self._closed else ""
         return f"tvmrt.Model({self.library_path!r}, device={self.device!r}, inputs=[{ins}]{state})"
-
-
-def _after_fork_in_child() -> None:
-    """A forked child has only the thread that forked: locks another thread held stay held in
-    it. Every model gets a lock of its own again (the runtime puts its own state right itself)."""
-    for m in list(_MODELS):
-        m._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 __all__: Sequence[str] = ("Model",)

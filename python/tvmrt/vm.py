@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
-from . import _ffi, _tensors, errors
+from . import _ffi, _fork, _tensors, errors
 from ._artifacts import LIBRARY_NAMES, PathLike, TensorInfo
 from .profiling import BenchmarkResult, Report
 
@@ -236,6 +236,7 @@ class VMModel:
         self.outputs: list[TensorInfo] = []
         self.weights: list[TensorInfo] = []
         _VM(self)  # made once now: a missing kernel or device is an error at load
+        _fork.track(self)
 
     def _specs(self, given: Any, meta: Path | None) -> list[TensorInfo]:
         if given is None and meta is not None:

@@ -33,6 +33,9 @@ pub type TVMArrayHandle = *mut crate::dlpack::DLTensor;
 pub fn init() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        // First: a fork while another thread is in here then waits for it to finish.
+        crate::backend::fork::install_with(crate::backend::fork::Hooks { before: init, after: |_| {} });
+        handle_forks();
         crate::globals::register_all(&mut |name, f| {
             // The table is empty or holds only what hosts registered: built-ins do not replace those.
             let _ = crate::packed::registry::register(name, f, false);
@@ -45,6 +48,19 @@ pub fn init() {
         }
         crate::rpc::install();
     });
+}
+
+/// Has every fork take the runtime's process-wide locks (and those of objects, which register as
+/// they are made), and reads the settings a run reads once, so that no thread is inside reading
+/// them at a fork: a child would wait for it for ever (see `backend::fork`).
+fn handle_forks() {
+    crate::backend::thread_pool::handle_forks();
+    crate::packed::registry::handle_forks();
+    crate::object::native::handle_forks();
+    crate::object::type_table::handle_forks();
+    crate::tensor::weight::handle_forks();
+    crate::library::handle_forks();
+    crate::executor::handle_forks();
 }
 
 /// Runs `f` inside the panic boundary and maps its outcome to a C status.

@@ -165,3 +165,8 @@ fn run_folded(plan: &Plan, ops: &mut Ops, layout: &Layout) -> Result<Vec<Option<
     }
     Ok(scratch)
 }
+
+/// Has forks take the cache of folded weights.
+pub fn handle_forks() {
+    crate::backend::fork::guard_static(&FOLDED);
+}

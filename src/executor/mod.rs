@@ -32,7 +32,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub struct GraphExecutor {
     plan: Arc<Plan>,
-    state: Mutex<Instance>,
+    /// Shared with the fork handlers, which take it around a fork (a run ends first).
+    state: Arc<Mutex<Instance>>,
     /// A debug executor also answers the per-node functions of `debug`.
     debug: bool,
     /// `set_input` refuses another shape or dtype and unknown names (`set_strict_inputs`,
@@ -44,6 +45,17 @@ pub struct GraphExecutor {
 fn strict_inputs_default() -> bool {
     static DEFAULT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DEFAULT.get_or_init(|| std::env::var("TVM_RT_STRICT_INPUTS").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Has forks take the executors' process-wide locks, and reads every process default an executor
+/// reads once (from the environment), so that none is being read by another thread at a fork.
+pub(crate) fn handle_forks() {
+    fold::handle_forks();
+    pool::default::handle_forks();
+    strict_inputs_default();
+    layout::keep_folded_default();
+    Folding::by_default();
+    pool::default_timeout();
 }
 
 /// A name or an index, as executor functions accept them.
@@ -86,7 +98,8 @@ impl GraphExecutor {
                 instance.join_pool(&pool)?;
             }
         }
-        let state = Mutex::new(instance);
+        let state = Arc::new(Mutex::new(instance));
+        crate::backend::fork::guard(&state);
         LIVE_EXECUTORS.fetch_add(1, Ordering::AcqRel);
         Ok(GraphExecutor { plan, state, debug, strict_inputs: AtomicBool::new(strict_inputs_default()) })
     }

@@ -105,7 +105,7 @@ impl PoolUsage {
 
 /// How long a run waits for an arena unless told otherwise: `TVM_RT_ARENA_POOL_TIMEOUT_MS`, else
 /// a minute (a run that waits longer is stuck behind something that will not finish).
-fn default_timeout() -> Duration {
+pub(crate) fn default_timeout() -> Duration {
     static DEFAULT: OnceLock<Duration> = OnceLock::new();
     *DEFAULT.get_or_init(|| {
         let ms = std::env::var("TVM_RT_ARENA_POOL_TIMEOUT_MS").ok().and_then(|v| v.trim().parse().ok());
@@ -119,8 +119,7 @@ impl ArenaPool {
         if capacity == 0 {
             return Err(Error::value("an arena pool holds at least one arena"));
         }
-        fork::install();
-        Ok(Arc::new(ArenaPool {
+        let pool = Arc::new(ArenaPool {
             device,
             state: Mutex::new(State {
                 capacity,
@@ -135,7 +134,10 @@ impl ArenaPool {
                 generation: fork::generation(),
             }),
             returned: Condvar::new(),
-        }))
+        });
+        fork::guard(&pool);
+        fork::install();
+        Ok(pool)
     }
 
     pub fn device(&self) -> DLDevice {
@@ -370,6 +372,12 @@ pub mod default {
         })
     }
 
+    /// Has forks take the default pools' list and capacity.
+    pub fn handle_forks() {
+        fork::guard_static(&POOLS);
+        fork::guard_static(capacity_cell());
+    }
+
     /// The default capacity (0: executors keep their own arenas).
     pub fn capacity() -> usize {
         *capacity_cell().lock().unwrap_or_else(|e| e.into_inner())
@@ -400,6 +408,15 @@ pub mod default {
         let pool = ArenaPool::new(device, capacity)?;
         pools.push(pool.clone());
         Ok(Some(pool))
+    }
+}
+
+impl fork::ForkLock for ArenaPool {
+    fn try_hold(&self) -> Option<fork::Held<'_>> {
+        self.state.try_hold()
+    }
+    fn wait(&self) {
+        self.state.wait()
     }
 }
 

@@ -206,3 +206,8 @@ impl ModuleNode for MetadataModule {
         self
     }
 }
+
+/// Has forks take the table of blob loaders.
+pub fn handle_forks() {
+    crate::backend::fork::guard_static(&INSTALLED);
+}

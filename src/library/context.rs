@@ -4,6 +4,7 @@
 //! as long as any of them. `TVMBackendGetFuncFromEnv` reaches the live modules through it.
 
 use super::LibraryModule;
+use crate::backend::fork::{self, ForkLock, Held};
 use crate::module::Module;
 use crate::object::{AnyObject, ObjRef, ObjectHeader};
 use crate::packed::PackedFunc;
@@ -30,6 +31,7 @@ impl LibContext {
             return ctx;
         }
         let ctx = Arc::new(LibContext { slot, modules: Mutex::default(), env_funcs: Mutex::default() });
+        fork::guard(&ctx);
         all.insert(slot, Arc::downgrade(&ctx));
         ctx
     }
@@ -60,6 +62,23 @@ impl LibContext {
             })
             .collect()
     }
+}
+
+/// Kernels look up functions in their context while running: a child must find both lists free.
+impl ForkLock for LibContext {
+    fn try_hold(&self) -> Option<Held<'_>> {
+        let modules = self.modules.try_hold()?;
+        Some(Held::new((modules, self.env_funcs.try_hold()?)))
+    }
+    fn wait(&self) {
+        self.modules.wait();
+        self.env_funcs.wait();
+    }
+}
+
+/// Has forks take the process-wide list of contexts.
+pub fn handle_forks() {
+    fork::guard_static(&*CONTEXTS);
 }
 
 impl Drop for LibContext {

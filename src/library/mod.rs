@@ -140,6 +140,13 @@ pub fn get_func_from_env(ctx: *mut c_void, name: &str) -> Result<*mut ObjectHead
 /// The functions compiled code calls back through its context slots (`__TVMFuncCall`,
 /// `__TVMBackendAllocWorkspace`, ...): the C boundary defines them and installs the table once, at
 /// the runtime's init point, so the loader does not depend on the boundary above it.
+/// Has forks take the loaders' process-wide locks.
+pub(crate) fn handle_forks() {
+    context::handle_forks();
+    symbols::handle_forks();
+    blob::handle_forks();
+}
+
 static CALLBACKS: once_cell::sync::OnceCell<Vec<(&'static str, usize)>> = once_cell::sync::OnceCell::new();
 
 /// Installs the callback table; the first installation wins.

@@ -248,3 +248,8 @@ pub unsafe fn read_c_str(addr: *const c_void) -> String {
     // SAFETY: per the contract.
     unsafe { std::ffi::CStr::from_ptr(addr.cast()) }.to_string_lossy().into_owned()
 }
+
+/// Has forks take the table of system-lib symbols.
+pub fn handle_forks() {
+    crate::backend::fork::guard_static(&*SYSTEM_LIB);
+}

@@ -58,6 +58,11 @@ pub unsafe fn is_native(obj: *const ObjectHeader) -> bool {
     header.deleter.is_some_and(|deleter| noted(deleter as usize))
 }
 
+/// Has forks take the lock that notes native objects.
+pub fn handle_forks() {
+    crate::backend::fork::guard_static(&NOTING);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

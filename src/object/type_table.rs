@@ -240,12 +240,21 @@ impl TypeTable {
     }
 }
 
+fn cell() -> &'static Mutex<TypeTable> {
+    static TABLE: OnceLock<Mutex<TypeTable>> = OnceLock::new();
+    TABLE.get_or_init(|| Mutex::new(TypeTable::new()))
+}
+
 /// The process's table.
 pub fn table() -> MutexGuard<'static, TypeTable> {
-    static TABLE: OnceLock<Mutex<TypeTable>> = OnceLock::new();
     // Every update is one `alloc`, which validates before it writes: a poisoned lock still holds a
     // consistent table.
-    TABLE.get_or_init(|| Mutex::new(TypeTable::new())).lock().unwrap_or_else(|e| e.into_inner())
+    cell().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Has forks take the table.
+pub fn handle_forks() {
+    crate::backend::fork::guard_static(cell());
 }
 
 #[cfg(test)]

@@ -43,3 +43,8 @@ pub fn remove(name: &str) {
 pub fn names() -> Vec<String> {
     read().keys().cloned().collect()
 }
+
+/// Has forks take the registry (a child must not find it held by a thread it does not have).
+pub fn handle_forks() {
+    crate::backend::fork::guard_static(&*REGISTRY);
+}

@@ -325,6 +325,11 @@ fn insert(table: &mut ByLength, weight: Arc<Weight>) -> Arc<Weight> {
     weight
 }
 
+/// Has forks take the table of derived weights.
+pub fn handle_forks() {
+    crate::backend::fork::guard_static(&DERIVED);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

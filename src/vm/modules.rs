@@ -151,7 +151,8 @@ pub struct VirtualMachine {
     /// The executable module (holding the library as its import).
     exe_module: ObjRef<Module>,
     exe: Arc<Executable>,
-    state: Mutex<State>,
+    /// Shared with the fork handlers, which take it around a fork.
+    state: Arc<Mutex<State>>,
     debug: bool,
 }
 
@@ -167,7 +168,7 @@ impl VirtualMachine {
                 unbound.join(", ")
             )));
         }
-        Ok(Module::new(VirtualMachine { exe_module: exe_module.clone(), exe, state: Mutex::default(), debug }))
+        Ok(Module::new(VirtualMachine { exe_module: exe_module.clone(), exe, state: fork_guarded(), debug }))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -494,4 +495,11 @@ impl ModuleNode for VirtualMachine {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// A VM's state, which forks take and let go (an invocation on another thread ends first).
+fn fork_guarded() -> Arc<Mutex<State>> {
+    let state = Arc::new(Mutex::new(State::default()));
+    crate::backend::fork::guard(&state);
+    state
 }

@@ -77,7 +77,9 @@ fn rounded(size: usize) -> usize {
 
 impl Pool {
     pub fn new(device: DLDevice) -> Arc<Pool> {
-        Arc::new(Pool { device, state: Mutex::new(State::default()) })
+        let pool = Arc::new(Pool { device, state: Mutex::new(State::default()) });
+        crate::backend::fork::guard(&pool);
+        pool
     }
 
     pub fn device(&self) -> DLDevice {
@@ -168,6 +170,15 @@ impl Pools {
 
     pub fn all(&self) -> Vec<Arc<Pool>> {
         self.pools.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl crate::backend::fork::ForkLock for Pool {
+    fn try_hold(&self) -> Option<crate::backend::fork::Held<'_>> {
+        self.state.try_hold()
+    }
+    fn wait(&self) {
+        self.state.wait()
     }
 }
 

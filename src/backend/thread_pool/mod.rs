@@ -116,34 +116,43 @@ static MAX_CONCURRENCY: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static IN_WORKER: Cell<bool> = const { Cell::new(false) };
-    /// The pool's lock, held by the forking thread from just before a fork to just after it.
-    static HELD_ACROSS_FORK: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<Pool>>>> =
-        const { std::cell::RefCell::new(None) };
 }
 
-/// Before a fork: takes the pool's lock, so no launch is half done in the child (a launch on
-/// another thread ends first).
-fn before_fork() {
-    let guard = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    HELD_ACROSS_FORK.with(|h| *h.borrow_mut() = Some(guard));
+/// Has forks take the pool's locks (so no launch is half done in a child: a launch on another
+/// thread ends first) and a child forget the pool. Called before the pool is first used.
+pub fn handle_forks() {
+    super::fork::guard_static(&POOL);
+    super::fork::guard_static(&PLACEMENT);
+    super::fork::install_with(super::fork::Hooks { before: settle, after: after_fork });
 }
 
-/// After a fork, in the parent or in the `child`: lets the lock go; the child forgets the pool,
-/// whose workers it does not have (dropping it would wait for them), so its next launch starts
-/// a pool of its own.
+/// Before a fork: the settings a launch reads once are read, so no thread is inside reading them
+/// (a child would wait for it for ever).
+fn settle() {
+    Lazy::force(&DEFAULT_THREADS);
+    Lazy::force(&SPIN_COUNT);
+}
+
+/// After a fork, in a `child`: the pool's workers are not there, so it is forgotten (dropping it
+/// would wait for them) and the next launch starts a pool of its own. The fork held the lock, so
+/// it is free here, unless the fork gave up waiting for it: launches then run inline.
 fn after_fork(child: bool) {
-    let Some(mut guard) = HELD_ACROSS_FORK.with(|h| h.borrow_mut().take()) else { return };
-    if child {
-        std::mem::forget(guard.take());
+    if !child {
+        return;
     }
-    drop(guard);
+    let mut pool = match POOL.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => return,
+    };
+    std::mem::forget(pool.take());
 }
 
 impl Pool {
     /// A pool of `threads` (the launcher and `threads - 1` workers). Failing to start a worker is
     /// an error; the workers already started are stopped again.
     fn new(threads: usize) -> Result<Pool> {
-        super::fork::install_with(super::fork::Hooks { before: before_fork, after: after_fork });
+        handle_forks();
         let shared = Arc::new(Shared {
             job: UnsafeCell::new(Job { func: None, cdata: std::ptr::null_mut(), num_task: 0 }),
             barrier: Barrier::default(),
