@@ -17,8 +17,9 @@ if [ ! -x $venv/bin/python ]; then
   "$TVM_PYTHON" -c 'import sys; print(sys.base_prefix)' >/dev/null
   "$(dirname "$(readlink -f "$TVM_PYTHON")")/python3" -m venv $venv 2>/dev/null || python3 -m venv $venv
   $venv/bin/pip install -q --upgrade pip
-  $venv/bin/pip install -q onnx onnxruntime numpy
 fi
+# Checked every time: a venv made by an older version of this script may lack one.
+$venv/bin/python -c 'import numpy, onnx, onnxruntime' 2>/dev/null || $venv/bin/pip install -q onnx onnxruntime numpy
 $venv/bin/pip wheel -q ./python --no-deps -w target/bench-py-dist
 $venv/bin/pip install -q --force-reinstall --no-deps target/bench-py-dist/tvmrt-*.whl
 export TVM_NUM_THREADS=1

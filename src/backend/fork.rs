@@ -9,9 +9,11 @@
 //!   the child they are then free, and what they protect is whole;
 //! - the locks are taken as C++'s `std::lock` takes several: each tried in turn; when one is busy,
 //!   all are let go and the forking thread waits for that one alone before starting again. It
-//!   never waits while holding, so no order other threads nest locks in can deadlock it;
+//!   never waits while holding, so no order other threads nest locks in can deadlock it, and it
+//!   waits by trying again, never blocking: the lock may be its own (a fork from a callback inside
+//!   a run);
 //! - a lock held across a long wait (a run that calls back into a Python that waits for the
-//!   forking thread's GIL; a fork from inside a run) would stall the fork for ever: after
+//!   forking thread's GIL; the forking thread's own) would stall the fork for ever: after
 //!   [`PATIENCE`] the fork goes ahead with the locks that are free then, and says so once;
 //! - the thread pool's workers do not exist in the child: its hooks forget the pool (never joined,
 //!   which would wait for threads that are not there) and the next launch starts a new one;
@@ -57,8 +59,6 @@ impl<'a> Held<'a> {
 pub trait ForkLock: Send + Sync {
     /// The lock, if no one holds it now.
     fn try_hold(&self) -> Option<Held<'_>>;
-    /// Waits until the lock is free (takes it and lets it go).
-    fn wait(&self);
 }
 
 impl<T: Send> ForkLock for Mutex<T> {
@@ -70,9 +70,6 @@ impl<T: Send> ForkLock for Mutex<T> {
             Err(TryLockError::WouldBlock) => None,
         }
     }
-    fn wait(&self) {
-        drop(self.lock());
-    }
 }
 
 impl<T: Send + Sync> ForkLock for RwLock<T> {
@@ -82,9 +79,6 @@ impl<T: Send + Sync> ForkLock for RwLock<T> {
             Err(TryLockError::Poisoned(e)) => Some(Held::new(e.into_inner())),
             Err(TryLockError::WouldBlock) => None,
         }
-    }
-    fn wait(&self) {
-        drop(self.write());
     }
 }
 
@@ -226,18 +220,22 @@ fn hold_all(patience: Duration) -> Holding {
     }
 }
 
-/// Waits for `lock` to be free, or for `deadline`.
+/// Waits for `lock` to be free, or for `deadline`. Never blocking on it: the forking thread may
+/// hold it itself (a fork from a callback inside a run), which would block for ever.
 fn wait_until(lock: &dyn ForkLock, deadline: Instant) {
-    if deadline.saturating_duration_since(Instant::now()) >= PATIENCE {
-        return lock.wait();
-    }
-    // Short of the full patience (a test's): poll, so the deadline holds.
+    let mut tries = 0u32;
     while Instant::now() < deadline {
         if let Some(g) = lock.try_hold() {
             drop(g);
             return;
         }
-        std::thread::sleep(Duration::from_micros(200));
+        // Short holds (a lookup) end within a few yields; a run in flight, later.
+        tries += 1;
+        if tries < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 }
 
@@ -245,8 +243,8 @@ fn warn_once(busy: usize) {
     static WARNED: AtomicBool = AtomicBool::new(false);
     if !WARNED.swap(true, Ordering::Relaxed) {
         eprintln!(
-            "tvm_runtime: fork() waited {PATIENCE:?} for {busy} runtime lock(s) another thread holds (a run calling \
-             back into code that waits for the forking thread?); the child may hang if it uses what they guard"
+            "tvm_runtime: fork() waited {PATIENCE:?} for {busy} runtime lock(s) still held (by the forking thread \
+             itself, or across a callback that waits for it?); the child may hang if it uses what they guard"
         );
     }
 }
@@ -321,6 +319,17 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_millis(200));
         assert!(missed >= 1, "C is held by the test thread");
         drop(kept);
+    }
+
+    #[test]
+    fn a_lock_the_forking_thread_holds_itself_is_not_waited_for_for_ever() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        // A fork from a callback inside a run: the run's lock is the forking thread's own.
+        let own = Arc::new(Mutex::new(0u32));
+        guard(&own);
+        let held = own.lock().unwrap();
+        assert!(hold_for_test(Duration::from_millis(100)) >= 1);
+        drop(held);
     }
 
     #[test]

@@ -415,9 +415,6 @@ impl fork::ForkLock for ArenaPool {
     fn try_hold(&self) -> Option<fork::Held<'_>> {
         self.state.try_hold()
     }
-    fn wait(&self) {
-        self.state.wait()
-    }
 }
 
 /// A pool as hosts hold it: a module (`tvmrt.executor.ArenaPool`) whose functions are `join`

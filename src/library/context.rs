@@ -70,10 +70,6 @@ impl ForkLock for LibContext {
         let modules = self.modules.try_hold()?;
         Some(Held::new((modules, self.env_funcs.try_hold()?)))
     }
-    fn wait(&self) {
-        self.modules.wait();
-        self.env_funcs.wait();
-    }
 }
 
 /// Has forks take the process-wide list of contexts.

@@ -177,9 +177,6 @@ impl crate::backend::fork::ForkLock for Pool {
     fn try_hold(&self) -> Option<crate::backend::fork::Held<'_>> {
         self.state.try_hold()
     }
-    fn wait(&self) {
-        self.state.wait()
-    }
 }
 
 #[cfg(test)]
