@@ -157,7 +157,7 @@ class Executor:
         self.unset.difference_update(arrays)
         return outs
 
-    def output(self, index: int, copy: bool = True) -> np.ndarray:
+    def output(self, index: int, copy: bool) -> np.ndarray:
         slot = self.outputs[index]
         if copy or self.model.device.type != _ffi.CPU:
             out = np.empty(slot.shape, dtype=slot.dtype)

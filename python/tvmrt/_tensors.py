@@ -73,7 +73,7 @@ def address(arr: np.ndarray) -> int:
 
 def np_dtype(name: str) -> np.dtype:
     """The numpy dtype of a TVM dtype name (``bfloat16`` through ml_dtypes)."""
-    if name in ("bool", "uint1"):
+    if name == "uint1":  # TVM's other name for bool ("bool" numpy reads itself)
         return np.dtype(np.bool_)
     if name == "bfloat16":
         bf16 = _bfloat16()
