@@ -16,9 +16,11 @@ mod streams;
 pub mod sys;
 
 use super::{attr, Attr, DeviceApi, Place};
+use crate::backend::fork;
 use crate::error::{Error, Result};
 use std::cell::Cell;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use sys::{check, Api, ClUint, Mem};
 
@@ -72,18 +74,37 @@ thread_local! {
     static CURRENT: Cell<i32> = const { Cell::new(0) };
 }
 
+/// The fork generation OpenCL was set up in (see [`in_this_process`]).
+static SET_UP_IN: AtomicU64 = AtomicU64::new(0);
+
 /// The OpenCL state, initialised on first use; an error when OpenCL cannot be opened or set up
 /// (tried again at the next call).
 pub fn state() -> Result<&'static State> {
     if let Some(s) = STATE.get() {
-        return Ok(s);
+        return in_this_process(s);
     }
+    // A fork while another thread sets OpenCL up waits for it (a child would wait for ever).
+    fork::guard_static(&INIT);
     let _one_at_a_time = INIT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(s) = STATE.get() {
-        return Ok(s);
+        return in_this_process(s);
     }
     let s = State::init()?;
+    SET_UP_IN.store(fork::generation(), Ordering::Release);
     Ok(STATE.get_or_init(|| s))
+}
+
+/// `s`, unless it was set up before this process was forked: the driver's threads (pocl's, a GPU
+/// driver's) are not in the child, whose first command would wait for them for ever.
+fn in_this_process(s: &'static State) -> Result<&'static State> {
+    if SET_UP_IN.load(Ordering::Acquire) != fork::generation() {
+        return Err(Error::tvm(
+            "OpenCL was set up before this process was forked, and a forked child cannot use it (the driver's \
+             threads are not in the child): use OpenCL only after the fork, or start the process anew \
+             (multiprocessing's \"spawn\")",
+        ));
+    }
+    Ok(s)
 }
 
 /// The calling thread's current device.
