@@ -39,6 +39,7 @@ pub struct Dims {
 
 impl Dims {
     /// `shape` by value, or `None` for a rank above 8 (never a texture's).
+    #[inline]
     pub fn of(shape: &[i64]) -> Option<Dims> {
         let mut dims = [0; 8];
         dims.get_mut(..shape.len())?.copy_from_slice(shape);
@@ -52,6 +53,7 @@ impl Dims {
 
 impl Place {
     /// The same place, for a tensor of `shape`.
+    #[inline]
     pub fn with_shape(self, shape: &[i64]) -> Place {
         Place { shape: Dims::of(shape), ..self }
     }
@@ -280,9 +282,12 @@ pub fn is_host(device: DLDevice) -> bool {
 }
 
 /// Copies `nbytes` between two places on any devices, through the API of the non-host side.
+/// Inlined: the host's copy, every request's, then works on its callers' places where they are
+/// (a `Place` is a hundred bytes, shape included).
 ///
 /// # Safety
 /// As [`DeviceApi::copy`].
+#[inline]
 pub unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
     let (a, b) = (from.device, to.device);
     if is_host(a) && is_host(b) {
@@ -301,6 +306,17 @@ pub unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
         }
         return Ok(());
     }
+    // SAFETY: the caller's promise.
+    unsafe { copy_on_device(from, to, nbytes) }
+}
+
+/// [`copy`] where either side is a device's.
+///
+/// # Safety
+/// As [`DeviceApi::copy`].
+#[inline(never)]
+unsafe fn copy_on_device(from: Place, to: Place, nbytes: usize) -> Result<()> {
+    let (a, b) = (from.device, to.device);
     if !is_host(a) && !is_host(b) && a.device_type != b.device_type {
         return Err(Error::value(format!(
             "Can not copy across different device types directly: from {} to {}",

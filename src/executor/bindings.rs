@@ -202,10 +202,12 @@ impl Ops {
     }
 
     /// Where entry `eid` may be written: memory of this runtime or the caller's, never a weight.
+    #[inline]
     pub(super) fn writable(&self, eid: usize) -> Result<Place> {
         self.writable_bytes(eid).map(|p| p.with_shape(self.tensors.shape(eid)))
     }
 
+    #[inline]
     fn writable_bytes(&self, eid: usize) -> Result<Place> {
         match &self.memory[eid] {
             Mem::Buffer(b, at) => Ok(b.place(*at)),

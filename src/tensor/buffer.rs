@@ -177,6 +177,7 @@ impl Buffer {
     }
 
     /// Where byte `offset` is, for copies.
+    #[inline]
     pub fn place(&self, offset: usize) -> Place {
         Place { data: self.ptr.as_ptr().cast(), offset, device: self.device(), shape: None }
     }

@@ -96,6 +96,7 @@ impl<'a> RawTensor<'a> {
     }
 
     /// Where the tensor's first byte is, for copies on any device.
+    #[inline]
     pub fn place(&self) -> Place {
         Place { data: self.t.data, offset: self.t.byte_offset as usize, device: self.t.device, shape: None }
             .with_shape(self.shape())
@@ -103,14 +104,32 @@ impl<'a> RawTensor<'a> {
 
     /// The byte size of a tensor this runtime can copy: compact, with data unless empty.
     fn copyable_bytes(&self, what: &str) -> Result<usize> {
+        self.check_compact(what)?;
+        let n = self.nbytes()?;
+        self.check_data(what, n)?;
+        Ok(n)
+    }
+
+    /// Whether this runtime can copy the tensor, whose byte size the caller has matched to `n`
+    /// (from its shape and dtype): as [`Self::copyable_bytes`], without computing the size again.
+    fn check_copyable(&self, what: &str, n: usize) -> Result<()> {
+        debug_assert!(self.nbytes().is_ok_and(|m| m == n), "{what}: the caller matched the size");
+        self.check_compact(what)?;
+        self.check_data(what, n)
+    }
+
+    fn check_compact(&self, what: &str) -> Result<()> {
         if !self.is_compact() {
             return Err(Error::value(format!("{what}: only compact (row-major, no strides) tensors are supported")));
         }
-        let n = self.nbytes()?;
+        Ok(())
+    }
+
+    fn check_data(&self, what: &str, n: usize) -> Result<()> {
         if n > 0 && self.t.data.is_null() {
             return Err(Error::value(format!("{what}: tensor data is null")));
         }
-        Ok(n)
+        Ok(())
     }
 }
 
@@ -166,8 +185,9 @@ pub unsafe fn copy_tensor(from: RawTensor<'_>, to: RawTensor<'_>) -> Result<()> 
 ///
 /// # Safety
 /// `to` must be valid for writing `n` bytes on its device.
+#[inline]
 pub unsafe fn copy_to_place(from: RawTensor<'_>, to: Place, n: usize) -> Result<()> {
-    from.copyable_bytes("copy source")?;
+    from.check_copyable("copy source", n)?;
     if n == 0 {
         return Ok(());
     }
@@ -182,8 +202,9 @@ pub unsafe fn copy_to_place(from: RawTensor<'_>, to: Place, n: usize) -> Result<
 ///
 /// # Safety
 /// `from` must be valid for reading `n` bytes on its device.
+#[inline]
 pub unsafe fn copy_from_place(from: Place, to: RawTensor<'_>, n: usize) -> Result<()> {
-    to.copyable_bytes("copy destination")?;
+    to.check_copyable("copy destination", n)?;
     if n == 0 {
         return Ok(());
     }
