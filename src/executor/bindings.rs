@@ -201,6 +201,33 @@ impl Ops {
         self.calls.run_one(&self.tensors, &self.bytes, plan, i)
     }
 
+    /// Entry `eid`'s first byte, when it is host memory that may be written (as [`Self::writable`]
+    /// says): every request's input copy needs only that, not a `Place`, which with its shape is
+    /// a hundred bytes to build and move.
+    #[inline]
+    pub(super) fn host_writable(&self, eid: usize) -> Option<*mut u8> {
+        let (base, at, device) = match &self.memory[eid] {
+            Mem::Buffer(b, at) => (b.as_ptr(), *at, b.device()),
+            Mem::External(x) => (x.addr().cast::<u8>(), 0, self.devices[eid]),
+            Mem::Lent(at) => {
+                let b = self.lent.as_ref()?;
+                (b.as_ptr(), *at, b.device())
+            }
+            Mem::Weight(_) | Mem::None => return None,
+        };
+        crate::device::is_host(device).then(|| base.wrapping_add(at))
+    }
+
+    /// Entry `eid`'s first byte, when it is host memory (as [`Self::readable`] says).
+    #[inline]
+    pub(super) fn host_readable(&self, eid: usize) -> Option<*const u8> {
+        let (base, at, device) = match (&self.memory[eid], &self.lent) {
+            (Mem::Buffer(b, at), _) | (Mem::Lent(at), Some(b)) => (b.as_ptr(), *at, b.device()),
+            _ => (self.tensors.data(eid).cast::<u8>(), 0, self.devices[eid]),
+        };
+        crate::device::is_host(device).then(|| base.wrapping_add(at).cast_const())
+    }
+
     /// Where entry `eid` may be written: memory of this runtime or the caller's, never a weight.
     #[inline]
     pub(super) fn writable(&self, eid: usize) -> Result<Place> {

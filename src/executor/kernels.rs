@@ -217,6 +217,12 @@ impl OpCalls {
 impl Ops {
     /// Copies `src`, already checked to have entry `eid`'s shape and element size, into it.
     pub fn write_from(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
+        if let Some(to) = self.host_writable(eid) {
+            // SAFETY: as below; `to` is the same memory, on the host.
+            if unsafe { raw::copy_between_hosts(src, to, self.bytes[eid]) }? {
+                return Ok(());
+            }
+        }
         let to = self.writable(eid)?;
         // SAFETY: `to` holds the entry's bytes (`bind` checked), memory of this runtime's or the
         // caller's under the zero-copy promise, and not a weight; `&mut self` keeps kernels off it.
@@ -242,6 +248,12 @@ impl Ops {
     pub fn read_into(&self, eid: usize, dst: RawTensor<'_>) -> Result<()> {
         if self.data(eid).is_null() && self.bytes[eid] > 0 {
             return Err(Error::value(format!("entry {eid} is derived from weights only and was not kept")));
+        }
+        if let Some(from) = self.host_readable(eid) {
+            // SAFETY: as below; `from` is the same memory, on the host.
+            if unsafe { raw::copy_from_host(from, dst, self.bytes[eid]) }? {
+                return Ok(());
+            }
         }
         // SAFETY: the entry's memory holds `bytes[eid]` bytes (`bind` checked); `dst` is the
         // caller's tensor, writable per the packed-call contract.

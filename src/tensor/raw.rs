@@ -181,6 +181,52 @@ pub unsafe fn copy_tensor(from: RawTensor<'_>, to: RawTensor<'_>) -> Result<()> 
     unsafe { device::copy(from.place(), to.place(), n) }
 }
 
+/// The host address of the tensor's first byte, when its memory is the host's.
+fn host_data(t: &RawTensor<'_>) -> Option<*mut u8> {
+    device::is_host(t.t.device).then(|| t.t.data.cast::<u8>().wrapping_add(t.t.byte_offset as usize))
+}
+
+/// As [`copy_to_place`] into host memory at `to`, when `from` is on the host too (every request's
+/// input): no `Place` is built. `Ok(false)` when `from` is a device's: the caller copies through
+/// [`copy_to_place`].
+///
+/// # Safety
+/// `to` must be valid for writing `n` bytes, and `from`'s shape and dtype matched to `n`.
+#[inline]
+pub unsafe fn copy_between_hosts(from: RawTensor<'_>, to: *mut u8, n: usize) -> Result<bool> {
+    let Some(src) = host_data(&from) else { return Ok(false) };
+    from.check_copyable("copy source", n)?;
+    if n > 0 {
+        if to.is_null() {
+            return Err(Error::value("tensor data is null"));
+        }
+        // SAFETY: `from` holds `n` bytes on the host (the caller's match; compact, data not null:
+        // checked); `to` per this function's contract. Overlap is allowed, as in `device::copy`.
+        unsafe { std::ptr::copy(src.cast_const(), to, n) };
+    }
+    Ok(true)
+}
+
+/// As [`copy_from_place`] from host memory at `from`, when `to` is on the host too (every
+/// request's output copied out). `Ok(false)` when `to` is a device's.
+///
+/// # Safety
+/// `from` must be valid for reading `n` bytes, and `to`'s shape and dtype matched to `n`.
+#[inline]
+pub unsafe fn copy_from_host(from: *const u8, to: RawTensor<'_>, n: usize) -> Result<bool> {
+    let Some(dst) = host_data(&to) else { return Ok(false) };
+    to.check_copyable("copy destination", n)?;
+    if n > 0 {
+        if from.is_null() {
+            return Err(Error::value("tensor data is null"));
+        }
+        // SAFETY: `to` holds `n` writable bytes on the host (the caller's match and the
+        // packed-call contract; compact, data not null: checked); `from` per this contract.
+        unsafe { std::ptr::copy(from, dst, n) };
+    }
+    Ok(true)
+}
+
 /// Copies `n` bytes of `from` (whose shape and dtype the caller has matched to `n`) to `to`.
 ///
 /// # Safety
