@@ -20,6 +20,8 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
+# Each stage's header carries the minutes and seconds since the start: where CI's time goes.
+stage() { printf '== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 quick=0
 case "${1:-}" in
   --quick) quick=1 ;;
@@ -42,24 +44,24 @@ ldconfig -p 2>/dev/null | grep -q 'libOpenCL.so.1 ' || need_apt+=(ocl-icd-libope
 # Upstream's library opens the unversioned name (`libOpenCL.so`), which only the -dev package installs.
 ldconfig -p 2>/dev/null | grep -q 'libOpenCL.so ' || need_apt+=(ocl-icd-opencl-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "== installing ${need_apt[*]}"
+  stage "installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
 if [ $quick = 1 ]; then
-  echo "== TVM 0.16's headers (the hhb-tvm wheel, fetched once; no venv)"
+  stage "TVM 0.16's headers (the hhb-tvm wheel, fetched once; no venv)"
   eval "$(scripts/tvm_env.sh --no-venv)"
 else
-  echo "== TVM 0.16 (hhb-tvm wheel: upstream's headers and Python package, with a venv to run it)"
+  stage "TVM 0.16 (hhb-tvm wheel: upstream's headers and Python package, with a venv to run it)"
   eval "$(scripts/tvm_env.sh)"
-  echo "== cargo fmt --check"
+  stage "cargo fmt --check"
   cargo fmt --all -- --check
-  echo "== cargo clippy"
+  stage "cargo clippy"
   cargo clippy --all-targets --quiet --features tvm-runtime/fuzzing -- -D warnings
 fi
-echo "== cargo test"
+stage "cargo test"
 cargo test --quiet --features tvm-runtime/fuzzing 2>&1 | tee target/cargo-test.log
 # Upstream's own library (v0.16 with OpenCL, new std::string ABI), for the tests that run the same
 # host on both runtimes and for the differential test. A clone without it skips those, saying so;
@@ -72,26 +74,26 @@ elif [ "${TVM_RT_REQUIRE_UPSTREAM_LIB:-0}" = 1 ]; then
   echo "no upstream libtvm_runtime.so in $upstream_dir, and TVM_RT_REQUIRE_UPSTREAM_LIB=1" >&2
   exit 1
 else
-  echo "== NOTE: no upstream libtvm_runtime.so in $upstream_dir: the tests on upstream's own library and the"
+  stage "NOTE: no upstream libtvm_runtime.so in $upstream_dir: the tests on upstream's own library and the"
   echo "   differential test are skipped (put upstream v0.16's library there or set TVM_UPSTREAM_SHARED)"
 fi
 if [ $quick = 1 ]; then
-  echo "== C tests (CTest, host only, no valgrind)"
+  stage "C tests (CTest, host only, no valgrind)"
   cmake -S . -B build-quick -DBUILD_TESTING=ON -DTVM_RT_WERROR=ON -DTVM_RT_VALGRIND=OFF -DTVM_RT_REQUIRE_UPSTREAM=ON \
     -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib -DTVM_UPSTREAM_SHARED="$upstream_dir" \
     -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
   cmake --build build-quick -j2
   ctest --test-dir build-quick --output-on-failure --no-tests=error
-  echo "== quick run passed (scripts/test.sh without --quick runs everything, as CI does)"
+  stage "quick run passed (scripts/test.sh without --quick runs everything, as CI does)"
   exit 0
 fi
-echo "== C tests (CTest, plain and under valgrind)"
+stage "C tests (CTest, plain and under valgrind)"
 cmake -S . -B build -DBUILD_TESTING=ON -DTVM_RT_WERROR=ON -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib \
   -DTVM_UPSTREAM_SHARED="$upstream_dir" -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" \
   -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
 cmake --build build -j2
 ctest --test-dir build --output-on-failure --no-tests=error
-echo "== C++ hosts with the old std::string ABI (TVM_RT_CXX_OLD_ABI=1), on ours and on the wheel's runtime"
+stage "C++ hosts with the old std::string ABI (TVM_RT_CXX_OLD_ABI=1), on ours and on the wheel's runtime"
 TVM_RT_CXX_OLD_ABI=1 CARGO_TARGET_DIR=target/old-abi cargo build --release --lib --quiet
 wheel=$TVM_WHEEL_DIR/tvm
 c++ -std=c++17 -O1 -D_GLIBCXX_USE_CXX11_ABI=0 -DDMLC_USE_LOGGING_LIBRARY='<tvm/runtime/logging.h>' \
@@ -99,31 +101,31 @@ c++ -std=c++17 -O1 -D_GLIBCXX_USE_CXX11_ABI=0 -DDMLC_USE_LOGGING_LIBRARY='<tvm/r
   c_tests/cxx/test_cxx_host.cc -o target/old-abi/test_cxx_host -Ltarget/old-abi/release -ltvm_runtime
 LD_LIBRARY_PATH=target/old-abi/release target/old-abi/test_cxx_host tests/fixtures
 LD_LIBRARY_PATH="$(dirname "$TVM_UPSTREAM_RUNTIME")" target/old-abi/test_cxx_host tests/fixtures
-echo "== differential test against upstream's library (docs/DIFFERENCES.md)"
+stage "differential test against upstream's library (docs/DIFFERENCES.md)"
 TVM_UPSTREAM_SHARED=$upstream_dir scripts/difftest.sh 1 100 400 0123
-echo "== the same, every executor of ours in a pool of activation arenas (TVM_RT_ARENA_POOL=2)"
+stage "the same, every executor of ours in a pool of activation arenas (TVM_RT_ARENA_POOL=2)"
 OURS_ENV="TVM_RT_ARENA_POOL=2" TVM_UPSTREAM_SHARED=$upstream_dir scripts/difftest.sh 101 30 400 0123
-echo "== the README's C, C++ and Python snippets, as written"
+stage "the README's C, C++ and Python snippets, as written"
 scripts/readme_snippets.py
-echo "== the recipes in docs/, as written (scripts/doc_recipes.py)"
+stage "the recipes in docs/, as written (scripts/doc_recipes.py)"
 scripts/doc_recipes.py
-echo "== TVM's Python package on this runtime (pytest)"
+stage "TVM's Python package on this runtime (pytest)"
 scripts/test_python.sh
-echo "== the CMake route: configure, build and install with each build type (then the suite in Release, -Werror)"
+stage "the CMake route: configure, build and install with each build type (then the suite in Release, -Werror)"
 scripts/test_cmake_install.sh
 wheel_arches="x86_64 aarch64"
 [ "${TVMRT_SKIP_AARCH64_WHEEL:-0}" = 1 ] && wheel_arches=x86_64
-echo "== the release wheels (scripts/build_wheels.sh: manylinux_2_28, $wheel_arches, through cargo-zigbuild)"
+stage "the release wheels (scripts/build_wheels.sh: manylinux_2_28, $wheel_arches, through cargo-zigbuild)"
 TVMRT_WHEEL_ARCHES=$wheel_arches scripts/build_wheels.sh
-echo "== the x86_64 wheel, checked, installed into fresh venvs (3.9 and 3.13, numpy 1.x and 2.x), its tests"
+stage "the x86_64 wheel, checked, installed into fresh venvs (3.9 and 3.13, numpy 1.x and 2.x), its tests"
 TVMRT_WHEEL=$(ls dist/tvmrt-*-manylinux_2_28_x86_64.whl | tail -1) scripts/test_wheel.sh
-echo "== its Ray Serve module (tvmrt[serve]) on a local Ray instance and on two Ray nodes, all on 127.0.0.1"
+stage "its Ray Serve module (tvmrt[serve]) on a local Ray instance and on two Ray nodes, all on 127.0.0.1"
 scripts/test_serve.sh
-echo "== aarch64: cross-built with GNU ld, the C and C++ suites under qemu-aarch64 (and GNU ld on x86_64)"
+stage "aarch64: cross-built with GNU ld, the C and C++ suites under qemu-aarch64 (and GNU ld on x86_64)"
 scripts/aarch64.sh
 if [ "$wheel_arches" = x86_64 ]; then
-  echo "== NOTE: the aarch64 wheel is left out (TVMRT_SKIP_AARCH64_WHEEL=1): the release workflow tests it"
+  stage "NOTE: the aarch64 wheel is left out (TVMRT_SKIP_AARCH64_WHEEL=1): the release workflow tests it"
 else
-  echo "== the aarch64 wheel under qemu-aarch64, for Debian's arm64 CPython"
+  stage "the aarch64 wheel under qemu-aarch64, for Debian's arm64 CPython"
   scripts/test_wheel_aarch64.sh
 fi
