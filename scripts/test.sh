@@ -121,7 +121,7 @@ stage "the x86_64 wheel, checked, installed into fresh venvs (3.9 and 3.13, nump
 TVMRT_WHEEL=$(ls dist/tvmrt-*-manylinux_2_28_x86_64.whl | tail -1) scripts/test_wheel.sh
 stage "its Ray Serve module (tvmrt[serve]) on a local Ray instance and on two Ray nodes, all on 127.0.0.1"
 scripts/test_serve.sh
-stage "aarch64: cross-built with GNU ld, the C and C++ suites under qemu-aarch64 (and GNU ld on x86_64)"
+stage "aarch64: cross-built with GNU ld (exporting what x86_64's default link does), the C and C++ suites under qemu-aarch64"
 scripts/aarch64.sh
 if [ "$wheel_arches" = x86_64 ]; then
   stage "NOTE: the aarch64 wheel is left out (TVMRT_SKIP_AARCH64_WHEEL=1): the release workflow tests it"
