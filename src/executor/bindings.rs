@@ -183,6 +183,7 @@ impl Ops {
     }
 
     /// The address of entry `eid`'s data (null while unbound).
+    #[inline]
     pub fn data(&self, eid: usize) -> *const u8 {
         self.tensors.data(eid).cast()
     }

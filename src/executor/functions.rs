@@ -35,7 +35,18 @@ pub const NAMES: &[&str] = &[
     "tvmrt.run_into",
 ];
 
+/// Argument `i` as an input's or output's key: an index (the common case, decoded first) or a name.
+#[inline]
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
+    match args.int_if_int(i) {
+        Some(v) if v >= 0 => Ok(Key::Index(v as usize)),
+        _ => other_key(args, i),
+    }
+}
+
+/// A name, or the error an argument that is neither a name nor an index gets.
+#[inline(never)]
+fn other_key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
     if args.is_name(i) {
         return Ok(Key::Name(args.str(i)?));
     }

@@ -106,6 +106,7 @@ impl TensorTable {
     }
 
     /// The address of entry `eid`'s tensor.
+    #[inline]
     fn at(&self, eid: usize) -> *mut DLTensor {
         assert!(eid < self.len, "entry {eid} of {}", self.len);
         // SAFETY: in bounds of the allocation.
@@ -117,6 +118,7 @@ impl TensorTable {
         unsafe { (*self.at(eid)).data = data };
     }
 
+    #[inline]
     pub fn data(&self, eid: usize) -> *mut c_void {
         // SAFETY: a live tensor of the table.
         unsafe { (*self.at(eid)).data }

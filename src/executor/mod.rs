@@ -10,6 +10,7 @@ pub mod functions;
 pub(crate) mod instance;
 mod kernels;
 pub mod layout;
+mod names;
 pub mod plan;
 pub mod pool;
 mod report;
@@ -118,12 +119,14 @@ impl GraphExecutor {
         &self.plan
     }
 
+    #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, Instance> {
         // A panic inside a kernel call cannot leave the instance half-updated in a way later
         // calls rely on, so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    #[inline]
     pub fn input_index(&self, key: Key<'_>) -> Result<usize> {
         match key {
             Key::Name(n) => self.plan.input_index(n).ok_or_else(|| Error::key(format!("no input named '{n}'"))),
@@ -131,6 +134,7 @@ impl GraphExecutor {
         }
     }
 
+    #[inline]
     pub fn output_index(&self, key: Key<'_>) -> Result<usize> {
         match key {
             Key::Name(n) => self.plan.output_index(n).ok_or_else(|| Error::key(format!("Invalid output node:{n}"))),
@@ -162,7 +166,7 @@ impl GraphExecutor {
             )
         };
         // The entry's own shape and dtype, the usual case, have its byte size: nothing to compute.
-        if src.dtype() != e.dtype || src.shape() != &*e.shape {
+        if src.dtype() != e.dtype || !src.has_shape(&e.shape) {
             if self.strict_inputs() && src.dtype() != e.dtype {
                 return Err(Error::type_err(format!("{} (strict inputs)", what())));
             }
@@ -212,6 +216,7 @@ impl GraphExecutor {
     }
 
     /// Output `index` as an array aliasing the executor's memory (overwritten by the next run).
+    #[inline]
     pub fn output(&self, index: usize) -> Result<ObjRef<NDArray>> {
         let eid = self.plan.check_output(index)?;
         self.lock().entry_view(eid)
@@ -231,7 +236,7 @@ impl GraphExecutor {
 
     fn copy_entry_to(&self, eid: usize, dst: RawTensor<'_>, what: impl Fn() -> String) -> Result<()> {
         let e = &self.plan.graph.entries[eid];
-        if dst.shape() != &*e.shape || dst.dtype().element_bytes() != e.dtype.element_bytes() {
+        if !dst.has_shape(&e.shape) || dst.dtype().element_bytes() != e.dtype.element_bytes() {
             return Err(Error::value(format!(
                 "{} is {} {:?}, the target {} {:?}",
                 what(),

@@ -1,6 +1,7 @@
 //! The immutable part of an executor: graph, storage plan, resolved operators, name maps. One
 //! `Arc<Plan>` serves every executor of a model (a factory builds it once).
 
+use super::names::NameMap;
 use crate::dlpack::{DLDevice, TVMBackendPackedCFunc};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeKind};
@@ -9,7 +10,6 @@ use crate::module::Module;
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
 use crate::tensor::Weight;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 pub enum OpKind {
@@ -47,15 +47,20 @@ pub struct Plan {
     pub graph_digest: u64,
     pub storage: StoragePlan,
     pub ops: Vec<OpPlan>,
-    pub input_names: HashMap<String, usize>,
+    pub input_names: NameMap,
     /// Graph input index -> entry id.
     pub input_entries: Vec<usize>,
     /// Output index -> entry id.
     pub output_entries: Vec<usize>,
     /// `"<node name>:<k>"` -> output index, for `set_output_zero_copy`.
-    pub output_keys: HashMap<String, usize>,
+    pub output_keys: NameMap,
     /// Graph inputs in each storage slot (sharing needs exactly one).
     pub inputs_per_slot: Vec<usize>,
+    /// The entries of each storage slot, slot after slot (`slot_entries` reads it): what a
+    /// zero-copy binding moves, without walking the whole graph on every call.
+    slot_entry_ids: Vec<usize>,
+    /// Where each slot's entries start in `slot_entry_ids` (one more than there are slots).
+    slot_entry_start: Vec<usize>,
     /// Bytes of every entry.
     pub entry_bytes: Vec<usize>,
     /// Storage slots whose data the library links in (`_lookup_linked_param`, TVM <= 0.8 builds).
@@ -261,6 +266,7 @@ impl Plan {
         for &eid in &input_entries {
             inputs_per_slot[graph.entries[eid].storage_id] += 1;
         }
+        let (slot_entry_ids, slot_entry_start) = entries_by_slot(&graph, storage.slots.len());
         let entry_bytes =
             graph.entries.iter().map(|e| crate::dtype::tensor_bytes(&e.shape, e.dtype)).collect::<Result<Vec<_>>>()?;
         // Every entry fits its slot: what lets the executor hand kernels and copies an entry's
@@ -324,6 +330,8 @@ impl Plan {
             output_entries,
             output_keys,
             inputs_per_slot,
+            slot_entry_ids,
+            slot_entry_start,
             output_parts,
             library,
             device,
@@ -376,18 +384,22 @@ impl Plan {
         (0..self.num_outputs()).rev().find(|&i| self.output_name(i) == name)
     }
 
+    /// Input `index`'s entry (every executor call on an input starts here: inlined, its error out
+    /// of line).
+    #[inline]
     pub fn check_input(&self, index: usize) -> Result<usize> {
-        self.input_entries
-            .get(index)
-            .copied()
-            .ok_or_else(|| Error::index(format!("input index {index} out of range ({} inputs)", self.num_inputs())))
+        match self.input_entries.get(index) {
+            Some(&eid) => Ok(eid),
+            None => Err(out_of_range("input", index, self.num_inputs())),
+        }
     }
 
+    #[inline]
     pub fn check_output(&self, index: usize) -> Result<usize> {
-        self.output_entries
-            .get(index)
-            .copied()
-            .ok_or_else(|| Error::index(format!("output index {index} out of range ({} outputs)", self.num_outputs())))
+        match self.output_entries.get(index) {
+            Some(&eid) => Ok(eid),
+            None => Err(out_of_range("output", index, self.num_outputs())),
+        }
     }
 
     /// Fresh zeroed memory for slot `sid` on its device: an image for a texture slot.
@@ -420,10 +432,40 @@ impl Plan {
         })
     }
 
+    /// The entries living in storage slot `sid`, in entry order.
+    #[inline]
+    pub fn slot_entries(&self, sid: usize) -> &[usize] {
+        &self.slot_entry_ids[self.slot_entry_start[sid]..self.slot_entry_start[sid + 1]]
+    }
+
     /// A slot that only this one graph input (and its aliases) uses: safe to bind to shared memory.
     pub fn is_shareable_slot(&self, sid: usize) -> bool {
         self.storage.slots[sid].role == crate::memory_plan::SlotRole::Input && self.inputs_per_slot[sid] == 1
     }
+}
+
+/// Every entry id grouped by storage slot, in entry order within a slot, and where each slot's
+/// group starts (a last element closes the last group).
+fn entries_by_slot(graph: &Graph, slots: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut start = vec![0usize; slots + 1];
+    for e in &graph.entries {
+        start[e.storage_id + 1] += 1;
+    }
+    for s in 0..slots {
+        start[s + 1] += start[s];
+    }
+    let mut next = start.clone();
+    let mut ids = vec![0usize; graph.entries.len()];
+    for (eid, e) in graph.entries.iter().enumerate() {
+        ids[next[e.storage_id]] = eid;
+        next[e.storage_id] += 1;
+    }
+    (ids, start)
+}
+
+#[cold]
+fn out_of_range(what: &str, index: usize, count: usize) -> Error {
+    Error::index(format!("{what} index {index} out of range ({count} {what}s)"))
 }
 
 #[cfg(test)]
@@ -502,6 +544,23 @@ pub(crate) mod tests {
         assert_eq!((p.entry_bytes.clone(), p.root_bytes.clone()), (vec![16; 4], vec![16, 16, 0, 16]));
         assert_eq!(p.ops.iter().map(|o| o.args.clone()).collect::<Vec<_>>(), vec![vec![0, 1], vec![1, 2], vec![2, 3]]);
         assert!(p.is_shareable_slot(0) && !p.is_shareable_slot(1));
+        assert_eq!((p.input_index("x"), p.input_index("a"), p.input_index("")), (Some(0), None, None));
+    }
+
+    #[test]
+    fn each_slot_lists_its_entries() {
+        // Slots out of entry order, one unused: x in 2, a and v (its alias) in 0, out in 3.
+        let p = plan(&graph(
+            &[("x", "", 0), ("a", "__copy", 0), ("v", "__nop", 1), ("out", "__copy", 2)],
+            &[2, 0, 0, 3],
+            &[3],
+        ));
+        let slots: Vec<&[usize]> = (0..p.storage.slots.len()).map(|sid| p.slot_entries(sid)).collect();
+        let by_filter: Vec<Vec<usize>> = (0..p.storage.slots.len())
+            .map(|sid| (0..4).filter(|&e| p.graph.entries[e].storage_id == sid).collect())
+            .collect();
+        assert_eq!(slots, by_filter);
+        assert_eq!(slots.iter().map(|s| s.len()).sum::<usize>(), 4);
     }
 
     #[test]

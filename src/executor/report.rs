@@ -71,7 +71,7 @@ impl GraphExecutor {
         let homes = &st.layout().homes;
         (0..plan.storage.slots.len())
             .map(|sid| {
-                let entries = (0..plan.graph.num_entries()).filter(|&e| plan.graph.entries[e].storage_id == sid);
+                let entries = plan.slot_entries(sid).iter().copied();
                 if plan.storage.slots[sid].role == memory_plan::SlotRole::Input {
                     if params[sid] {
                         SlotUse::Weight

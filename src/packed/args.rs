@@ -12,6 +12,13 @@ use crate::tensor::{FileMap, NDArray, RawTensor};
 use std::ffi::{c_void, CStr, CString};
 use std::sync::Arc;
 
+/// `expect_count`'s error, out of the callers' way.
+#[cold]
+fn count_error(func: &str, lo: usize, hi: usize, n: usize) -> Error {
+    let want = if lo == hi { lo.to_string() } else { format!("{lo} to {hi}") };
+    Error::type_err(format!("{func} takes {want} arguments, {n} given"))
+}
+
 pub fn type_code_name(code: i32) -> &'static str {
     match code {
         kTVMArgInt => "int",
@@ -65,6 +72,7 @@ impl<'a> Args<'a> {
         }
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.values.len()
     }
@@ -82,16 +90,17 @@ impl<'a> Args<'a> {
     }
 
     /// The type code of argument `i` (14, an object by rvalue reference, reads as 8 or 4).
+    #[inline]
     pub fn code(&self, i: usize) -> i32 {
         self.get(i).map_or(-1, |(_, c)| c)
     }
 
     /// Fails unless there are exactly `n` arguments (or within `lo..=hi`).
+    #[inline]
     pub fn expect_count(&self, func: &str, lo: usize, hi: usize) -> Result<()> {
         let n = self.len();
         if n < lo || n > hi {
-            let want = if lo == hi { lo.to_string() } else { format!("{lo} to {hi}") };
-            return Err(Error::type_err(format!("{func} takes {want} arguments, {n} given")));
+            return Err(count_error(func, lo, hi, n));
         }
         Ok(())
     }
@@ -99,7 +108,19 @@ impl<'a> Args<'a> {
     /// Argument `i` and its code. An object passed by rvalue reference (code 14: the address of
     /// the caller's object slot, how C++ hosts pass temporaries) reads as the object it refers to
     /// (code 8), so every accessor takes it where it takes an object, as upstream's do.
+    ///
+    /// Every accessor starts here, several per executor call: inlined, with the rvalue reference
+    /// and the missing argument out of line.
+    #[inline]
     fn get(&self, i: usize) -> Result<(TVMValue, i32)> {
+        match (self.values.get(i), self.codes.get(i)) {
+            (Some(v), Some(&c)) if c != kTVMObjectRValueRefArg => Ok((*v, c)),
+            _ => self.get_unusual(i),
+        }
+    }
+
+    #[cold]
+    fn get_unusual(&self, i: usize) -> Result<(TVMValue, i32)> {
         match (self.values.get(i), self.codes.get(i)) {
             (Some(v), Some(&kTVMObjectRValueRefArg)) => {
                 // SAFETY: code 14 carries the address of the caller's object slot, live for the call.
@@ -115,11 +136,24 @@ impl<'a> Args<'a> {
         }
     }
 
+    #[cold]
     fn mismatch(&self, i: usize, want: &str) -> Error {
         let code = self.code(i);
         Error::type_err(format!("argument {i}: expected {want}, got {} (type code {code})", type_code_name(code)))
     }
 
+    /// Argument `i` when it is an int (code 0), read with no other decoding: the common form of
+    /// an executor's keys.
+    #[inline]
+    pub fn int_if_int(&self, i: usize) -> Option<i64> {
+        match (self.values.get(i), self.codes.get(i)) {
+            // SAFETY: code 0 carries `v_int64`.
+            (Some(v), Some(&kTVMArgInt)) => Some(unsafe { v.v_int64 }),
+            _ => None,
+        }
+    }
+
+    #[inline]
     pub fn int(&self, i: usize) -> Result<i64> {
         let (v, c) = self.get(i)?;
         match c {
@@ -227,6 +261,7 @@ impl<'a> Args<'a> {
     }
 
     /// Whether argument `i` names something (a string) rather than indexing it.
+    #[inline]
     pub fn is_name(&self, i: usize) -> bool {
         match self.code(i) {
             kTVMStr => true,
@@ -268,6 +303,7 @@ impl<'a> Args<'a> {
     }
 
     /// A tensor argument: a plain DLTensor (7) or an NDArray (13).
+    #[inline]
     pub fn tensor(&self, i: usize) -> Result<RawTensor<'a>> {
         let (v, c) = self.get(i)?;
         match c {

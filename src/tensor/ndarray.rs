@@ -196,6 +196,7 @@ impl NDArray {
         Ok(Self::build(t.data_ptr().cast(), t.shape(), t.dtype(), t.device(), Owner::DLPack(managed)))
     }
 
+    #[inline]
     fn tensor(&self) -> &DLTensor {
         // SAFETY: written only by C hosts through the handle and by `retarget`, neither of which
         // may overlap a use of the array (their contracts).
@@ -240,6 +241,7 @@ impl NDArray {
         self.tensor().device
     }
 
+    #[inline]
     pub fn data_ptr(&self) -> *mut u8 {
         self.tensor().data.cast()
     }

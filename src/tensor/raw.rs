@@ -40,21 +40,30 @@ impl<'a> RawTensor<'a> {
     /// tensor's bytes, readable and not written by anyone else, all for `'a` — what the packed-call
     /// contract promises for arguments. Writing the bytes takes a promise of its own (the `unsafe`
     /// copy functions below).
+    #[inline]
     pub unsafe fn from_ptr(ptr: *const DLTensor) -> Result<RawTensor<'a>> {
         // SAFETY: per the contract.
-        let t = unsafe { ptr.as_ref() }.ok_or_else(|| Error::value("null tensor handle"))?;
-        if t.ndim < 0 || t.ndim > 64 || (t.ndim > 0 && t.shape.is_null()) {
-            return Err(Error::value(format!("malformed tensor: ndim {} with shape {:p}", t.ndim, t.shape)));
+        match unsafe { ptr.as_ref() } {
+            Some(t) if (0..=64).contains(&t.ndim) && (t.ndim == 0 || !t.shape.is_null()) => Ok(RawTensor { t }),
+            t => Err(malformed(t)),
         }
-        Ok(RawTensor { t })
     }
 
+    #[inline]
     pub fn shape(&self) -> &'a [i64] {
         if self.t.ndim == 0 {
             return &[];
         }
         // SAFETY: `from_ptr`'s contract: `shape` holds `ndim` values.
         unsafe { std::slice::from_raw_parts(self.t.shape, self.t.ndim as usize) }
+    }
+
+    /// Whether the tensor has exactly `shape`: compared in line, element by element (slice
+    /// equality calls `memcmp`, which costs more than the few dimensions it compares).
+    #[inline]
+    pub fn has_shape(&self, shape: &[i64]) -> bool {
+        let mine = self.shape();
+        mine.len() == shape.len() && mine.iter().zip(shape).all(|(a, b)| a == b)
     }
 
     pub fn dtype(&self) -> DLDataType {
@@ -79,6 +88,7 @@ impl<'a> RawTensor<'a> {
     }
 
     /// Row-major with no gaps: `strides` null, or equal to the compact strides.
+    #[inline]
     pub fn is_compact(&self) -> bool {
         if self.t.strides.is_null() {
             return true;
@@ -112,25 +122,46 @@ impl<'a> RawTensor<'a> {
 
     /// Whether this runtime can copy the tensor, whose byte size the caller has matched to `n`
     /// (from its shape and dtype): as [`Self::copyable_bytes`], without computing the size again.
+    #[inline]
     fn check_copyable(&self, what: &str, n: usize) -> Result<()> {
         debug_assert!(self.nbytes().is_ok_and(|m| m == n), "{what}: the caller matched the size");
         self.check_compact(what)?;
         self.check_data(what, n)
     }
 
+    #[inline]
     fn check_compact(&self, what: &str) -> Result<()> {
         if !self.is_compact() {
-            return Err(Error::value(format!("{what}: only compact (row-major, no strides) tensors are supported")));
+            return Err(not_compact(what));
         }
         Ok(())
     }
 
+    #[inline]
     fn check_data(&self, what: &str, n: usize) -> Result<()> {
         if n > 0 && self.t.data.is_null() {
-            return Err(Error::value(format!("{what}: tensor data is null")));
+            return Err(null_data(what));
         }
         Ok(())
     }
+}
+
+#[cold]
+fn malformed(t: Option<&DLTensor>) -> Error {
+    match t {
+        None => Error::value("null tensor handle"),
+        Some(t) => Error::value(format!("malformed tensor: ndim {} with shape {:p}", t.ndim, t.shape)),
+    }
+}
+
+#[cold]
+fn not_compact(what: &str) -> Error {
+    Error::value(format!("{what}: only compact (row-major, no strides) tensors are supported"))
+}
+
+#[cold]
+fn null_data(what: &str) -> Error {
+    Error::value(format!("{what}: tensor data is null"))
 }
 
 fn host_place(p: *const u8) -> Place {

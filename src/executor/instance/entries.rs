@@ -19,6 +19,7 @@ impl Instance {
     /// holders), or a view of caller memory bound with zero-copy. A view is the same array every
     /// time while it shows the entry, and follows the entry's zero-copy bindings (upstream's
     /// `get_input` / `get_output` hand out the entry itself).
+    #[inline]
     pub fn entry_view(&mut self, eid: usize) -> Result<ObjRef<NDArray>> {
         self.prepare()?;
         if let Some(view) = &self.views[eid] {
@@ -26,6 +27,11 @@ impl Instance {
                 return Ok(view.clone());
             }
         }
+        self.new_entry_view(eid)
+    }
+
+    #[inline(never)]
+    fn new_entry_view(&mut self, eid: usize) -> Result<ObjRef<NDArray>> {
         let (array, is_view) = self.new_entry_array(eid)?;
         if is_view {
             self.views[eid] = Some(array.clone());
@@ -57,6 +63,7 @@ impl Instance {
     /// Makes input entry `eid` writable without touching anyone else's memory: caller memory
     /// bound with zero-copy is written in place, a weight or a missing slot becomes private first.
     /// Inside a transaction, the bytes about to be overwritten in place are kept to put back.
+    #[inline]
     fn prepare_write(&mut self, eid: usize) -> Result<()> {
         let sid = self.plan.graph.entries[eid].storage_id;
         if self.slot_override[sid].is_none() {
@@ -78,6 +85,7 @@ impl Instance {
     /// Makes entry `eid` writable and writes it with `write`. When the entry first needs memory
     /// of its own (the first write, or the first since its weight was shared), a write that then
     /// fails leaves the slot as it was: in a transaction, which the common case does not pay for.
+    #[inline]
     fn write_with(&mut self, eid: usize, write: impl FnOnce(&mut Ops) -> Result<()>) -> Result<()> {
         let sid = self.plan.graph.entries[eid].storage_id;
         let rebinds = self.slot_override[sid].is_none()
@@ -94,6 +102,7 @@ impl Instance {
     }
 
     /// Copies `src`, already checked to have entry `eid`'s shape and dtype, into it.
+    #[inline]
     pub fn write_entry_matched(&mut self, eid: usize, src: RawTensor<'_>) -> Result<()> {
         self.write_with(eid, |ops| ops.write_from(eid, src))
     }
@@ -112,7 +121,7 @@ impl Instance {
         let e = &self.plan.graph.entries[eid];
         // The entry's own shape and dtype, the usual case, have its byte size: nothing to compute.
         let n =
-            if dst.dtype() == e.dtype && dst.shape() == &*e.shape { self.plan.entry_bytes[eid] } else { dst.nbytes()? };
+            if dst.dtype() == e.dtype && dst.has_shape(&e.shape) { self.plan.entry_bytes[eid] } else { dst.nbytes()? };
         if n != self.plan.entry_bytes[eid] {
             return Err(Error::value(format!(
                 "cannot copy {} bytes into {n} bytes ({} {:?})",

@@ -181,6 +181,7 @@ impl Instance {
         a.transaction(|a| b.transaction(|b| body(a, b)))
     }
 
+    #[inline]
     pub(super) fn in_transaction(&self) -> bool {
         self.journal.is_some()
     }

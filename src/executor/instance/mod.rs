@@ -242,10 +242,16 @@ impl Instance {
     /// operators if their weights changed (if one fails, nothing is folded), sizes the activation
     /// arena, and binds every entry. Commits only once all of it worked: on failure the executor
     /// keeps its previous layout and memory, and stays out of date (the next call tries again).
+    #[inline]
     pub fn prepare(&mut self) -> Result<()> {
         if !self.stale {
             return Ok(());
         }
+        self.prepare_now()
+    }
+
+    #[inline(never)]
+    fn prepare_now(&mut self) -> Result<()> {
         let plan = self.plan.clone();
         let (recent, seen_shared, unfold_at) = self.recently_shared();
         let facts = self.layout_facts(&recent);

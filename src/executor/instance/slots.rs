@@ -65,7 +65,16 @@ impl Instance {
 
     /// Gives slot `sid` writable memory of this executor's own: fresh zeros for an unbound slot, a
     /// private copy of a weight (copy on write; what was derived from it is derived again).
+    #[inline]
     pub fn make_private(&mut self, sid: usize) -> Result<()> {
+        if let SlotMemory::Owned(_) = &self.slots[sid] {
+            return Ok(());
+        }
+        self.give_private_memory(sid)
+    }
+
+    #[inline(never)]
+    fn give_private_memory(&mut self, sid: usize) -> Result<()> {
         let bytes = self.plan.storage.slots[sid].bytes;
         let device = self.plan.slot_device[sid];
         let fresh = match &self.slots[sid] {
@@ -138,9 +147,10 @@ impl Instance {
     /// else holds), and a journal keeping it to put back. Any other holder is a host's view.
     fn only_readers_of(&self, sid: usize, buffer: &Arc<Buffer>) -> bool {
         let plan = &self.plan;
-        let kept_views = (0..plan.graph.num_entries())
-            .filter(|&e| plan.graph.entries[e].storage_id == sid)
-            .filter(|&e| {
+        let kept_views = plan
+            .slot_entries(sid)
+            .iter()
+            .filter(|&&e| {
                 self.views[e].as_ref().is_some_and(|v| {
                     v.buffer().is_some_and(|b| Arc::ptr_eq(b, buffer))
                         && v.ref_count() as usize == 1 + self.journal_holds_view(e, v)

@@ -22,13 +22,11 @@ impl Instance {
             let x = External::of(&src);
             self.slot_override[sid] = Some(x);
             let plan = self.plan.clone();
-            for (e, entry) in plan.graph.entries.iter().enumerate() {
-                if entry.storage_id == sid {
-                    self.ops.rebind_external(e, x);
-                    // An array handed out for the entry follows it, as after any binding.
-                    if self.views[e].as_ref().is_some_and(|view| !self.ops.follow(e, view)) {
-                        self.views[e] = None;
-                    }
+            for &e in plan.slot_entries(sid) {
+                self.ops.rebind_external(e, x);
+                // An array handed out for the entry follows it, as after any binding.
+                if self.views[e].as_ref().is_some_and(|view| !self.ops.follow(e, view)) {
+                    self.views[e] = None;
                 }
             }
             return Ok(());
@@ -37,8 +35,8 @@ impl Instance {
         self.slot_override[sid] = Some(External::of(&src));
         // The latest binding wins: outputs that alias this input (a `__nop` of it) bound to caller
         // memory before now read the input's new memory, as upstream's do.
-        for (e, entry) in self.plan.graph.entries.iter().enumerate() {
-            if entry.storage_id == sid && self.entry_override[e].take().is_some() {
+        for &e in self.plan.slot_entries(sid) {
+            if self.entry_override[e].take().is_some() {
                 self.stale |= matches!(self.layout.homes.get(e), Some(Home::Derived | Home::Transient));
             }
         }
@@ -58,13 +56,7 @@ impl Instance {
     fn moves_alone(&self, sid: usize) -> bool {
         self.slot_override[sid].is_some()
             && !matches!(self.slots[sid], SlotMemory::Weight(_))
-            && self
-                .plan
-                .graph
-                .entries
-                .iter()
-                .enumerate()
-                .all(|(e, entry)| entry.storage_id != sid || self.entry_override[e].is_none())
+            && self.plan.slot_entries(sid).iter().all(|&e| self.entry_override[e].is_none())
     }
 
     /// Redirects output entry `eid` to caller memory, and the operator results it aliases
@@ -121,7 +113,7 @@ impl Instance {
             // Kernels take a device tensor's data without its offset.
             return Err(Error::value("a zero-copy tensor on a device must have byte_offset 0"));
         }
-        if t.shape() != &*e.shape || t.dtype() != e.dtype {
+        if !t.has_shape(&e.shape) || t.dtype() != e.dtype {
             return Err(Error::value(format!(
                 "zero-copy tensor is {} {:?}, the entry is {} {:?}",
                 t.dtype(),
