@@ -13,12 +13,24 @@ fn header_of(h: TVMArrayHandle) -> *mut ObjectHeader {
 }
 
 /// The array behind a handle this runtime gave out.
+#[inline]
 unsafe fn array_of<'a>(h: TVMArrayHandle) -> Result<&'a NDArray> {
     if h.is_null() {
-        return Err(Error::value("array handle is null"));
+        return Err(not_an_array(true));
     }
     // SAFETY: array handles point 16 bytes into a live array object.
-    unsafe { payload_of::<NDArray>(header_of(h)) }.ok_or_else(|| Error::type_err("the handle is not an NDArray"))
+    match unsafe { payload_of::<NDArray>(header_of(h)) } {
+        Some(a) => Ok(a),
+        None => Err(not_an_array(false)),
+    }
+}
+
+#[cold]
+fn not_an_array(null: bool) -> Error {
+    if null {
+        return Error::value("array handle is null");
+    }
+    Error::type_err("the handle is not an NDArray")
 }
 
 pub(crate) fn handle_of(a: ObjRef<NDArray>) -> TVMArrayHandle {

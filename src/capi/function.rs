@@ -126,13 +126,8 @@ pub unsafe extern "C" fn TVMFuncCall(
     guard_status(|| {
         // SAFETY: the caller's handle and arrays are valid for the call.
         unsafe {
-            let f = match crate::object::payload_of::<PackedFunc>(func.cast()) {
-                Some(f) => f,
-                None => {
-                    return fail(
-                        borrow::<PackedFunc>(func, "PackedFunc").err().unwrap_or_else(|| Error::internal("handle")),
-                    )
-                }
+            let Some(f) = crate::object::payload_of::<PackedFunc>(func.cast()) else {
+                return not_a_function(func);
             };
             let args = match Args::from_raw(arg_values, type_codes, num_args) {
                 Ok(a) => a,
@@ -156,6 +151,14 @@ pub unsafe extern "C" fn TVMFuncCall(
             }
         }
     })
+}
+
+/// `TVMFuncCall`'s answer to a handle that is not one of our functions, out of its way.
+#[cold]
+#[inline(never)]
+unsafe fn not_a_function(func: TVMFunctionHandle) -> c_int {
+    // SAFETY: the caller's handle, as in `TVMFuncCall`; `borrow` says what is wrong with it.
+    fail(unsafe { borrow::<PackedFunc>(func, "PackedFunc") }.err().unwrap_or_else(|| Error::internal("handle")))
 }
 
 /// Releases the caller's reference to a function (NULL is a no-op).

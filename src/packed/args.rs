@@ -12,6 +12,15 @@ use crate::tensor::{FileMap, NDArray, RawTensor};
 use std::ffi::{c_void, CStr, CString};
 use std::sync::Arc;
 
+/// `from_raw`'s error: a negative count, or arguments announced in arrays that are not there.
+#[cold]
+fn bad_arrays(n: i32) -> Error {
+    if n < 0 {
+        return Error::value(format!("negative argument count {n}"));
+    }
+    Error::value(format!("{n} arguments announced but the value or code array is null"))
+}
+
 /// `expect_count`'s error, out of the callers' way.
 #[cold]
 fn count_error(func: &str, lo: usize, hi: usize, n: usize) -> Error {
@@ -54,14 +63,11 @@ impl<'a> Args<'a> {
     /// (live handles, NUL-terminated strings) for `'a`: the packed-call contract.
     #[inline]
     pub unsafe fn from_raw(values: *const TVMValue, codes: *const i32, n: i32) -> Result<Args<'a>> {
-        if n < 0 {
-            return Err(Error::value(format!("negative argument count {n}")));
-        }
         if n == 0 {
             return Ok(Args { values: &[], codes: &[] });
         }
-        if values.is_null() || codes.is_null() {
-            return Err(Error::value(format!("{n} arguments announced but the value or code array is null")));
+        if n < 0 || values.is_null() || codes.is_null() {
+            return Err(bad_arrays(n));
         }
         // SAFETY: per the contract.
         unsafe {
