@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
   EXPECT_ERROR(TVMFuncCall(f_set_input, v, c, 2, &r, &rc), "expected tensor");
   v[0].v_int64 = 99;
   EXPECT_ERROR(TVMFuncCall(f_set_input, v, c, 2, &r, &rc), "input index 99 out of range (7 inputs)");
+  v[0].v_int64 = -1;
+  EXPECT_ERROR(TVMFuncCall(f_set_input, v, c, 2, &r, &rc), "negative index -1");
+  v[0].v_int64 = 99;
   EXPECT_ERROR(TVMFuncCall(f_set_input, v, c, 1, &r, &rc), "takes 2 arguments");
   EXPECT_ERROR(TVMFuncCall(f_get_output, v, c, 1, &r, &rc), "output index 99 out of range (1 outputs)");
   v[0].v_str = "nope";

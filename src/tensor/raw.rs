@@ -291,3 +291,58 @@ pub unsafe fn copy_from_place(from: Place, to: RawTensor<'_>, n: usize) -> Resul
     // SAFETY: `to` holds `n` bytes (the caller's match); `from` per this function's contract.
     unsafe { device::copy(from, to.place(), n) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(shape: &mut [i64], ndim: i32) -> DLTensor {
+        DLTensor {
+            data: std::ptr::null_mut(),
+            device: DLDevice::CPU,
+            ndim,
+            dtype: DLDataType::F32,
+            shape: if shape.is_empty() { std::ptr::null_mut() } else { shape.as_mut_ptr() },
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        }
+    }
+
+    #[test]
+    fn a_tensor_is_taken_with_0_to_64_dimensions_and_a_shape() {
+        let mut dims = [1i64; 65];
+        for (ndim, ok) in [(0, true), (1, true), (64, true), (65, false), (-1, false)] {
+            let t = tensor(&mut dims, ndim);
+            // SAFETY: `dims` holds 65 values, more than any ndim tried.
+            let got = unsafe { RawTensor::from_ptr(&t) };
+            assert_eq!(got.is_ok(), ok, "ndim {ndim}");
+            if !ok {
+                assert!(got.err().unwrap().to_string().contains(&format!("malformed tensor: ndim {ndim}")));
+            }
+        }
+        // No shape: only a scalar may do without one.
+        let scalar = tensor(&mut [], 0);
+        // SAFETY: ndim 0 reads no shape.
+        assert!(unsafe { RawTensor::from_ptr(&scalar) }.is_ok());
+        let shapeless = tensor(&mut [], 2);
+        // SAFETY: the null shape is what is checked.
+        assert!(unsafe { RawTensor::from_ptr(&shapeless) }.is_err());
+        // SAFETY: null is checked.
+        let null = unsafe { RawTensor::from_ptr(std::ptr::null()) };
+        assert!(null.err().unwrap().to_string().contains("null tensor handle"));
+    }
+
+    #[test]
+    fn has_shape_compares_every_dimension_and_the_count() {
+        let mut dims = [1i64, 1, 28, 28, 1];
+        let t = tensor(&mut dims, 4);
+        // SAFETY: `dims` holds more than 4 values.
+        let t = unsafe { RawTensor::from_ptr(&t) }.unwrap();
+        assert!(t.has_shape(&[1, 1, 28, 28]));
+        // A prefix, a longer shape, one other dimension: all other shapes.
+        assert!(!t.has_shape(&[1, 1, 28]));
+        assert!(!t.has_shape(&[1, 1, 28, 28, 1]));
+        assert!(!t.has_shape(&[1, 1, 28, 27]));
+        assert!(!t.has_shape(&[]));
+    }
+}
