@@ -38,8 +38,8 @@ pub const NAMES: &[&str] = &[
 /// Argument `i` as an input's or output's key: an index (the common case, decoded first) or a name.
 #[inline]
 fn key<'a>(args: &Args<'a>, i: usize) -> Result<Key<'a>> {
-    match args.int_if_int(i) {
-        Some(v) if v >= 0 => Ok(Key::Index(v as usize)),
+    match args.int_if_int(i).map(usize::try_from) {
+        Some(Ok(index)) => Ok(Key::Index(index)),
         _ => other_key(args, i),
     }
 }
