@@ -192,6 +192,7 @@ int main(int argc, char** argv) {
   OK(TVMModFree(NULL));
   OK(TVMFuncFree(NULL));
   OK(TVMObjectFree(NULL));
+  EXPECT_ERROR(TVMObjectRetain(NULL), "object handle is null");
   unsigned idx;
   EXPECT_ERROR(TVMObjectTypeKey2Index("relay.Expr", &idx), "Cannot find type relay.Expr");
   OK(TVMObjectTypeKey2Index("runtime.NDArray", &idx));

@@ -25,11 +25,24 @@ pub unsafe extern "C" fn TVMObjectGetTypeIndex(obj: TVMObjectHandle, out_tindex:
 /// Takes one more reference to an object.
 #[no_mangle]
 pub unsafe extern "C" fn TVMObjectRetain(obj: TVMObjectHandle) -> c_int {
-    guard(|| {
-        // SAFETY: caller's live handle.
-        unsafe { header(obj)? }.ref_counter.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    })
+    // SAFETY: caller's live handle.
+    match unsafe { obj.cast::<ObjectHeader>().as_ref() } {
+        Some(h) => {
+            h.ref_counter.fetch_add(1, Ordering::Relaxed);
+            0
+        }
+        // An increment cannot fail or panic: only a null handle takes the guarded path, in a C
+        // function of its own that cannot unwind, so this one is the atomic update upstream's is,
+        // with no frame to set up.
+        None => retain_null(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+extern "C" fn retain_null() -> c_int {
+    // SAFETY: null, which `header` reports.
+    guard(|| unsafe { header(std::ptr::null_mut()) }.map(|_| ()))
 }
 
 /// Drops one count; NULL is accepted.
