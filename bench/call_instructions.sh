@@ -14,12 +14,8 @@ cd "$repo"
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 eval "$(scripts/tvm_env.sh)"
 models=target/bench-models
-[ -f $models/chain200/lib.so ] || scripts/make_fixtures.sh --bench --only chain200
-cargo build --release --quiet
-mkdir -p target/bench
-cc -O2 -o target/bench/call_costs bench/call_costs.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" -ldl \
-  -L target/release -ltvm_runtime
 . bench/lib.sh
+call_costs_driver
 upstream=$(upstream_opencl)
 model=tests/fixtures/multi_io
 short=2000 long=12000

@@ -21,6 +21,18 @@ opencl_models() {
     --out target/bench-models-cl --only "$(IFS=,; echo "${need[*]}")"
 }
 
+# call_costs_driver: builds bench/call_costs.c (against upstream's header, linked to this library;
+# the dynamic linker picks the runtime), the library, and the chain-of-200-operators model it runs
+# (on first use), for bench/call_costs.sh and bench/call_instructions.sh. Needs scripts/tvm_env.sh's
+# environment.
+call_costs_driver() {
+  [ -f target/bench-models/chain200/lib.so ] || scripts/make_fixtures.sh --bench --only chain200
+  cargo build --release --quiet
+  mkdir -p target/bench
+  cc -O2 -o target/bench/call_costs bench/call_costs.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" -ldl \
+    -L target/release -ltvm_runtime
+}
+
 # alternate FIELD CMD...: runs CMD `rounds` times on each runtime, alternating, and sets O and U to
 # the figures (space separated): field FIELD (space separated) of the last line CMD prints. Extra
 # environment for one side: OURS_ENV / UPSTREAM_ENV ("NAME=value ...").
