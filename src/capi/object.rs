@@ -31,9 +31,9 @@ pub unsafe extern "C" fn TVMObjectRetain(obj: TVMObjectHandle) -> c_int {
             h.ref_counter.fetch_add(1, Ordering::Relaxed);
             0
         }
-        // An increment cannot fail or panic: only a null handle takes the guarded path, in a C
-        // function of its own that cannot unwind, so this one is the atomic update upstream's is,
-        // with no frame to set up.
+        // An increment cannot fail or panic. Only a null handle takes the guarded path, in a C
+        // function of its own that cannot unwind, so the retain needs no stack frame: the same
+        // atomic update as upstream's.
         None => retain_null(),
     }
 }
