@@ -167,3 +167,15 @@ const _: () = {
     assert!(size_of::<TVMParallelGroupEnv>() == 16);
     assert!(offset_of!(TVMParallelGroupEnv, num_task) == 8);
 };
+
+/// What a tensor of `shape` points its `shape` at: the dimensions, or for a 0-d tensor a real
+/// zero (kernels may read `shape[0]` before checking the rank; an empty slice's address dangles).
+/// Kernels never write a shape.
+pub fn shape_ptr(shape: &[i64]) -> *mut i64 {
+    static NO_DIMS: [i64; 1] = [0];
+    if shape.is_empty() {
+        NO_DIMS.as_ptr().cast_mut()
+    } else {
+        shape.as_ptr().cast_mut()
+    }
+}

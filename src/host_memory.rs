@@ -32,14 +32,13 @@ pub fn return_free_heap() {
     unsafe { libc::malloc_trim(0) };
 }
 
-/// A type of [`ALIGNMENT`], whose dangling pointer is the address an empty block has.
+/// A type of [`ALIGNMENT`] bytes and alignment: what an empty block holds.
 #[repr(C, align(64))]
 struct Aligned([u8; ALIGNMENT]);
 
 enum Backing {
     Heap(Layout),
     Mapped,
-    Empty,
 }
 
 /// An owned, zero-initialised, [`ALIGNMENT`]-aligned block of host memory.
@@ -56,12 +55,18 @@ unsafe impl Send for HostBlock {}
 unsafe impl Sync for HostBlock {}
 
 impl HostBlock {
-    /// A zeroed block of `len` bytes (an empty one is a dangling, aligned pointer).
+    /// A zeroed block of `len` bytes. An empty one still addresses [`ALIGNMENT`] zeroed bytes of
+    /// its own: TVM's kernels and shape functions may read an input before they check its size
+    /// (upstream's allocator returns real memory for zero bytes too), so no tensor's data is ever
+    /// a dangling address.
     pub fn zeroed(len: usize) -> Result<HostBlock> {
         check_size(len)?;
         if len == 0 {
-            // An address of the alignment, never dereferenced (no bytes).
-            return Ok(HostBlock { ptr: NonNull::<Aligned>::dangling().cast(), len, backing: Backing::Empty });
+            let layout = Layout::new::<Aligned>();
+            // SAFETY: the layout has a non-zero size.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            let ptr = NonNull::new(p).ok_or_else(|| Error::tvm("out of memory allocating an empty block"))?;
+            return Ok(HostBlock { ptr, len, backing: Backing::Heap(layout) });
         }
         if len >= MMAP_THRESHOLD {
             // SAFETY: an anonymous private mapping; the result is checked before use.
@@ -118,7 +123,6 @@ impl Drop for HostBlock {
             Backing::Mapped => unsafe {
                 libc::munmap(self.ptr.as_ptr().cast(), self.len);
             },
-            Backing::Empty => {}
         }
     }
 }
@@ -133,8 +137,8 @@ mod tests {
             let b = HostBlock::zeroed(len).unwrap();
             assert_eq!((b.len(), b.is_empty()), (len, len == 0));
             assert_eq!(b.as_ptr() as usize % ALIGNMENT, 0, "{len}");
-            // SAFETY: `len` bytes of the block just made.
-            let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr(), len) };
+            // SAFETY: `len` bytes of the block just made (an empty block addresses ALIGNMENT bytes).
+            let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr(), if len == 0 { ALIGNMENT } else { len }) };
             assert!(bytes.iter().all(|&x| x == 0), "{len}");
         }
     }
@@ -156,10 +160,8 @@ mod tests {
         let backing = |len: usize| match HostBlock::zeroed(len).unwrap().backing {
             Backing::Heap(_) => "heap",
             Backing::Mapped => "mapped",
-            Backing::Empty => "empty",
         };
-        assert_eq!(backing(0), "empty");
-        for len in [1, 4096, MMAP_THRESHOLD - 1] {
+        for len in [0, 1, 4096, MMAP_THRESHOLD - 1] {
             assert_eq!(backing(len), "heap", "{len}");
         }
         for len in [MMAP_THRESHOLD, HUGE_PAGE + 1] {

@@ -74,6 +74,27 @@ fn read_header<'a>(r: &mut Reader<'a>) -> Result<Vec<&'a str>> {
     r.strings()
 }
 
+/// The smallest a name and its record can be: the name's length, and a record's magic, reserved
+/// word, device, ndim, dtype and byte count.
+const MIN_BYTES_PER_PARAM: u64 = 8 + 40;
+
+/// Checks a params file's first 24 bytes against its length before anything more is read: a
+/// count of names the file cannot hold (a hostile or damaged header) is refused at once, in
+/// constant memory, however large the file.
+pub fn check_header(head: &[u8], file_len: u64) -> Result<()> {
+    let mut r = Reader::new(head, "params");
+    let magic = r.u64()?;
+    if magic != NDARRAY_LIST_MAGIC {
+        return Err(r.error(format!("not a params blob: magic {magic:#x}, expected {NDARRAY_LIST_MAGIC:#x}")));
+    }
+    let _reserved = r.u64()?;
+    let count = r.u64()?;
+    if count.saturating_mul(MIN_BYTES_PER_PARAM).saturating_add(32) > file_len {
+        return Err(r.error(format!("{count} parameters declared: more than a file of {file_len} bytes holds")));
+    }
+    Ok(())
+}
+
 /// Parses a whole params blob into `(name, record)` pairs, in file order.
 pub fn parse(bytes: &[u8]) -> Result<Vec<(&str, Record<'_>)>> {
     let mut r = Reader::new(bytes, "params");
@@ -254,7 +275,16 @@ mod tests {
     #[test]
     fn absurd_counts_are_refused() {
         let mut blob = sample();
+        check_header(&blob[..24], blob.len() as u64).unwrap();
         blob[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(parse(&blob).unwrap_err().to_string().contains("exceeds"));
+        // From the header alone: a count the file's length cannot hold.
+        for count in [u64::MAX, 1 << 40, 3] {
+            blob[16..24].copy_from_slice(&count.to_le_bytes());
+            let e = check_header(&blob[..24], blob.len() as u64).unwrap_err().to_string();
+            assert!(e.contains("more than a file"), "{e}");
+        }
+        assert!(check_header(&blob[..20], 1 << 30).is_err(), "a header cut short");
+        assert!(check_header(&[0; 24], 1 << 30).unwrap_err().to_string().contains("magic"));
     }
 }

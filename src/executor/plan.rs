@@ -181,7 +181,7 @@ impl Plan {
                 device,
                 ndim: e.shape.len() as i32,
                 dtype: e.dtype,
-                shape: e.shape.as_ptr().cast_mut(),
+                shape: crate::dlpack::shape_ptr(&e.shape),
                 strides: std::ptr::null_mut(),
                 byte_offset: 0,
             })

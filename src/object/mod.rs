@@ -183,6 +183,19 @@ impl<T: ObjectType> ObjRef<T> {
         a.ptr == b.ptr
     }
 
+    /// The payload, mutably, when this is the only count of the object (as `Arc::get_mut`): no
+    /// one else holds it, so no one can see the change. Crate-only: a C caller may still use a
+    /// handle it borrowed from the holder of that count, so only code that is giving its count
+    /// up (a deleter taking its children apart) may use it.
+    pub(crate) fn get_mut(this: &mut ObjRef<T>) -> Option<&mut T> {
+        if this.header().ref_counter.load(Ordering::Acquire) != 1 {
+            return None;
+        }
+        // SAFETY: the one count is ours and we hold it mutably: the cell is an `ObjectCell<T>`
+        // (see `Deref`) nobody else reaches.
+        Some(unsafe { &mut (*cell_of::<T>(this.ptr.as_ptr())).value })
+    }
+
     pub fn ref_count(&self) -> i32 {
         self.header().ref_counter.load(Ordering::Relaxed)
     }

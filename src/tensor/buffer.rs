@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 pub use crate::host_memory::ALIGNMENT;
 use crate::host_memory::{check_size, HostBlock};
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -107,11 +108,27 @@ impl Drop for FileMap {
     }
 }
 
+/// Takes a buffer's memory back when its last user drops it (a pool reusing its blocks): called
+/// with a buffer over the same memory, without the hook.
+pub type ReleaseHook = Box<dyn FnOnce(Buffer) + Send + Sync>;
+
 /// An owned, zero-initialised block of memory: 64-byte aligned on the host, or on a device.
 pub struct Buffer {
     ptr: NonNull<u8>,
     len: usize,
-    backing: Backing,
+    /// Dropped with the buffer, or handed on whole to `release`.
+    backing: ManuallyDrop<Backing>,
+    release: Option<ReleaseHook>,
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: `backing` is taken or dropped exactly once, here, and never used after.
+        let backing = unsafe { ManuallyDrop::take(&mut self.backing) };
+        if let Some(hook) = self.release.take() {
+            hook(Buffer::new(self.ptr, self.len, backing));
+        }
+    }
 }
 
 // SAFETY: a buffer is plain memory; concurrent access to its bytes goes through raw pointers, with
@@ -121,11 +138,21 @@ unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
+    fn new(ptr: NonNull<u8>, len: usize, backing: Backing) -> Buffer {
+        Buffer { ptr, len, backing: ManuallyDrop::new(backing), release: None }
+    }
+
+    /// This buffer, handing its memory to `hook` instead of freeing it when it drops.
+    pub fn with_release_hook(mut self, hook: ReleaseHook) -> Buffer {
+        self.release = Some(hook);
+        self
+    }
+
     /// A zeroed buffer of `len` bytes.
     pub fn zeroed(len: usize) -> Result<Buffer> {
         let block = HostBlock::zeroed(len)?;
         let ptr = NonNull::new(block.as_ptr()).expect("host blocks are never null");
-        Ok(Buffer { ptr, len, backing: Backing::Host { _memory: block } })
+        Ok(Buffer::new(ptr, len, Backing::Host { _memory: block }))
     }
 
     /// A zeroed buffer of `len` bytes on `device` (host memory for the CPU).
@@ -137,7 +164,7 @@ impl Buffer {
         let mem = DeviceMemory::zeroed(device, len)?;
         let ptr = NonNull::new(mem.handle().cast())
             .ok_or_else(|| Error::internal("a device allocation with a null handle"))?;
-        Ok(Buffer { ptr, len, backing: Backing::Device(mem) })
+        Ok(Buffer::new(ptr, len, Backing::Device(mem)))
     }
 
     /// A zeroed image on `device` for a tensor of `shape` and `dtype` in a texture scope.
@@ -148,7 +175,7 @@ impl Buffer {
 
     /// The texture scope of an image, `None` for plain memory.
     pub fn texture(&self) -> Option<Texture> {
-        match &self.backing {
+        match &*self.backing {
             Backing::Device(m) => m.texture_scope(),
             _ => None,
         }
@@ -158,7 +185,7 @@ impl Buffer {
     pub fn on_device(mem: DeviceMemory) -> Result<Buffer> {
         let ptr = NonNull::new(mem.handle().cast())
             .ok_or_else(|| Error::internal("a device allocation with a null handle"))?;
-        Ok(Buffer { ptr, len: mem.len(), backing: Backing::Device(mem) })
+        Ok(Buffer::new(ptr, mem.len(), Backing::Device(mem)))
     }
 
     /// A buffer on `device` holding a copy of `bytes`.
@@ -170,7 +197,7 @@ impl Buffer {
 
     /// The device the memory is on.
     pub fn device(&self) -> DLDevice {
-        match &self.backing {
+        match &*self.backing {
             Backing::Device(m) => m.device(),
             _ => DLDevice::CPU,
         }
@@ -186,7 +213,7 @@ impl Buffer {
     /// kernels take it): an address on the host, a region handle on a device.
     pub fn data_at(&self, offset: usize, len: usize) -> Result<*mut c_void> {
         self.check(offset, len)?;
-        match &self.backing {
+        match &*self.backing {
             Backing::Device(m) => m.region(offset, len),
             _ => Ok(self.ptr.as_ptr().wrapping_add(offset).cast()),
         }
@@ -194,7 +221,7 @@ impl Buffer {
 
     /// Whether `data` (a tensor's data, as from [`Buffer::data_at`]) is inside this buffer.
     pub fn holds(&self, data: *const c_void, len: usize) -> bool {
-        match &self.backing {
+        match &*self.backing {
             Backing::Device(m) => m.owns(data.cast_mut()),
             _ => {
                 let start = self.ptr.as_ptr() as usize;
@@ -229,7 +256,7 @@ impl Buffer {
     /// nobody else touches the bytes at that moment.
     pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
         self.check(offset, bytes.len())?;
-        if let Backing::Device(m) = &self.backing {
+        if let Backing::Device(m) = &*self.backing {
             return m.write(offset, bytes);
         }
         // SAFETY: bounds checked above; `bytes` cannot overlap a block we own exclusively.
@@ -240,7 +267,7 @@ impl Buffer {
     /// Copies `out.len()` bytes out from `offset`.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
-        if let Backing::Device(m) = &self.backing {
+        if let Backing::Device(m) = &*self.backing {
             return m.read(offset, out);
         }
         // SAFETY: bounds checked above.
@@ -251,10 +278,10 @@ impl Buffer {
     /// A new buffer holding a copy of `len` bytes from `offset`.
     pub fn duplicate_range(&self, offset: usize, len: usize) -> Result<Buffer> {
         self.check(offset, len)?;
-        if let Backing::Device(m) = &self.backing {
+        if let Backing::Device(m) = &*self.backing {
             let copy = m.duplicate_range(offset, len)?;
             let ptr = NonNull::new(copy.handle().cast()).ok_or_else(|| Error::internal("null device handle"))?;
-            return Ok(Buffer { ptr, len, backing: Backing::Device(copy) });
+            return Ok(Buffer::new(ptr, len, Backing::Device(copy)));
         }
         let copy = Buffer::zeroed(len)?;
         // SAFETY: bounds checked above; the blocks are distinct.

@@ -30,6 +30,8 @@ pub struct NDArray {
     tensor: UnsafeCell<DLTensor>,
     manager_ctx: *mut c_void,
     shape_obj: *mut c_void,
+    /// The dimensions the tensor's `shape` points at: at least one element (a 0-d array's is a
+    /// zero past its `ndim`), so the pointer always addresses memory.
     shape: Box<[i64]>,
     owner: Owner,
 }
@@ -75,16 +77,34 @@ fn check_cpu(device: DLDevice) -> Result<()> {
 
 impl NDArray {
     fn build(data: *mut c_void, shape: &[i64], dtype: DLDataType, device: DLDevice, owner: Owner) -> ObjRef<NDArray> {
-        let mut shape: Box<[i64]> = shape.into();
+        Self::build_at(data, 0, shape, dtype, device, owner)
+    }
+
+    /// As [`NDArray::build`], the bytes `byte_offset` past `data` (upstream's form of a view at an
+    /// offset that is not a multiple of the alignment: kernels take `data` aligned and add the
+    /// offset themselves).
+    fn build_at(
+        data: *mut c_void,
+        byte_offset: u64,
+        shape: &[i64],
+        dtype: DLDataType,
+        device: DLDevice,
+        owner: Owner,
+    ) -> ObjRef<NDArray> {
+        // Kernels and shape functions read `shape[0]` before they check the rank: a 0-d array's
+        // shape points at a real (zero) element, as upstream's does, never at a dangling address.
+        let mut dims = vec![0i64; shape.len().max(1)].into_boxed_slice();
+        dims[..shape.len()].copy_from_slice(shape);
         let tensor = DLTensor {
             data,
             device,
             ndim: shape.len() as i32,
             dtype,
-            shape: shape.as_mut_ptr(),
+            shape: dims.as_mut_ptr(),
             strides: std::ptr::null_mut(),
-            byte_offset: 0,
+            byte_offset,
         };
+        let shape = dims;
         ObjRef::new(NDArray {
             tensor: UnsafeCell::new(tensor),
             manager_ctx: std::ptr::null_mut(),
@@ -120,6 +140,20 @@ impl NDArray {
                 "a view of {need} bytes ({dtype} {shape:?}) at offset {offset} does not fit a buffer of {} bytes",
                 buf.len()
             )));
+        }
+        if offset % super::buffer::ALIGNMENT != 0 && crate::device::is_host(buf.device()) {
+            // Upstream hands kernels the block's aligned address and the offset as `byte_offset`
+            // (a VM's `AllocTensor` may place a tensor anywhere): kernels vectorised on the
+            // alignment of `data` fault on an unaligned one.
+            buf.data_at(offset, need)?;
+            return Ok(Self::build_at(
+                buf.as_ptr().cast(),
+                offset as u64,
+                shape,
+                dtype,
+                buf.device(),
+                Owner::Buffer(buf.clone()),
+            ));
         }
         let data = buf.data_at(offset, need)?;
         Ok(Self::build(data, shape, dtype, buf.device(), Owner::Buffer(buf.clone())))
@@ -230,7 +264,7 @@ impl NDArray {
     }
 
     pub fn shape(&self) -> &[i64] {
-        &self.shape
+        &self.shape[..self.tensor().ndim as usize]
     }
 
     pub fn dtype(&self) -> DLDataType {
@@ -241,13 +275,16 @@ impl NDArray {
         self.tensor().device
     }
 
+    /// The first byte's address (host), or the device's handle: `data` plus `byte_offset`, which
+    /// only host views at unaligned offsets carry.
     #[inline]
     pub fn data_ptr(&self) -> *mut u8 {
-        self.tensor().data.cast()
+        let t = self.tensor();
+        t.data.cast::<u8>().wrapping_add(t.byte_offset as usize)
     }
 
     pub fn nbytes(&self) -> usize {
-        tensor_bytes(&self.shape, self.tensor().dtype).expect("checked at construction")
+        tensor_bytes(self.shape(), self.tensor().dtype).expect("checked at construction")
     }
 
     /// The buffer behind this array, when it is runtime memory.
@@ -302,13 +339,11 @@ impl NDArray {
                 this.nbytes()
             )));
         }
+        let t = this.tensor();
+        let (data, offset) = (t.data, t.byte_offset);
         match &this.owner {
-            Owner::Buffer(b) => {
-                Ok(Self::build(this.data_ptr().cast(), shape, dtype, this.device(), Owner::Buffer(b.clone())))
-            }
-            Owner::Mapped(m) => {
-                Ok(Self::build(this.data_ptr().cast(), shape, dtype, this.device(), Owner::Mapped(m.clone())))
-            }
+            Owner::Buffer(b) => Ok(Self::build_at(data, offset, shape, dtype, this.device(), Owner::Buffer(b.clone()))),
+            Owner::Mapped(m) => Ok(Self::build_at(data, offset, shape, dtype, this.device(), Owner::Mapped(m.clone()))),
             _ => Err(Error::value("views are only supported on arrays allocated by this runtime")),
         }
     }

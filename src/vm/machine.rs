@@ -21,8 +21,10 @@ use crate::packed::{ArgsBuilder, PackedFunc};
 use crate::tensor::{Buffer, NDArray};
 use std::sync::Arc;
 
-/// Frames deeper than this end the invocation with an error (a recursion that does not stop).
-pub const MAX_FRAMES: usize = 100_000;
+/// The registers of one invocation's frames may take this much memory: a recursion that does not
+/// stop ends with an error, while a Relay loop of millions of iterations (a frame each, as
+/// upstream's VM makes them) runs. Memory the system refuses before that is an error too.
+pub const MAX_FRAME_BYTES: usize = 1 << 30;
 
 /// A VM's device for a virtual device of the code.
 #[derive(Clone)]
@@ -44,6 +46,59 @@ struct Frame {
     regs: Vec<Option<Value>>,
     /// Where the caller wants the result (none for the frame the invocation started with).
     ret_to: Option<Reg>,
+}
+
+/// The frames of an invocation, and the memory their registers take (bounded by
+/// [`MAX_FRAME_BYTES`]).
+#[derive(Default)]
+struct Frames {
+    stack: Vec<Frame>,
+    bytes: usize,
+}
+
+impl Frames {
+    fn frame_bytes(f: &Frame) -> usize {
+        std::mem::size_of::<Frame>() + f.regs.capacity() * std::mem::size_of::<Option<Value>>()
+    }
+
+    fn push(&mut self, f: Frame) -> Result<()> {
+        let bytes = self.bytes + Self::frame_bytes(&f);
+        if bytes > MAX_FRAME_BYTES {
+            return Err(Error::value(format!(
+                "the call stack needs more than {} MiB of registers ({} nested calls): a recursion that does not end?",
+                MAX_FRAME_BYTES >> 20,
+                self.stack.len()
+            )));
+        }
+        self.stack
+            .try_reserve(1)
+            .map_err(|_| Error::tvm(format!("out of memory at {} nested calls", self.stack.len())))?;
+        self.stack.push(f);
+        self.bytes = bytes;
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Option<Frame> {
+        let f = self.stack.pop()?;
+        self.bytes -= Self::frame_bytes(&f);
+        Some(f)
+    }
+
+    fn top(&mut self) -> &mut Frame {
+        self.stack.last_mut().expect("a frame runs")
+    }
+
+    fn last(&self) -> Option<&Frame> {
+        self.stack.last()
+    }
+
+    fn last_mut(&mut self) -> Option<&mut Frame> {
+        self.stack.last_mut()
+    }
+
+    fn len(&self) -> usize {
+        self.stack.len()
+    }
 }
 
 /// What a run needs that a VM holds: the code, constants, kernels and devices.
@@ -111,9 +166,10 @@ impl Machine {
                 args.len()
             )));
         }
-        let mut frames = vec![self.frame(func, args.into_iter().map(Value::Obj), None)?];
+        let mut frames = Frames::default();
+        frames.push(self.frame(func, args.into_iter().map(Value::Obj), None)?)?;
         for (r, t) in outputs {
-            frames[0].regs[*r] = Some(Value::Obj(t.clone().into_any()));
+            frames.stack[0].regs[*r] = Some(Value::Obj(t.clone().into_any()));
         }
         let result = self.run(&mut frames, outputs, &mut rec).and_then(writable);
         for d in &self.devices {
@@ -133,22 +189,21 @@ impl Machine {
 
     fn frame(&self, func: usize, args: impl Iterator<Item = Value>, ret_to: Option<Reg>) -> Result<Frame> {
         let f = &self.program.functions[func];
-        let mut regs = vec![None; f.registers];
+        // The code sizes this: memory the system refuses is the invocation's error, not an abort.
+        let mut regs = Vec::new();
+        regs.try_reserve_exact(f.registers)
+            .map_err(|_| Error::tvm(format!("out of memory: a frame of {} registers for '{}'", f.registers, f.name)))?;
+        regs.resize(f.registers, None);
         for (i, a) in args.enumerate() {
             *regs.get_mut(i).ok_or_else(|| Error::value(format!("too many arguments for '{}'", f.name)))? = Some(a);
         }
         Ok(Frame { func, pc: 0, regs, ret_to })
     }
 
-    fn run(
-        &self,
-        frames: &mut Vec<Frame>,
-        outputs: &OutputBinding,
-        rec: &mut Option<&mut Recorder>,
-    ) -> Result<AnyObject> {
+    fn run(&self, frames: &mut Frames, outputs: &OutputBinding, rec: &mut Option<&mut Recorder>) -> Result<AnyObject> {
         loop {
             let depth = frames.len();
-            let fr = frames.last_mut().expect("a frame runs");
+            let fr = frames.top();
             let code = &self.program.functions[fr.func].code;
             let ins = code.get(fr.pc).ok_or_else(|| Error::value("ran past the function's last instruction"))?;
             let read = |regs: &[Option<Value>], r: Reg| regs[r].clone().ok_or_else(|| empty_register(r));
@@ -176,11 +231,8 @@ impl Machine {
                 Instr::Invoke { func, args, dst } => {
                     let args = args.iter().map(|&r| read(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
                     fr.pc += 1;
-                    if depth >= MAX_FRAMES {
-                        return Err(Error::value(format!("more than {MAX_FRAMES} nested calls")));
-                    }
                     let callee = self.frame(*func, args.into_iter(), Some(*dst))?;
-                    frames.push(callee);
+                    frames.push(callee)?;
                 }
                 Instr::InvokeClosure { closure, args, dst } => {
                     let c = self.object(&fr.regs, *closure)?.downcast::<ClosureObj>().map_err(|o| {
@@ -199,10 +251,7 @@ impl Machine {
                         return Err(Error::value(format!("a closure called with {} values for {want}", all.len())));
                     }
                     fr.pc += 1;
-                    if depth >= MAX_FRAMES {
-                        return Err(Error::value(format!("more than {MAX_FRAMES} nested calls")));
-                    }
-                    frames.push(self.frame(func, all.into_iter(), Some(*dst))?);
+                    frames.push(self.frame(func, all.into_iter(), Some(*dst))?)?;
                 }
                 Instr::InvokePacked { packed, outputs: n_out, args } => {
                     let values = args.iter().map(|&r| self.object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;

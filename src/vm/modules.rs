@@ -310,6 +310,14 @@ impl VirtualMachine {
                 kTVMDLTensorHandle => NDArray::over_zero_copy(a.zero_copy(k + 1)?)?,
                 _ => a.ndarray(k + 1)?,
             };
+            // Kernels write outputs with stores aligned to the runtime's alignment: an unaligned
+            // tensor would fault inside them (upstream refuses it too).
+            if crate::device::is_host(t.device()) && t.data_ptr() as usize % crate::tensor::ALIGNMENT != 0 {
+                return Err(Error::value(format!(
+                    "output tensor {k}: its data must be aligned to {} bytes",
+                    crate::tensor::ALIGNMENT
+                )));
+            }
             binding.push((r, t));
         }
         st.outputs.insert(func.to_string(), binding);

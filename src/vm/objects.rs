@@ -30,6 +30,41 @@ impl AdtObj {
     }
 }
 
+/// Tuples nest as deep as a model's code makes them (a loop consing a list: a chain as long as
+/// its iterations). Dropping one would recurse once per level and overflow the thread's stack:
+/// instead the last owner of a tuple or closure takes its children out into a list and drops
+/// them one at a time, taking apart in turn each child it is the last owner of.
+fn drop_iteratively(mut stack: Vec<AnyObject>) {
+    while let Some(o) = stack.pop() {
+        let o = match o.downcast::<AdtObj>() {
+            Ok(mut adt) => {
+                if let Some(a) = ObjRef::get_mut(&mut adt) {
+                    stack.append(&mut a.fields);
+                }
+                continue;
+            }
+            Err(o) => o,
+        };
+        if let Ok(mut c) = o.downcast::<ClosureObj>() {
+            if let Some(c) = ObjRef::get_mut(&mut c) {
+                stack.append(&mut c.free_vars);
+            }
+        }
+    }
+}
+
+impl Drop for AdtObj {
+    fn drop(&mut self) {
+        drop_iteratively(std::mem::take(&mut self.fields));
+    }
+}
+
+impl Drop for ClosureObj {
+    fn drop(&mut self) {
+        drop_iteratively(std::mem::take(&mut self.free_vars));
+    }
+}
+
 /// A function of the executable with the values it closed over.
 pub struct ClosureObj {
     pub func: usize,

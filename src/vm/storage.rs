@@ -2,16 +2,19 @@
 //! it): blocks from one pool per device, shared by every VM of an executable.
 //!
 //! Upstream's pooled allocator keeps every block it ever made, by exact size, so a stream of
-//! changing shapes grows memory without bound. Here a block is free when only the pool holds it
-//! (every tensor viewing it is gone), a request takes the smallest free block that fits it
+//! changing shapes grows memory without bound. Here a block comes back free when the last tensor
+//! viewing it goes (its release hook), a request takes the smallest free block that fits it
 //! without wasting more than half, and blocks no invocation used lately are released after each
-//! invocation: memory follows the invocations in flight and the shapes seen lately.
+//! invocation: memory follows the invocations in flight and the shapes seen lately. Taking and
+//! giving back cost the same however many blocks are busy (a loop of a million iterations holds
+//! a million).
 
 #![forbid(unsafe_code)]
 
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
 use crate::tensor::Buffer;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// Invocations a free block survives without being used.
@@ -38,15 +41,20 @@ impl Allocator {
     }
 }
 
-struct Block {
-    buffer: Arc<Buffer>,
-    /// The invocation that took it last.
+/// A free block: its memory, and the invocation that last held it.
+struct Free {
+    buffer: Buffer,
     used_at: u64,
 }
 
 #[derive(Default)]
 struct State {
-    blocks: Vec<Block>,
+    /// Free blocks by size: a request takes the smallest that fits in O(log n), however many
+    /// blocks are busy (a Relay loop keeps one frame's storage busy per iteration).
+    free: BTreeMap<usize, Vec<Free>>,
+    /// Blocks out in tensors: they come back through their release hook.
+    busy_blocks: usize,
+    busy_bytes: usize,
     /// Invocations ended (of every VM using the pool).
     clock: u64,
 }
@@ -91,7 +99,7 @@ impl Pool {
     }
 
     /// A block of at least `size` bytes, aligned to `alignment`.
-    pub fn take(&self, size: usize, alignment: i64, how: Allocator) -> Result<Arc<Buffer>> {
+    pub fn take(self: &Arc<Self>, size: usize, alignment: i64, how: Allocator) -> Result<Arc<Buffer>> {
         if !(0..=crate::tensor::ALIGNMENT as i64).contains(&alignment) {
             return Err(Error::value(format!(
                 "storage aligned to {alignment} bytes: this runtime's blocks are aligned to {}",
@@ -102,52 +110,84 @@ impl Pool {
         if how == Allocator::Naive {
             return Ok(Arc::new(Buffer::zeroed_on(self.device, want)?));
         }
-        let mut st = self.state();
-        let clock = st.clock;
-        // A block only the pool holds is free: no tensor views it, and no one can take a view of it
-        // but through the pool, whose lock this is.
-        let best = st
-            .blocks
-            .iter_mut()
-            .filter(|b| Arc::strong_count(&b.buffer) == 1 && b.buffer.len() >= want && b.buffer.len() <= 2 * want)
-            .min_by_key(|b| b.buffer.len());
-        if let Some(b) = best {
-            b.used_at = clock;
-            return Ok(b.buffer.clone());
-        }
-        drop(st);
-        let buffer = Arc::new(Buffer::zeroed_on(self.device, want).map_err(|e| e.context("VM storage"))?);
-        let mut st = self.state();
-        st.blocks.push(Block { buffer: buffer.clone(), used_at: clock });
-        Ok(buffer)
+        let reused = {
+            let mut st = self.state();
+            // The smallest free block that fits without wasting more than half of it.
+            let len = st.free.range(want..=want.saturating_mul(2)).next().map(|(&len, _)| len);
+            len.map(|len| {
+                let blocks = st.free.get_mut(&len).expect("a size listed has blocks");
+                let b = blocks.pop().expect("a size listed has blocks");
+                if blocks.is_empty() {
+                    st.free.remove(&len);
+                }
+                st.busy_blocks += 1;
+                st.busy_bytes += len;
+                b.buffer
+            })
+        };
+        let buffer = match reused {
+            Some(b) => b,
+            None => {
+                let b = Buffer::zeroed_on(self.device, want).map_err(|e| e.context("VM storage"))?;
+                let mut st = self.state();
+                st.busy_blocks += 1;
+                st.busy_bytes += want;
+                b
+            }
+        };
+        // When the last tensor viewing the block goes, the block comes back free.
+        let pool = Arc::downgrade(self);
+        Ok(Arc::new(buffer.with_release_hook(Box::new(move |b| {
+            if let Some(pool) = pool.upgrade() {
+                pool.give_back(b);
+            }
+        }))))
     }
 
-    /// An invocation ended: free blocks no invocation used lately go (a block some tensor still
-    /// views is busy, and stays).
-    pub fn end(&self) {
+    fn give_back(&self, buffer: Buffer) {
         let mut st = self.state();
-        st.clock += 1;
-        let clock = st.clock;
-        st.blocks.retain(|b| Arc::strong_count(&b.buffer) > 1 || clock - b.used_at <= KEEP_FOR);
+        st.busy_blocks -= 1;
+        st.busy_bytes -= buffer.len();
+        let used_at = st.clock;
+        st.free.entry(buffer.len()).or_default().push(Free { buffer, used_at });
+    }
+
+    /// An invocation ended: free blocks no invocation used lately go.
+    pub fn end(&self) {
+        let gone = {
+            let mut st = self.state();
+            st.clock += 1;
+            let clock = st.clock;
+            let mut gone = Vec::new();
+            st.free.retain(|_, blocks| {
+                let (keep, old): (Vec<Free>, Vec<Free>) =
+                    std::mem::take(blocks).into_iter().partition(|b| clock - b.used_at <= KEEP_FOR);
+                *blocks = keep;
+                gone.extend(old);
+                !blocks.is_empty()
+            });
+            gone
+        };
+        // Freed outside the lock (unmapping a large block takes a while).
+        drop(gone);
     }
 
     /// Releases every free block.
     pub fn clear(&self) {
-        self.state().blocks.retain(|b| Arc::strong_count(&b.buffer) > 1);
+        let gone = std::mem::take(&mut self.state().free);
+        drop(gone);
     }
 
     pub fn usage(&self) -> PoolUsage {
         let st = self.state();
-        let mut u = PoolUsage::default();
-        for b in &st.blocks {
-            u.blocks += 1;
-            u.bytes += b.buffer.len();
-            if Arc::strong_count(&b.buffer) > 1 {
-                u.busy_blocks += 1;
-                u.busy_bytes += b.buffer.len();
-            }
+        let free = st.free.iter().map(|(&len, b)| (b.len(), len * b.len()));
+        let (blocks, bytes) = free.fold((0, 0), |(n, s), (k, b)| (n + k, s + b));
+        PoolUsage {
+            blocks: blocks + st.busy_blocks,
+            bytes: bytes + st.busy_bytes,
+            busy_blocks: st.busy_blocks,
+            busy_bytes: st.busy_bytes,
         }
-        u
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod shim;
 pub mod sources;
+pub mod vm;
 
 use std::path::{Path, PathBuf};
 use tvm_runtime::dlpack::{DLDataType, DLDevice};
@@ -12,6 +13,7 @@ use tvm_runtime::module::Module;
 use tvm_runtime::object::ObjRef;
 use tvm_runtime::packed::{registry, ArgsBuilder, PackedFunc};
 
+#[derive(Clone)]
 pub struct Tensor {
     pub name: String,
     pub dtype: DLDataType,
