@@ -32,6 +32,20 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Error::io(path.display().to_string(), e))
 }
 
+/// A params file, its header checked against its length before the rest is read (a count no file
+/// of that size holds is refused at once, however large the file).
+fn read_params(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let io = |e| Error::io(path.display().to_string(), e);
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut head = Vec::with_capacity(24);
+    (&mut f).take(24).read_to_end(&mut head).map_err(io)?;
+    tvm_runtime::params::check_header(&head, len).map_err(|e| e.context(path.display().to_string()))?;
+    f.read_to_end(&mut head).map_err(io)?;
+    Ok(head)
+}
+
 /// A path as `dlopen` should see it: a bare file name would make it search the library path
 /// instead of the working directory, so name the working directory explicitly.
 fn for_dlopen(path: &Path) -> PathBuf {
@@ -89,7 +103,7 @@ impl Model {
             None if !has_weights => crate::artefacts::params(&dir)?,
             None => None,
         };
-        let params = params_path.as_deref().map(read).transpose()?;
+        let params = params_path.as_deref().map(read_params).transpose()?;
         let name = dir.file_name().and_then(|s| s.to_str()).unwrap_or("model").to_string();
         let device = args.device.0.unwrap_or_else(|| built_for(&lib));
         Ok(Model {
