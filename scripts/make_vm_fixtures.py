@@ -17,6 +17,7 @@ also the split form (`code.ro` and `lib.so`, from `exe.save()`), and `manifest.t
 """
 
 import argparse
+import json
 import os
 import sys
 
@@ -201,12 +202,16 @@ def register_gpu_elementwise():
         getattr(generic, name + "_strategy").register(["cuda", "gpu"])(strategy)
 
 
-def compile_model(name, opencl):
+def relay_model(name):
     f, params, cases = {**MODELS, **BENCH_MODELS}[name]()
-    mod = f if isinstance(f, tvm.IRModule) else tvm.IRModule.from_expr(f)
+    return (f if isinstance(f, tvm.IRModule) else tvm.IRModule.from_expr(f)), params, cases
+
+
+def compile_model(name, opencl):
+    mod, params, cases = relay_model(name)
     with tvm.transform.PassContext(opt_level=3):
         exe = relay.vm.compile(mod, target=opencl_target() if opencl else cpu_target(), params=params)
-    return exe, cases
+    return exe, cases, mod, params
 
 
 def write_split(exe, d):
@@ -237,6 +242,30 @@ def write_manifest(d, version, params_of, cases, results):
         fh.write("\n".join(lines) + "\n")
 
 
+def tensor_types(t):
+    """The tensor types of a (possibly nested) tuple type, in order."""
+    if isinstance(t, relay.TupleType):
+        return [x for f in t.fields for x in tensor_types(f)]
+    return [t]
+
+
+def meta_of(t, name):
+    return {"name": name, "dtype": t.dtype, "shape": [-1 if isinstance(d, tvm.tir.Any) else int(d) for d in t.shape]}
+
+
+def write_meta(d, mod, params):
+    """What a VM executable does not record, beside it as a DLR-style ``model.meta``: each input's
+    name, dtype and shape (-1 where the model leaves it open) and each output's, the tuple result
+    flattened in order (what tvmrt.Model and Serve check requests against and describe)."""
+    main = relay.transform.InferType()(mod)["main"]
+    inputs = [meta_of(p.checked_type, p.name_hint) for p in main.params if p.name_hint not in params]
+    ret = tensor_types(main.checked_type.ret_type)
+    outputs = [meta_of(t, "output_%d" % k) for k, t in enumerate(ret)]
+    with open(os.path.join(d, "model.meta"), "w") as fh:
+        json.dump({"Model": {"Inputs": inputs, "Outputs": outputs}}, fh, indent=1)
+        fh.write("\n")
+
+
 def run_cases(vm, cases):
     results = []
     for feed in cases:
@@ -247,10 +276,11 @@ def run_cases(vm, cases):
 
 
 def build(name, out_dir, opencl=False, run=True):
-    exe, cases = compile_model(name, opencl)
+    exe, cases, mod, params = compile_model(name, opencl)
     d = os.path.join(out_dir, name)
     if not os.path.isdir(d):
         os.makedirs(d)
+    write_meta(d, mod, params)
     exe.mod.export_library(os.path.join(d, "vm.so"))
     if opencl or name in SPLIT or name in BENCH_MODELS:
         write_split(exe, d)
@@ -304,6 +334,7 @@ def main():
     p.add_argument("--build-only", action="store_true", help="write the artefacts and inputs, not the outputs")
     p.add_argument("--references-on-upstream", action="store_true", help="compute the outputs of a --build-only folder")
     p.add_argument("--bench", action="store_true", help="the benchmark models (big: never committed)")
+    p.add_argument("--meta-only", action="store_true", help="write each existing folder's model.meta, nothing else")
     a = p.parse_args()
     pool = OPENCL_MODELS if a.opencl else tuple(MODELS)
     if a.bench:
@@ -313,7 +344,10 @@ def main():
     names = [n for n in pool if not a.only or n in a.only.split(",")]
     print("TVM %s: %s" % (tvm.__version__, a.out))
     for n in names:
-        if a.references_on_upstream:
+        if a.meta_only:
+            mod, params, _ = relay_model(n)
+            write_meta(os.path.join(a.out, n), mod, params)
+        elif a.references_on_upstream:
             references_on_upstream(n, a.out)
         else:
             build(n, a.out, opencl=a.opencl, run=not a.build_only)

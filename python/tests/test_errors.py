@@ -106,3 +106,22 @@ def test_a_closed_session_says_so(mlp):
     s = m.session()
     s.close()
     raised(RuntimeError, s.run, f.inputs)
+
+
+def test_a_params_header_declaring_more_than_the_file_holds_is_refused_from_the_header(tmp_path):
+    """A file of 300 MB (sparse here) whose header declares more names than it could hold: refused
+    from its first 24 bytes, by every reader, before the rest is read or walked."""
+    import struct
+
+    from tvmrt._artifacts import read_param_names
+
+    p = tmp_path / "huge.params"
+    for count in (1 << 40, (300 << 20) // 48 + 1):
+        with open(p, "wb") as f:
+            f.write(struct.pack("<QQQ", 0xF7E58D4F05049CB7, 0, count))
+            f.truncate(300 << 20)
+        for read in (tvmrt.load_params, read_param_names):
+            with pytest.raises(tvmrt.InvalidValueError, match=f"declaring {count} parameters"):
+                read(p)
+        with pytest.raises(tvmrt.InvalidValueError, match=f"declaring {count} parameters"):
+            tvmrt.Model(FIXTURES / "mlp_b1", params=p)

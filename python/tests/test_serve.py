@@ -318,4 +318,41 @@ def test_a_relay_vm_model_serves_any_batch_as_it_is(app):
     r = requests.post(url, json={"inputs": {"data": "text"}}, timeout=60)
     assert r.status_code == 400
     assert handle.stats.remote().result()["builds"] == {"vm": 0}
+    # The protocol's metadata: what the model.meta beside the executable records, outputs too.
+    meta = requests.get(url + "/v2/models/vm", timeout=60).json()
+    assert meta["inputs"] == [{"name": "data", "datatype": "FP32", "shape": [-1, 16]}]
+    assert [(o["name"], o["shape"]) for o in meta["outputs"]] == [("output_0", [-1, 8]), ("output_1", [-1])]
+    # Requests built against other shapes and dtypes are the client's mistake (400, the input
+    # named), while others go on; never a crash of the replica.
+    bad = [
+        ("data", [], "FP32", [1.0]),
+        ("data", [2, 0], "FP32", []),
+        ("data", [2, 16], "INT32", [1] * 32),
+        ("data", [2, 3, 16], "FP32", [0.5] * 96),
+    ]
+    for name, shape, datatype, data in bad:
+        body = {"inputs": [{"name": name, "shape": shape, "datatype": datatype, "data": data}]}
+        r = requests.post(url + "/v2/models/vm/infer", json=body, timeout=60)
+        assert r.status_code == 400 and "'data'" in r.json()["error"], (shape, datatype, r.text)
+        assert len(handle.infer.remote({"data": np.ones((2, 16), "float32")}).result()) == 2
+    # No rows is a shape the model takes: an answer of no rows.
+    body = {"inputs": [{"name": "data", "shape": [0, 16], "datatype": "FP32", "data": []}]}
+    r = requests.post(url + "/v2/models/vm/infer", json=body, timeout=60)
+    assert r.status_code == 200 and r.json()["outputs"][0]["shape"] == [0, 8], r.text
     serve.delete("vm")
+
+
+def test_a_relay_vm_model_with_no_types_says_so(app, tmp_path):
+    """A VM executable records no input types: without input_specs or a .meta, the protocol's
+    metadata is refused (never a shape that is not the model's) and requests still run."""
+    bare = tmp_path / "bare_vm"
+    bare.mkdir()
+    (bare / "vm.so").write_bytes((FIXTURES / "vm" / "0.16" / "mlp_dyn" / "vm.so").read_bytes())
+    handle = serve.run(
+        tserve.deployment(str(bare), name="bare", ray_actor_options={"num_cpus": 0}), name="bare", route_prefix="/bare"
+    )
+    url = app[1].rsplit("/", 1)[0] + "/bare"
+    r = requests.get(url + "/v2/models/bare", timeout=60)
+    assert r.status_code == 400 and "input_specs=" in r.json()["error"], r.text
+    assert len(handle.infer.remote({"data": np.ones((2, 16), "float32")}).result()) == 2
+    serve.delete("bare")

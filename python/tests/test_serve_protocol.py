@@ -161,6 +161,34 @@ def bad_requests():
             "input 'data' is float32, got int64",
         ),
         (
+            "a narrower datatype, converted by nobody",
+            {"inputs": [{"name": "data", "shape": [2, 1, 28, 28], "datatype": "FP16", "data": [0.5] * 1568}]},
+            None,
+            "/v2/models/mnist/infer",
+            400,
+            "input 'data' is float32, got float16",
+        ),
+        (
+            "a float outside FP32",
+            {"inputs": [{"name": "data", "shape": [2, 1, 28, 28], "datatype": "FP32", "data": [1e300] + [0.0] * 1567}]},
+            None,
+            "/v2/models/mnist/infer",
+            400,
+            "outside FP32's range",
+        ),
+        (
+            "an integer no float holds",
+            {
+                "inputs": [
+                    {"name": "data", "shape": [2, 1, 28, 28], "datatype": "FP32", "data": [10**400] + [0.0] * 1567}
+                ]
+            },
+            None,
+            "/v2/models/mnist/infer",
+            400,
+            "outside FP32's range",
+        ),
+        (
             "wrong shape",
             {"inputs": [{"name": "data", "shape": [2, 1, 28, 27], "datatype": "FP32", "data": [0.0] * 1512}]},
             None,
@@ -274,6 +302,11 @@ def test_json_data_flat_or_nested_and_every_kind():
         got = _protocol.read_infer(body, None, LIMITS).inputs["a"]
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), datatype
     refused = [
+        ("FP32", [1e300, 0], "outside FP32's range"),
+        ("FP32", [-1e39, 0], "outside FP32's range"),
+        ("FP16", [70000, 0], "outside FP16's range"),
+        ("FP64", [10**400, 0], "outside FP64's range"),
+        ("FP32", [10**400, 0], "outside FP32's range"),
         ("BOOL", [1, 0], "true and false"),
         ("UINT8", [256, 0], "outside UINT8's range"),
         ("INT32", [1.5, 2], "integers"),
@@ -284,6 +317,18 @@ def test_json_data_flat_or_nested_and_every_kind():
         body = json.dumps({"inputs": [{"name": "a", "shape": [2], "datatype": datatype, "data": data}]}).encode()
         with pytest.raises(BadRequest, match=text):
             _protocol.read_infer(body, None, LIMITS)
+
+
+def test_datatypes_must_be_the_models():
+    meta = _protocol.ModelMeta("m", "tvm", [_protocol.TensorMeta("a", "FP32", [-1, 2])], [])
+    for datatype in ("FP16", "INT8", "UINT8", "BOOL", "FP64"):
+        data = [True, False] if datatype == "BOOL" else [1, 0]
+        body = json.dumps({"inputs": [{"name": "a", "shape": [1, 2], "datatype": datatype, "data": data}]}).encode()
+        req = _protocol.read_infer(body, None, LIMITS)
+        with pytest.raises(BadRequest, match=f"datatype {datatype} where the model takes FP32"):
+            _protocol.check_datatypes(req, meta)
+    body = json.dumps({"inputs": [{"name": "a", "shape": [1, 2], "datatype": "FP32", "data": [1, 0]}]}).encode()
+    _protocol.check_datatypes(_protocol.read_infer(body, None, LIMITS), meta)
 
 
 def test_binary_inputs_and_outputs_as_declared():

@@ -143,3 +143,55 @@ def test_constants_mapped_from_one_file_for_every_process(tmp_path, monkeypatch)
     third = tvmrt.Model(d, map_constants=True)
     assert third.made_constants_file
     assert [g.tobytes() for g in third.run(cases[0][0])] == [w.tobytes() for w in cases[0][1]]
+
+
+def _without_meta(d, tmp_path):
+    """A copy of the fixture's one-file executable alone: no model.meta beside it."""
+    bare = tmp_path / d.name
+    bare.mkdir(exist_ok=True)
+    (bare / "vm.so").write_bytes((d / "vm.so").read_bytes())
+    return bare
+
+
+def test_inputs_are_described_only_as_far_as_they_are_known(tmp_path):
+    d = VM / "0.16" / "mlp_dyn"
+    m = tvmrt.Model(d)  # the model.meta the compile route writes
+    assert m.described
+    assert [(t.name, t.shape, t.dtype) for t in m.inputs] == [("data", (-1, 16), "float32")]
+    assert [(t.name, t.shape, t.dtype) for t in m.outputs] == [
+        ("output_0", (-1, 8), "float32"),
+        ("output_1", (-1,), "float32"),
+    ]
+    bare = tvmrt.Model(_without_meta(d, tmp_path))
+    assert not bare.described
+    # Never a shape that is not the model's (once a scalar, shape ()): unknown, and said so.
+    assert [(t.name, t.shape, t.dtype) for t in bare.inputs] == [("data", None, "")]
+    assert "input_specs=" in repr(bare.inputs[0])
+    assert bare.outputs == []
+    with pytest.raises(tvmrt.InvalidValueError, match="float32"):
+        m.run(np.ones((3, 5), "float32"))
+
+
+def _empty_shapes():
+    out = [()]
+    for rank in range(1, 5):
+        out += [tuple(0 if a == zero else 3 for a in range(rank)) for zero in range(rank)]
+    return out
+
+
+@pytest.mark.parametrize("d", DIRS, ids=lambda d: f"{d.parent.name}-{d.name}")
+def test_empty_and_0d_inputs_answer_or_fail_never_crash(d, tmp_path):
+    params, cases = read_cases(d)
+    feed, want, _ = cases[0]
+    # Unchecked (no types known): the kernels and shape functions see each tensor as it is.
+    for m in (tvmrt.Model(_without_meta(d, tmp_path)), tvmrt.Model(d)):
+        for name in params:
+            for shape in _empty_shapes():
+                bad = dict(feed)
+                bad[name] = np.zeros(shape, feed[name].dtype)
+                try:
+                    m.run(bad)
+                except tvmrt.TVMRTError:
+                    pass
+        got = m.run(feed)
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want]

@@ -25,11 +25,23 @@ class TensorInfo:
     """A named tensor of the model: an input, an output or a weight."""
 
     name: str
-    shape: tuple[int, ...]
+    #: -1 along an axis the model leaves open; None when not even the rank is known (a Relay VM
+    #: executable records no parameter types: give ``input_specs=`` or a ``.meta``).
+    shape: tuple[int, ...] | None
+    #: "" when not known (as above).
     dtype: str
 
     def __repr__(self) -> str:
+        if self.shape is None:
+            return f"TensorInfo({self.name!r}, unknown: the executable records no types, give input_specs=)"
         return f"TensorInfo({self.name!r}, {self.dtype}{list(self.shape)})"
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The shape, which a graph model's tensors always have (a VM's may not: see ``shape``)."""
+        if self.shape is None:
+            raise errors.InvalidValueError(f"{self.name!r}: its shape is not known (give input_specs=)")
+        return self.shape
 
 
 @dataclass
@@ -164,15 +176,34 @@ def locate(
     return Artefacts(lib_path, graph_text, params_src, graph_from_folder, from_folder, looked, files)
 
 
-def param_names(blob: bytes) -> list[str]:
-    """The names in a params blob (TVM's ``save_param_dict`` format), read from its header."""
+# The least a parameter takes: its name's length, and its record's magic, reserved word, device,
+# ndim, dtype and byte count.
+_MIN_BYTES_PER_PARAM = 8 + 40
+
+
+def check_params_header(head: bytes, size: int) -> int:
+    """The count of names a params file of `size` bytes declares in its first 24 bytes (`head`),
+    refused at once when no file of that size could hold them."""
+    if len(head) < 24:
+        raise errors.InvalidValueError(f"a truncated params blob ({len(head)} bytes)")
+    magic, _reserved, count = struct.unpack_from("<QQQ", head, 0)
+    if magic != _PARAMS_MAGIC:
+        raise errors.InvalidValueError("not a params blob (wrong magic number)")
+    if count * _MIN_BYTES_PER_PARAM + 32 > size:
+        raise errors.InvalidValueError(f"a params blob declaring {count} parameters in {size} bytes")
+    return int(count)
+
+
+def param_names(blob: bytes, size: int | None = None) -> list[str]:
+    """The names in a params blob (TVM's ``save_param_dict`` format), read from its header (`blob`
+    its first bytes, of a file of `size` bytes)."""
+    count = check_params_header(blob[:24], len(blob) if size is None else size)
     try:
-        magic, _reserved, count = struct.unpack_from("<QQQ", blob, 0)
-        if magic != _PARAMS_MAGIC:
-            raise errors.InvalidValueError("not a params blob (wrong magic number)")
-        at, names = 24, []
+        at, names = 24, list[str]()
         for _ in range(count):
             (n,) = struct.unpack_from("<Q", blob, at)
+            if at + 8 + n > len(blob):
+                raise struct.error(f"name {len(names)} runs past byte {len(blob)}")
             names.append(blob[at + 8 : at + 8 + n].decode())
             at += 8 + n
         return names
@@ -188,7 +219,7 @@ def read_params(blob: bytes | memoryview) -> dict[str, np.ndarray]:
     """The weights of a params blob (TVM's ``save_param_dict`` format; a prepared file's extra
     records left out) as numpy arrays by name, each a copy."""
     view = memoryview(blob)
-    names = param_names(bytes(view[: min(len(view), 1 << 24)])) if len(view) else param_names(b"")
+    names = param_names(bytes(view[: min(len(view), 1 << 24)]), len(view))
     at = 24 + sum(8 + len(n.encode()) for n in names)
 
     def take(fmt: str) -> tuple[Any, ...]:
@@ -242,15 +273,37 @@ def names_blob(names: list[str]) -> bytes:
     return b"".join(out)
 
 
+def read_params_file(path: PathLike) -> bytes:
+    """A params file's bytes, its header checked against its size before the rest is read."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+        check_params_header(head, os.fstat(f.fileno()).st_size)
+        return head + f.read()
+
+
 def read_param_names(src: Path | bytes) -> list[str]:
     if isinstance(src, bytes):
         return param_names(src)
     with open(src, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(1 << 16)
+        count = check_params_header(head[:24], size)
         try:
-            return param_names(head)
+            return param_names(head, size)
         except errors.InvalidValueError:
-            return param_names(head + f.read())
+            # Names past the first 64 KiB: read as far as they go (each at most what is left).
+            at, more = len(head), bytearray(head)
+            while count and at < size:
+                chunk = f.read(max(1 << 16, len(more)))
+                if not chunk:
+                    break
+                more += chunk
+                at += len(chunk)
+                try:
+                    return param_names(bytes(more), size)
+                except errors.InvalidValueError:
+                    continue
+            return param_names(bytes(more), size)
 
 
 class Graph:

@@ -26,7 +26,7 @@ class Slot:
 
     def __init__(self, fn: _ffi.Function, index: int, info: TensorInfo) -> None:
         self.name = info.name
-        self.shape = tuple(info.shape)
+        self.shape = info.dims
         self.dtype = _tensors.np_dtype(info.dtype)
         self.shape_array = _ffi.shape_tuple(self.shape)
         t = _ffi.DLTensor()
@@ -171,7 +171,7 @@ class Executor:
 
     def input(self, index: int) -> np.ndarray:
         info = self.model._all_inputs[index]
-        out = np.empty(info.shape, dtype=_tensors.np_dtype(info.dtype))
+        out = np.empty(info.dims, dtype=_tensors.np_dtype(info.dtype))
         handle = self._get_input(index)
         lb = _ffi.lib()
         lb.check(lb.cdll.TVMArrayCopyToBytes(ctypes.c_void_p(handle.value), _tensors.address(out), out.nbytes))

@@ -26,7 +26,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import _ffi, _fork, _tensors, errors
-from ._artifacts import NOT_WEIGHTS, Graph, PathLike, TensorInfo, locate, names_blob, read_param_names
+from ._artifacts import (
+    NOT_WEIGHTS,
+    Graph,
+    PathLike,
+    TensorInfo,
+    locate,
+    names_blob,
+    read_param_names,
+    read_params_file,
+)
 from ._executor import Executor
 from .profiling import BenchmarkResult, Report
 from .session import Session, Tensor
@@ -259,7 +268,7 @@ class Model:
             elif self._map_params:
                 fn("load_params_from_file")(str(self._params))
             else:
-                fn("load_params")(self._params.read_bytes())
+                fn("load_params")(read_params_file(self._params))
         elif self._params is not None:
             fn("share_params")(self._weights_holder().module, self._shared_names)
         if len(self._devices) == 1:
@@ -387,13 +396,13 @@ class Model:
     def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
         """``(shapes, dtypes)`` of the inputs that are not weights, by name, as
         ``GraphModule.get_input_info`` once the weights are loaded."""
-        return ({t.name: t.shape for t in self.inputs}, {t.name: t.dtype for t in self.inputs})
+        return ({t.name: t.dims for t in self.inputs}, {t.name: t.dtype for t in self.inputs})
 
     def load_params(self, params: PathLike | bytes) -> None:
         """Replaces the model's weights (a params file or its bytes, as ``GraphModule.load_params``)
         for every executor: runs after this call use them (a session taken before switches at
         its next call)."""
-        blob = params if isinstance(params, (bytes, bytearray, memoryview)) else open(params, "rb").read()
+        blob = params if isinstance(params, (bytes, bytearray, memoryview)) else read_params_file(params)
         blob = bytes(blob)
         names = [n for n in read_param_names(blob) if not n.startswith(NOT_WEIGHTS)]
         known = {t.name for t in self._all_inputs}
@@ -489,7 +498,7 @@ class Model:
         blob = (
             self._params
             if isinstance(self._params, bytes)
-            else (self._params.read_bytes() if self._params is not None else self._factory_params_blob())
+            else (read_params_file(self._params) if self._params is not None else self._factory_params_blob())
         )
         prepared = self._weights_holder().function("prepare_params")(blob)
         target = os.path.abspath(os.fspath(path))

@@ -9,7 +9,7 @@ from typing import Mapping
 import numpy as np
 
 from . import errors
-from ._artifacts import _NDARRAY_MAGIC, _PARAMS_MAGIC, PathLike, read_params
+from ._artifacts import _NDARRAY_MAGIC, _PARAMS_MAGIC, PathLike, read_params, read_params_file
 from ._tensors import as_input, dl_dtype
 
 
@@ -18,8 +18,7 @@ def load_params(params: PathLike | bytes) -> dict[str, np.ndarray]:
     prepared file (:meth:`Model.prepare_params`) gives its weights; what it adds is left out."""
     if isinstance(params, (bytes, bytearray, memoryview)):
         return read_params(params)
-    with open(params, "rb") as f:
-        return read_params(f.read())
+    return read_params(read_params_file(params))
 
 
 def save_params(arrays: Mapping[str, object]) -> bytes:

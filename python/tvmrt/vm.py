@@ -116,13 +116,26 @@ def constants_file(art: VMArtefacts) -> Path:
     return private_dir(default_prepared_dir()) / f"{art.lib.stem}-{h.hexdigest()[:32]}.vmconst"
 
 
-def _specs_from_meta(meta: Path) -> list[TensorInfo]:
-    """The inputs a DLR .meta file lists (``{"Model": {"Inputs": [{"name", "dtype", "shape"}]}}``)."""
-    doc = json.loads(meta.read_text())
-    items = doc.get("Model", doc).get("Inputs", [])
-    return [
-        TensorInfo(i["name"], tuple(-1 if d is None else int(d) for d in i.get("shape", [])), i["dtype"]) for i in items
-    ]
+def _read_meta(meta: Path) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """The inputs and outputs a DLR-style .meta file lists (``{"Model": {"Inputs": [{"name",
+    "dtype", "shape"}], "Outputs": [...]}}``, -1 or null along an open axis)."""
+    try:
+        doc = json.loads(meta.read_text())
+        model = doc.get("Model", doc)
+
+        def infos(key: str, default_name: str) -> list[TensorInfo]:
+            return [
+                TensorInfo(
+                    str(i.get("name", f"{default_name}_{k}")),
+                    tuple(-1 if d is None else int(d) for d in i.get("shape", [])),
+                    str(i["dtype"]),
+                )
+                for k, i in enumerate(model.get(key, []))
+            ]
+
+        return infos("Inputs", "input"), infos("Outputs", "output")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise errors.InvalidValueError(f"{meta}: not a model .meta ({e})") from None
 
 
 class _VM:
@@ -232,17 +245,25 @@ class VMModel:
         self.params: list[str] = list(funcs[function]["params"])
         self.device = _device(device, self._exe)
         self._devices = [self.device] if self.device.type == _ffi.CPU else [self.device, _ffi.Device(_ffi.CPU, 0)]
-        self.inputs: list[TensorInfo] = self._specs(input_specs, art.meta)
-        self.outputs: list[TensorInfo] = []
+        recorded = _read_meta(art.meta) if art.meta is not None else None
+        #: The inputs' names, dtypes and shapes: from ``input_specs``, else the ``.meta`` beside
+        #: the model, else unknown (shape None, dtype "": the executable records none).
+        given = input_specs if input_specs is not None else (recorded[0] if recorded is not None else None)
+        self.inputs: list[TensorInfo] = self._specs(given)
+        #: The outputs (a tuple result flattened), as the ``.meta`` records them; [] when unknown.
+        self.outputs: list[TensorInfo] = recorded[1] if recorded is not None else []
         self.weights: list[TensorInfo] = []
         _VM(self)  # made once now: a missing kernel or device is an error at load
         _fork.track(self)
 
-    def _specs(self, given: Any, meta: Path | None) -> list[TensorInfo]:
-        if given is None and meta is not None:
-            given = _specs_from_meta(meta)
+    @property
+    def described(self) -> bool:
+        """Whether every input's dtype and rank are known (``input_specs`` or a ``.meta``)."""
+        return all(t.shape is not None and t.dtype for t in self.inputs)
+
+    def _specs(self, given: Any) -> list[TensorInfo]:
         if given is None:
-            return [TensorInfo(p, (), "") for p in self.params]
+            return [TensorInfo(p, None, "") for p in self.params]
         if isinstance(given, Mapping):
             specs = [
                 TensorInfo(n, tuple(-1 if d is None else int(d) for d in s), str(t)) for n, (s, t) in given.items()
@@ -300,7 +321,7 @@ class VMModel:
             values[i] = v
         out = []
         for spec, v in zip(self.inputs, values):
-            if spec.dtype:
+            if spec.dtype and spec.shape is not None:
                 arr = _tensors.as_input(v, _tensors.np_dtype(spec.dtype), spec.name, cast)
                 if len(arr.shape) != len(spec.shape) or any(s not in (-1, a) for s, a in zip(spec.shape, arr.shape)):
                     raise errors.InvalidValueError(

@@ -121,6 +121,8 @@ class ModelMeta:
     inputs: list[TensorMeta]
     outputs: list[TensorMeta]
     versions: list[str] = field(default_factory=lambda: ["1"])
+    #: Why the inputs cannot be described (a Relay VM model with no types given), or None.
+    unknown: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -200,7 +202,17 @@ def _from_json(values: list[Any], dtype: np.dtype, shape: tuple[int, ...], what:
         if values and (min(values) < info.min or max(values) > info.max):
             raise BadRequest(f"{what}: a value outside {datatype_of(dtype)}'s range")
         return np.array(values, dtype=dtype).reshape(shape)
-    return np.array(values, dtype=np.float64).astype(dtype).reshape(shape)
+    try:
+        wide = np.array(values, dtype=np.float64)
+    except OverflowError:
+        # An integer of hundreds of digits: no float holds it.
+        raise BadRequest(f"{what}: a value outside {datatype_of(dtype)}'s range") from None
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = wide.astype(dtype)
+    # A finite number that becomes infinite (FP32 1e300, FP16 70000) is not the value sent.
+    if not np.array_equal(np.isfinite(arr), np.isfinite(wide)):
+        raise BadRequest(f"{what}: a value outside {datatype_of(dtype)}'s range")
+    return arr.reshape(shape)
 
 
 def read_infer(body: bytes, header_length: str | None, limits: Limits) -> InferRequest:
@@ -275,6 +287,20 @@ def read_infer(body: bytes, header_length: str | None, limits: Limits) -> InferR
                 raise BadRequest(f"output {o['name']!r}: binary_data is true or false")
             outputs.append((o["name"], flag))
     return InferRequest(rid, inputs, outputs, binary_default)
+
+
+def check_datatypes(request: InferRequest, meta: ModelMeta) -> None:
+    """Each input's datatype is the model's, as the metadata states it: the protocol converts
+    nothing (as Triton refuses a datatype it was not configured with). A name the model does not
+    have is left to the model's own check, which lists the inputs."""
+    want = {t.name: t.datatype for t in meta.inputs}
+    for name, arr in request.inputs.items():
+        given = datatype_of(arr.dtype)
+        if name in want and given != want[name]:
+            raise BadRequest(
+                f"input {name!r} is {_DATATYPES.get(want[name], want[name])}, got {arr.dtype} "
+                f"(datatype {given} where the model takes {want[name]}: the protocol converts nothing)"
+            )
 
 
 def write_infer(

@@ -267,6 +267,14 @@ class ModelServer:
         self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tvmrt-run")
         self._metrics()
         logger.info("tvmrt: Relay VM model %s on %s, %d runs at once", paths[0], self.vm.device, concurrency)
+        if not self.vm.described:
+            logger.warning(
+                "tvmrt: %s records no input types, and no input_specs= or .meta gives them: requests are not checked "
+                "before they run (a wrong dtype or rank is the kernels' error) and the protocol's model metadata is "
+                "refused. Deploy with input_specs={name: (shape, dtype)}, or keep the model.meta the compile route "
+                "writes beside the executable (docs/dynamic-shapes.md)",
+                paths[0],
+            )
 
     def _run_vm(self, request: _Request) -> Answer:
         assert self.vm is not None
@@ -359,7 +367,7 @@ class ModelServer:
     def _build(self, path: str, model: Model) -> Build:
         batch = model.inputs[0].shape[0] if model.inputs and model.inputs[0].shape else 1
         name = Path(path).name if Path(path).is_dir() else Path(path).stem
-        return Build(name, model, batch, {t.name: tuple(t.shape[1:]) for t in model.inputs})
+        return Build(name, model, batch, {t.name: t.dims[1:] for t in model.inputs})
 
     def _bucket_of(self, row_shapes: Mapping[str, tuple[int, ...]]) -> tuple[Any, ...]:
         return tuple(sorted(row_shapes.items()))
@@ -531,6 +539,8 @@ class ModelServer:
     def _output_names(self, count: int) -> list[str]:
         if self.vm is None:
             return [t.name for t in self.builds[0].model.outputs]
+        if len(self.vm.outputs) == count:
+            return [t.name for t in self.vm.outputs]
         return [f"output_{i}" for i in range(count)]
 
     def protocol_metadata(self) -> _protocol.ModelMeta:
@@ -539,15 +549,32 @@ class ModelServer:
         if self._protocol_meta is not None:
             return self._protocol_meta
         if self.vm is not None:
+            if not self.vm.described:
+                # Metadata never states a shape that is not the model's: none at all, instead.
+                unknown = (
+                    f"model {self.protocol_name!r} is a Relay VM executable served without its inputs' dtypes and "
+                    "ranks (it records none): its deployment needs input_specs= or a model.meta beside it"
+                )
+                meta = _protocol.ModelMeta(self.protocol_name, "tvm_relay_vm", [], [], unknown=unknown)
+                self._protocol_meta = meta
+                return meta
             inputs = [
                 _protocol.TensorMeta(
                     t.name,
-                    _protocol.datatype_of(_tensors.np_dtype(t.dtype) if t.dtype else None),
-                    [-1 if d is None or d < 0 else d for d in t.shape] if t.shape is not None else [-1],
+                    _protocol.datatype_of(_tensors.np_dtype(t.dtype)),
+                    [-1 if d < 0 else d for d in t.shape or ()],
                 )
                 for t in self.vm.inputs
             ]
-            meta = _protocol.ModelMeta(self.protocol_name, "tvm_relay_vm", inputs, [])
+            outputs = [
+                _protocol.TensorMeta(
+                    t.name,
+                    _protocol.datatype_of(_tensors.np_dtype(t.dtype)),
+                    [-1 if d < 0 else d for d in t.shape or ()],
+                )
+                for t in self.vm.outputs
+            ]
+            meta = _protocol.ModelMeta(self.protocol_name, "tvm_relay_vm", inputs, outputs)
         else:
             inputs = [
                 _protocol.TensorMeta(
@@ -559,7 +586,7 @@ class ModelServer:
             ]
             outputs = []
             for k, t in enumerate(self.builds[0].model.outputs):
-                shapes = {tuple(b.model.outputs[k].shape[1:]) for b in self.builds}
+                shapes = {b.model.outputs[k].dims[1:] for b in self.builds}
                 first = next(iter(shapes))
                 same = [all(len(s) == len(first) and s[a] == first[a] for s in shapes) for a in range(len(first))]
                 outputs.append(
@@ -586,11 +613,14 @@ class ModelServer:
         meta = self.protocol_metadata()
         meta.check(r)
         if r.kind == "model":
+            if meta.unknown is not None:
+                raise BadRequest(meta.unknown)
             return JSONResponse(meta.as_json())
         if r.kind == "model_ready":
             return Response(status_code=200)
         body = await self._body(request)
         req = _protocol.read_infer(body, request.headers.get(_protocol.HEADER_LENGTH), self.limits)
+        _protocol.check_datatypes(req, meta)
         answer: Answer = await self.infer(self.preprocess(req.inputs), details=True)
         names = self._output_names(len(answer.outputs))
         data, headers = _protocol.write_infer(meta.name, r.version or meta.versions[0], req, names, answer.outputs)
