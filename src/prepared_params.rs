@@ -156,6 +156,28 @@ pub fn derived_digest(records: &[(&str, Record<'_>)]) -> u64 {
     crate::digest::of_parts(derived.iter().map(|(n, r)| (*n, r.data)))
 }
 
+/// Whether a prepared file's weights are the ones written when it was prepared (its stamp's
+/// digest of them, formats 2 and later): a file damaged or edited since is not to answer from, by
+/// any loader. Plain params, and stamps that name no digest, pass.
+pub fn weights_as_written(records: &[(&str, Record<'_>)]) -> std::result::Result<(), String> {
+    let Some((_, record)) = records.iter().find(|(n, _)| *n == STAMP) else { return Ok(()) };
+    let Ok(text) = std::str::from_utf8(record.data) else { return Ok(()) };
+    let words: Vec<&str> = text.split(' ').collect();
+    let written = match words.as_slice() {
+        ["tvmrt-prepared", _, "weights", w, ..] => u64::from_str_radix(w, 16).ok(),
+        _ => None,
+    };
+    match written {
+        Some(w) if w != weights_digest(records) => {
+            Err("its weights are not the ones written when it was prepared (the file was damaged or edited since): \
+             prepare it again from the original params, or, to run edited weights, save them as plain params \
+             (tvmrt.save_params(tvmrt.load_params(path)) drops the prepared records)"
+                .into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The stamp of `records`, when they are a prepared file whose derived records were made from the
 /// weights it holds: `Ok(None)` for plain params, `Err(why)` when its derived records cannot be
 /// trusted (they are then plain params with records to skip).

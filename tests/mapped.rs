@@ -174,36 +174,46 @@ fn maker(f: &Fixture, lib: &tvm_runtime::object::ObjRef<tvm_runtime::module::Mod
     GraphExecutor::new(plan).unwrap()
 }
 
-/// A weight edited after preparing (TVM's `load_param_dict` -> edit -> `save_param_dict` keeps
-/// every record, the derived ones too): both loaders give the edited model's outputs, never the
-/// outputs of the weights the derived records came from.
+/// A weight changed after preparing (a bit flipped on disk, or TVM's `load_param_dict` -> edit ->
+/// `save_param_dict`, which keeps every record, the stamp too): both loaders refuse the file
+/// rather than answer from weights that are not the ones written, saying how to run edited
+/// weights; saved as plain params (the prepared records dropped), both give the edited model.
 #[test]
-fn an_edited_prepared_file_gives_the_edited_models_outputs() {
+fn a_prepared_file_whose_weights_changed_is_refused_by_both_loaders() {
     let f = Fixture::load("mlp_unbound_b1");
     let lib = f.load_lib();
     let prepared = maker(&f, &lib).prepared_params(&f.params()).unwrap();
-    // Edit the first weight a folded operator reads, keeping every other record as it is.
     let records = tvm_runtime::params::parse(&prepared).unwrap();
     let name = "fc1_weight";
-    let arrays: Vec<(String, _)> = records
-        .iter()
-        .filter(|(n, _)| !n.starts_with(tvm_runtime::params::PAD_PREFIX))
-        .map(|(n, r)| {
-            let mut data = r.data.to_vec();
-            if *n == name {
-                data.iter_mut().for_each(|b| *b = b.wrapping_add(1));
-            }
-            (n.to_string(), tvm_runtime::tensor::NDArray::from_bytes(&r.shape, r.dtype, &data).unwrap())
-        })
-        .collect();
-    let edited = tvm_runtime::params::save(arrays.iter().map(|(n, a)| (n.as_str(), &**a)));
+    type Arrays = Vec<(String, tvm_runtime::object::ObjRef<tvm_runtime::tensor::NDArray>)>;
+    let edited_records = |keep_prepared: bool| -> Arrays {
+        records
+            .iter()
+            .filter(|(n, _)| !n.starts_with(tvm_runtime::params::PAD_PREFIX))
+            .filter(|(n, _)| keep_prepared || !tvm_runtime::prepared_params::is_prepared_record(n))
+            .map(|(n, r)| {
+                let mut data = r.data.to_vec();
+                if *n == name {
+                    data[5] ^= 0x10;
+                }
+                (n.to_string(), tvm_runtime::tensor::NDArray::from_bytes(&r.shape, r.dtype, &data).unwrap())
+            })
+            .collect()
+    };
+    let save = |arrays: &Arrays| tvm_runtime::params::save(arrays.iter().map(|(n, a)| (n.as_str(), &**a)));
+    let edited = save(&edited_records(true));
     let path = temp_path("mlp.prepared.edited");
     std::fs::write(&path, tvm_runtime::params::align(&edited).unwrap()).unwrap();
     let (from_bytes, from_file) = (f.executor_without_params(&lib), f.executor_without_params(&lib));
-    exec(&from_bytes).load_params(&edited).unwrap();
+    let e = exec(&from_bytes).load_params(&edited).unwrap_err().to_string();
+    assert!(e.contains("not the ones written"), "{e}");
+    let e = load_mapped(exec(&from_file), path.to_str().unwrap()).unwrap_err().to_string();
+    assert!(e.contains("not the ones written") && e.contains("save_params"), "{e}");
+    // Saved as plain params: the edited model, from both loaders.
+    let plain = save(&edited_records(false));
+    std::fs::write(&path, tvm_runtime::params::align(&plain).unwrap()).unwrap();
+    exec(&from_bytes).load_params(&plain).unwrap();
     load_mapped(exec(&from_file), path.to_str().unwrap()).unwrap();
-    let why = exec(&from_file).prepared_params_use().unwrap();
-    assert!(why.contains("edited"), "{why}");
     let outputs = |m| {
         f.set_inputs(m);
         exec(m).run().unwrap();

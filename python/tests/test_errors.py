@@ -125,3 +125,28 @@ def test_a_params_header_declaring_more_than_the_file_holds_is_refused_from_the_
                 read(p)
         with pytest.raises(tvmrt.InvalidValueError, match=f"declaring {count} parameters"):
             tvmrt.Model(FIXTURES / "mlp_b1", params=p)
+
+
+def test_a_prepared_file_whose_weights_changed_is_refused(tmp_path):
+    """A bit flipped in a weight of a prepared file: no loader answers from it (mapped or read),
+    and the message says how to run edited weights on purpose."""
+    from tvmrt._artifacts import read_params
+
+    d = FIXTURES / "convnet"
+    model = tvmrt.Model(d)
+    prepared = tmp_path / "conv.prepared"
+    model.prepare_params(prepared)
+    blob = bytearray(prepared.read_bytes())
+    weights = read_params(bytes(blob))
+    first = next(iter(weights.values())).tobytes()
+    blob[bytes(blob).find(first[:64]) + 8] ^= 0x10
+    flipped = tmp_path / "conv.flipped"
+    flipped.write_bytes(blob)
+    for mapped in (True, False):
+        with pytest.raises(tvmrt.TVMRTError, match="not the ones written"):
+            tvmrt.Model(d, params=flipped, map_params=mapped)
+    # Saved as plain params on purpose, the edited weights run.
+    plain = tmp_path / "conv.plain"
+    plain.write_bytes(tvmrt.save_params(tvmrt.load_params(flipped)))
+    x = np.zeros(model.inputs[0].shape, "float32")
+    assert tvmrt.Model(d, params=plain).run(x)[0].shape == model.run(x)[0].shape

@@ -43,7 +43,12 @@ impl GraphExecutor {
         records: Vec<(&str, params::Record<'_>)>,
         map: Option<&Arc<FileMap>>,
     ) -> Result<(usize, usize)> {
-        // Every record is checked before anything is loaded.
+        // Every record is checked before anything is loaded: a prepared file answers from the
+        // weights written into it or not at all.
+        prepared_params::weights_as_written(&records).map_err(|why| match map {
+            Some(m) => Error::value(format!("the prepared params file {}: {why}", m.path())),
+            None => Error::value(format!("a prepared params blob: {why}")),
+        })?;
         let mut load = Vec::new();
         for (name, rec) in &records {
             let Some(index) = self.plan.input_index(name) else { continue };
