@@ -7,6 +7,11 @@
 //!   process-wide ones ([`guard_static`]) and those of live objects (executors, arena pools,
 //!   library contexts: [`guard`]), then lets them all go after the fork, in parent and child. In
 //!   the child they are then free, and what they protect is whole;
+//! - first, the fork closes the gate that runs pass ([`inside`]: a graph executor's run, a VM's
+//!   invocation, a library's load): runs in flight finish (one run each at most), new ones wait
+//!   at the gate until the fork is done. Without it, threads running models back to back take
+//!   the locks again the moment they let them go, and the fork could only catch them all free by
+//!   luck (it waited out its patience, then forked with locks held);
 //! - the locks are taken as C++'s `std::lock` takes several: each tried in turn; when one is busy,
 //!   all are let go and the forking thread waits for that one alone before starting again. It
 //!   never waits while holding, so no order other threads nest locks in can deadlock it, and it
@@ -21,8 +26,9 @@
 //!   arena lent to a run) is never given back in the child: holders compare [`generation`], which
 //!   the child increments, to tell what was lent before the fork.
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once, RwLock, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
@@ -41,6 +47,78 @@ pub struct Hooks {
 }
 
 static HOOKS: Mutex<Vec<Hooks>> = Mutex::new(Vec::new());
+
+/// Threads inside a run (between [`inside`] and its guard's end, outermost calls only).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// A fork is waiting for the runs in flight: new ones wait at the gate.
+static PENDING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// How deep this thread is inside runs (a run may call back into a host that runs another).
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A thread inside a run, until dropped (on the thread that made it).
+pub struct Inside(PhantomData<*const ()>);
+
+/// Enters a run: waits while a fork is pending, then counts this thread in flight until the
+/// guard drops, so a fork waits for the run to end instead of racing it for its locks. Nested
+/// runs on one thread count once (and never wait: the outer one is already counted).
+pub fn inside() -> Inside {
+    DEPTH.with(|d| {
+        if d.get() == 0 {
+            loop {
+                while PENDING.load(Ordering::Acquire) {
+                    // A fork waits for one run at most; poll, holding nothing a child could need.
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+                // The fork sets PENDING, then reads IN_FLIGHT: one of the two sees the other.
+                if !PENDING.load(Ordering::SeqCst) {
+                    break;
+                }
+                IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        d.set(d.get() + 1);
+    });
+    Inside(PhantomData)
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        DEPTH.with(|d| {
+            d.set(d.get() - 1);
+            if d.get() == 0 {
+                IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+    }
+}
+
+/// Closes the gate and waits until the runs in flight (other than the forking thread's own)
+/// have ended, or `deadline`.
+fn close_gate(deadline: Instant) {
+    let own = DEPTH.with(|d| usize::from(d.get() > 0));
+    PENDING.store(true, Ordering::SeqCst);
+    let mut tries = 0u32;
+    while IN_FLIGHT.load(Ordering::SeqCst) > own && Instant::now() < deadline {
+        tries += 1;
+        if tries < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Opens the gate after a fork; in the child, only the forking thread's run is in flight.
+fn open_gate(in_child: bool) {
+    if in_child {
+        IN_FLIGHT.store(DEPTH.with(|d| usize::from(d.get() > 0)), Ordering::SeqCst);
+    }
+    PENDING.store(false, Ordering::SeqCst);
+}
 
 /// A guard of some lock, its type forgotten: letting it go lets the lock go.
 pub struct Held<'a>(#[allow(dead_code)] Box<dyn Guard + 'a>);
@@ -250,10 +328,12 @@ fn warn_once(busy: usize) {
 }
 
 extern "C" fn prepare() {
+    let deadline = Instant::now() + PATIENCE;
+    close_gate(deadline);
     for h in hooks() {
         (h.before)();
     }
-    let holding = hold_all(PATIENCE);
+    let holding = hold_all(deadline.saturating_duration_since(Instant::now()));
     if holding.missed > 0 {
         warn_once(holding.missed);
     }
@@ -262,6 +342,7 @@ extern "C" fn prepare() {
 
 extern "C" fn parent() {
     release();
+    open_gate(false);
     for h in hooks() {
         (h.after)(false);
     }
@@ -270,6 +351,7 @@ extern "C" fn parent() {
 extern "C" fn child() {
     GENERATION.fetch_add(1, Ordering::AcqRel);
     release();
+    open_gate(true);
     for h in hooks() {
         (h.after)(true);
     }

@@ -250,6 +250,8 @@ impl GraphExecutor {
     }
 
     pub fn run(&self) -> Result<()> {
+        // Through the fork gate: a fork waits for this run, not for luck (see `backend::fork`).
+        let _inside = crate::backend::fork::inside();
         self.lock().run()
     }
 

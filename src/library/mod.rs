@@ -203,6 +203,8 @@ pub fn system_lib(prefix: &str) -> Result<ObjRef<Module>> {
 
 /// `runtime.ModuleLoadFromFile` / `TVMModLoadFromFile`.
 pub fn load_file(path: &str, format: &str) -> Result<ObjRef<Module>> {
+    // Through the fork gate: a fork waits for a load in flight (see `backend::fork`).
+    let _inside = crate::backend::fork::inside();
     let fmt = if format.is_empty() {
         std::path::Path::new(path)
             .extension()

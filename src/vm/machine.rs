@@ -21,10 +21,19 @@ use crate::packed::{ArgsBuilder, PackedFunc};
 use crate::tensor::{Buffer, NDArray};
 use std::sync::Arc;
 
-/// The registers of one invocation's frames may take this much memory: a recursion that does not
-/// stop ends with an error, while a Relay loop of millions of iterations (a frame each, as
-/// upstream's VM makes them) runs. Memory the system refuses before that is an error too.
-pub const MAX_FRAME_BYTES: usize = 1 << 30;
+/// The registers of one invocation's frames may take this much memory unless
+/// `TVM_RT_VM_STACK_MB` says otherwise: a recursion that does not stop ends with an error, while a
+/// Relay loop of a million iterations (a frame each, as upstream's VM makes them) runs. Memory
+/// the system refuses before that is an error too.
+pub const MAX_FRAME_BYTES: usize = 512 << 20;
+
+fn max_frame_bytes() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let mb = std::env::var("TVM_RT_VM_STACK_MB").ok().and_then(|v| v.trim().parse::<usize>().ok());
+        mb.map_or(MAX_FRAME_BYTES, |mb| mb.saturating_mul(1 << 20))
+    })
+}
 
 /// A VM's device for a virtual device of the code.
 #[derive(Clone)]
@@ -63,10 +72,11 @@ impl Frames {
 
     fn push(&mut self, f: Frame) -> Result<()> {
         let bytes = self.bytes + Self::frame_bytes(&f);
-        if bytes > MAX_FRAME_BYTES {
+        if bytes > max_frame_bytes() {
             return Err(Error::value(format!(
-                "the call stack needs more than {} MiB of registers ({} nested calls): a recursion that does not end?",
-                MAX_FRAME_BYTES >> 20,
+                "the call stack needs more than {} MiB of registers ({} nested calls): a recursion that does not end? \
+                 (TVM_RT_VM_STACK_MB)",
+                max_frame_bytes() >> 20,
                 self.stack.len()
             )));
         }

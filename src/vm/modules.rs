@@ -326,6 +326,8 @@ impl VirtualMachine {
 
     /// Runs `func` on the inputs set for it; the result is kept for `get_output`.
     fn invoke(&self, func: &str, rec: Option<&mut Recorder>) -> Result<AnyObject> {
+        // Through the fork gate: a fork waits for this invocation (see `backend::fork`).
+        let _inside = crate::backend::fork::inside();
         let mut st = self.lock();
         let m = Self::machine(&st)?;
         let index = m.program.function_index(func)?;
