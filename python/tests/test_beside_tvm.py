@@ -95,3 +95,50 @@ def test_tvms_python_runs_on_the_bundled_library():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split(" ", 1)[1].strip().startswith(lib_dir), out.stdout
+
+
+SYSLIB_ORDERS = r"""
+import sys, numpy as np
+fx, syslib, first = sys.argv[1], sys.argv[2], sys.argv[3]
+x = np.fromfile(fx + "/in_0.bin", dtype="float32").reshape(1, 1, 28, 28)
+want = np.fromfile(fx + "/out_0.bin", dtype="float32").reshape(1, 10)
+
+def ours():
+    import tvmrt
+    assert tvmrt.Model(syslib).run(data=x)[0].tobytes() == want.tobytes(), "tvmrt, system-lib build"
+
+def theirs():
+    import tvm
+    from tvm.contrib import graph_executor
+    m = graph_executor.GraphModule(tvm.runtime.load_module(fx + "/lib.so")["default"](tvm.cpu()))
+    m.set_input("data", x); m.run()
+    assert m.get_output(0).numpy().tobytes() == want.tobytes(), "TVM's runtime"
+
+for step in ([ours, theirs, ours] if first == "tvmrt" else [theirs, ours, theirs]):
+    step()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("first", ["tvmrt", "tvm"])
+def test_a_system_lib_build_and_tvm_in_one_process_in_either_order(tmp_path, first):
+    """A system-lib build calls the runtime's C API by name: the package answers those names for
+    it alone (never by making its runtime global, which TVM's library would then bind to)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to link the system-lib objects")
+    syslib = tmp_path / "syslib"
+    syslib.mkdir()
+    src = FIXTURES / "mlp_syslib"
+    subprocess.check_call([cc, "-shared", "-o", str(syslib / "lib.so"), str(src / "lib0.o"), str(src / "devc.o")])
+    for n in ("graph.json", "params.bin"):
+        shutil.copy(src / n, syslib / n)
+    pkg = package_only(tmp_path)
+    out = subprocess.run(
+        [TVM_PYTHON, "-c", SYSLIB_ORDERS, str(FIXTURES / "mlp_b1"), str(syslib), first],
+        capture_output=True,
+        text=True,
+        env=env(PYTHONPATH=f"{TVM_WHEEL_DIR}:{pkg}"),
+        timeout=300,
+    )
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]

@@ -2,6 +2,7 @@
 //! its context slots, and rebuilding the module tree from its `__tvm_dev_mblob`.
 
 pub mod blob;
+pub mod bridge;
 mod context;
 mod elf;
 pub mod linked;

@@ -64,56 +64,138 @@ impl Dso {
 /// A system-lib build calls this runtime's C API by name (`TVMBackendRegisterSystemLibSymbol`
 /// from a static constructor, `TVMBackend*` from its kernels). Hosts that link the runtime have
 /// those names in the global scope; one that loaded it locally (Python's ctypes, our package)
-/// does not: the runtime's own image is then made global and the load tried again, unless the
-/// names are another TVM runtime's there already (TVM's own Python package, loaded globally),
-/// which the library would call instead: that is refused.
+/// does not, or has another TVM runtime's there: the library is then loaded from a copy whose
+/// references to this runtime's names are renamed and bound to it alone (see [`super::bridge`]).
 fn load(path: &str) -> Result<libloading::os::unix::Library> {
-    let open = || {
+    let open = |p: &str| {
         // SAFETY: loading runs the library's constructors; loading a model library is exactly
         // what the caller asked for.
-        unsafe { libloading::os::unix::Library::open(Some(path), libc::RTLD_NOW | libc::RTLD_LOCAL) }
+        unsafe { libloading::os::unix::Library::open(Some(p), libc::RTLD_NOW | libc::RTLD_LOCAL) }
     };
     let failed = |e: &dyn std::fmt::Display| Error::value(format!("cannot load library '{path}': {e}"));
-    let err = match open() {
-        Ok(lib) => return Ok(lib),
-        Err(e) => e,
+    // Files that are not ELF libraries are left to dlopen to judge (and name).
+    let refs = std::fs::File::open(path).ok().and_then(|mut f| super::bridge::undefined_names(&mut f).ok());
+    let ours: Vec<(super::bridge::Reference, *mut c_void)> =
+        refs.unwrap_or_default().into_iter().filter_map(|r| own_symbol(&r.name).map(|a| (r, a))).collect();
+    // Nothing of ours, or every name already ours in the global scope (a host linking the runtime).
+    // The global scope as a library loaded now sees it: the main program's handle (RTLD_DEFAULT
+    // from here would search this runtime's own scope too).
+    // SAFETY: dlopen(NULL) returns the main program's handle, never loading anything.
+    let global = unsafe { libc::dlopen(std::ptr::null(), libc::RTLD_LAZY) };
+    let global_is_ours = |name: &str, addr: *mut c_void| {
+        let Ok(cname) = std::ffi::CString::new(name) else { return false };
+        // SAFETY: a lookup by a NUL-terminated name in the main program's handle.
+        !global.is_null() && unsafe { libc::dlsym(global, cname.as_ptr()) } == addr
     };
-    let text = err.to_string();
-    let Some(name) = text.split("undefined symbol: ").nth(1).map(|r| r.split([' ', ',', '(']).next().unwrap_or(r))
-    else {
-        return Err(failed(&err));
-    };
-    let Some(ours) = own_symbol(name) else { return Err(failed(&err)) };
-    make_own_image_global().map_err(|e| failed(&format!("{text} (and the runtime could not provide it: {e})")))?;
-    let cname = std::ffi::CString::new(name).map_err(|_| failed(&err))?;
-    // SAFETY: a lookup in the global scope by a NUL-terminated name.
-    let global = unsafe { libc::dlsym(libc::RTLD_DEFAULT, cname.as_ptr()) };
-    if global != ours {
-        return Err(Error::value(format!(
-            "cannot load library '{path}': it calls the TVM runtime's C API by name ({name}: a system-lib build), \
-             and in this process that name is another TVM runtime's (loaded globally before this one, as TVM's \
-             own Python package does): load it in a process without the other runtime, or build it without \
-             system-lib"
-        )));
+    let plain = ours.iter().all(|(r, addr)| global_is_ours(&r.name, *addr));
+    if !global.is_null() {
+        // SAFETY: the handle dlopen(NULL) gave, closed once.
+        unsafe { libc::dlclose(global) };
     }
-    open().map_err(|e| failed(&e))
+    if plain {
+        return open(path).map_err(|e| failed(&e));
+    }
+    let renames = bridge_names(&ours).map_err(|e| failed(&e))?;
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let copy = super::bridge::with_renamed(&bytes, &renames);
+    let file = memory_file(&copy, "tvmrt-model").map_err(|e| failed(&e))?;
+    open(&file.path()).map_err(|e| failed(&e))
 }
 
-/// The address of `name` in this runtime's own image, if it exports it.
+/// A file holding `bytes` for `dlopen`, under a name no other load has (the loader takes a name
+/// it has loaded already for that library), in a directory of its own that only this user can
+/// enter (nobody can swap the file between writing and loading); both are removed when it drops
+/// (the loaded image stays mapped).
+struct LoadableCopy {
+    dir: std::path::PathBuf,
+    file: std::path::PathBuf,
+}
+
+impl LoadableCopy {
+    fn path(&self) -> String {
+        self.file.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for LoadableCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn memory_file(bytes: &[u8], name: &str) -> Result<LoadableCopy> {
+    use std::os::unix::ffi::OsStrExt;
+    let template = std::env::temp_dir().join("tvmrt-load-XXXXXX");
+    let mut raw = template.as_os_str().as_bytes().to_vec();
+    raw.push(0);
+    // SAFETY: mkdtemp fills in the template's Xs in place (a NUL-terminated buffer of ours) and
+    // makes the directory with mode 0700.
+    let made = unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) };
+    if made.is_null() {
+        return Err(Error::tvm(format!("a private directory to load from: {}", std::io::Error::last_os_error())));
+    }
+    raw.pop();
+    let dir = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&raw));
+    let copy = LoadableCopy { file: dir.join(format!("{name}.so")), dir };
+    std::fs::write(&copy.file, bytes).map_err(|e| Error::io(copy.path(), e))?;
+    Ok(copy)
+}
+
+/// The names bridged so far, by this runtime's name: each renamed once for the process, its
+/// absolute symbol in an object loaded globally once.
+static BRIDGED: Lazy<Mutex<HashMap<String, String>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// The new name of each reference to one of this runtime's names, with every new name answered
+/// in the global scope by an object of absolute symbols (made and loaded here for names not
+/// bridged before).
+fn bridge_names(refs: &[(super::bridge::Reference, *mut c_void)]) -> Result<Vec<(super::bridge::Reference, String)>> {
+    let mut bridged = BRIDGED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut fresh = Vec::new();
+    for (r, addr) in refs {
+        if bridged.contains_key(&r.name) {
+            continue;
+        }
+        let renamed = super::bridge::renamed(&r.name, bridged.len())
+            .ok_or_else(|| Error::value(format!("cannot bridge the name '{}'", r.name)))?;
+        bridged.insert(r.name.clone(), renamed.clone());
+        fresh.push((renamed, *addr as u64));
+    }
+    if !fresh.is_empty() {
+        let machine = if cfg!(target_arch = "aarch64") { 183 } else { 62 };
+        let object = super::bridge::object(machine, "libtvmrt-bridge.so", &fresh);
+        let file = memory_file(&object, "tvmrt-bridge")?;
+        // SAFETY: an object of absolute symbols only: no code, no constructors. Loaded globally
+        // (its names hold a `~`: no other library refers to them) and kept for the process.
+        let lib = unsafe { libloading::os::unix::Library::open(Some(file.path()), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
+            .map_err(|e| Error::tvm(format!("loading the bridge to the runtime's C API: {e}")))?;
+        std::mem::forget(lib);
+    }
+    Ok(refs.iter().map(|(r, _)| (r.clone(), bridged[&r.name].clone())).collect())
+}
+
+/// The address of `name` in this runtime's own image, if the image defines and exports it (not a
+/// name of a library it depends on).
 fn own_symbol(name: &str) -> Option<*mut c_void> {
     let cname = std::ffi::CString::new(name).ok()?;
     let image = own_image().ok()?;
-    // SAFETY: a lookup in a handle of our own image (RTLD_NOLOAD: no new load) by name.
-    let addr = unsafe {
+    // SAFETY: a lookup in a handle of our own image (RTLD_NOLOAD: no new load) by name, and the
+    // image that address is in.
+    unsafe {
         let h = libc::dlopen(image.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
         if h.is_null() {
             return None;
         }
         let a = libc::dlsym(h, cname.as_ptr());
         libc::dlclose(h);
-        a
-    };
-    (!addr.is_null()).then_some(addr)
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let mut own: libc::Dl_info = std::mem::zeroed();
+        let ours = !a.is_null()
+            && libc::dladdr(a, &mut info) != 0
+            && libc::dladdr(own_image as *const c_void, &mut own) != 0
+            && info.dli_fbase == own.dli_fbase;
+        ours.then_some(a)
+    }
 }
 
 /// The file name of the image this runtime was loaded from.
@@ -127,28 +209,6 @@ fn own_image() -> Result<std::ffi::CString> {
     }
     // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
     Ok(unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_owned())
-}
-
-/// Makes this runtime's image global (symbols of libraries loaded later resolve to it); once,
-/// for the process's life.
-fn make_own_image_global() -> Result<()> {
-    let image = own_image()?;
-    // SAFETY: RTLD_NOLOAD re-opens an image already loaded, changing only its scope; the handle is
-    // kept (never closed) since the image stays for the process's life anyway.
-    let h = unsafe { libc::dlopen(image.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_GLOBAL) };
-    if h.is_null() {
-        // SAFETY: dlerror's message, if any, is a NUL-terminated string of the loader's.
-        let why = unsafe {
-            let why = libc::dlerror();
-            if why.is_null() {
-                "unknown".to_string()
-            } else {
-                std::ffi::CStr::from_ptr(why).to_string_lossy().into_owned()
-            }
-        };
-        return Err(Error::tvm(format!("dlopen(RTLD_GLOBAL): {why}")));
-    }
-    Ok(())
 }
 
 impl SymbolSource for Dso {
