@@ -12,6 +12,8 @@
  *                                   VM, and per VM after it, in kB
  *   vm_bench resident DIR SECONDS   loads, invokes once, prints "ready PID", sleeps (PSS is read
  *                                   from outside)
+ *   vm_bench loop DIR N             the control model (x, n): one invoke running its Relay loop N
+ *                                   times (a frame per iteration), in milliseconds
  * VM_MAP_CONSTANTS=FILE (this runtime): the constants mapped from FILE (tvmrt.map_constants).
  */
 #define _GNU_SOURCE
@@ -231,6 +233,23 @@ int main(int argc, char** argv) {
       if (i == 19) warm = status_kb("VmRSS:");
     }
     printf("%ld %ld %ld\n", warm, status_kb("VmRSS:"), status_kb("VmHWM:"));
+  } else if (!strcmp(mode, "loop")) {
+    float x[4] = {0};
+    int32_t count = n;
+    int64_t four = 4;
+    DLTensor in[2] = {{x, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &four, NULL, 0},
+                      {&count, {kDLCPU, 0}, 0, {kDLInt, 32, 1}, NULL, NULL, 0}};
+    TVMValue v[3], r;
+    int codes[3] = {kTVMStr, kTVMDLTensorHandle, kTVMDLTensorHandle}, rc;
+    v[0].v_str = "main";
+    v[1].v_handle = &in[0];
+    v[2].v_handle = &in[1];
+    CHECK(TVMFuncCall(set_input, v, codes, 3, &r, &rc));
+    double s = now_us();
+    CHECK(TVMFuncCall(inv, v, codes, 1, &r, &rc));
+    double took = now_us() - s;
+    if (rc == kTVMObjectHandle) TVMObjectFree(r.v_handle);
+    printf("%.1f\n", took / 1000.0);
   } else if (!strcmp(mode, "resident")) {
     DLTensor x = input(dir, 0, shape, &ndim);
     invoke(vm, set_input, inv, &x);

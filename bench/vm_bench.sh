@@ -14,6 +14,7 @@ export TOPHUB_LOCATION=NONE TVM_FFI=ctypes
 models=target/bench-models-vm
 models_cl=target/bench-models-vm-cl
 [ -f $models/resnet18/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --out $models
+[ -f $models/loop/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --only loop --out $models
 [ -f $models_cl/mlp_big_dyn/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py \
   --bench --opencl --build-only --only mlp_big_dyn --out $models_cl
 cargo build --release --quiet
@@ -34,6 +35,10 @@ for rows in 1 8 64; do
   OURS_ENV="TVM_NUM_THREADS=1" UPSTREAM_ENV="TVM_NUM_THREADS=1 VM_VERSION=0.16.0" \
     alternate 1 target/bench/vm_bench latency $models/mlp_big_dyn 301 $rows
   row "dynamic-batch MLP (784-1024-1024-10), batch $rows, per invoke, us" 1
+done
+for n in 20000 99990; do
+  OURS_ENV="TVM_NUM_THREADS=1" UPSTREAM_ENV="TVM_NUM_THREADS=1 VM_VERSION=0.16.0" alternate 1 target/bench/vm_bench loop $models/loop $n
+  row "a Relay loop of $n iterations (one invoke, a frame per iteration), ms" 0
 done
 OURS_ENV="TVM_NUM_THREADS=1" UPSTREAM_ENV="TVM_NUM_THREADS=1 VM_VERSION=0.16.0" alternate 1 target/bench/vm_bench random $models/mlp_big_dyn 200
 row "200 invokes of random batch (1-64): resident kB after the first 20" 0
