@@ -186,6 +186,24 @@ fn errors_are_clear() {
     assert!(code == 2 && err.contains("unrecognized subcommand 'frobnicate'"), "{err}");
 }
 
+/// A params file whose header declares more names than a file of its size holds (300 MB here,
+/// sparse): refused from its first 24 bytes, before the rest is read.
+#[test]
+fn a_params_header_the_file_cannot_hold_is_refused_from_the_header() {
+    let dir = temp_dir("huge-params");
+    let path = dir.join("huge.params");
+    let f = std::fs::File::create(&path).unwrap();
+    use std::io::Write;
+    (&f).write_all(&0xF7E5_8D4F_0504_9CB7u64.to_le_bytes()).unwrap();
+    (&f).write_all(&0u64.to_le_bytes()).unwrap();
+    (&f).write_all(&(1u64 << 40).to_le_bytes()).unwrap();
+    f.set_len(300 << 20).unwrap();
+    let params = path.to_str().unwrap();
+    let (ok, _, err) = tvmrt(&["run", &fixture("mlp_unbound_b1"), "--params", params, "--repeat", "1"]);
+    assert!(!ok && err.contains("more than a file of 314572800 bytes holds"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn help_and_version_go_to_stdout_and_succeed() {
     for args in [&["--help"][..], &["run", "--help"], &["share", "--help"], &["help", "profile"]] {
