@@ -342,9 +342,10 @@ impl Machine {
                 Instr::ReshapeTensor { tensor, shape, dst } => {
                     let t = self.tensor(&fr.regs, *tensor)?;
                     let shape = self.shape_from(&fr.regs, *shape)?;
-                    let count: i64 = shape.iter().product();
-                    let have: i64 = t.shape().iter().product();
-                    if count != have || shape.iter().any(|&d| d < 0) {
+                    // Sizes from the code: a product past i64 is no shape, never a wrapped count.
+                    let count = shape.iter().try_fold(1i64, |n, &d| n.checked_mul(d));
+                    let have = t.shape().iter().try_fold(1i64, |n, &d| n.checked_mul(d));
+                    if count.is_none() || count != have || shape.iter().any(|&d| d < 0) {
                         return Err(Error::value(format!("reshaping {:?} to {shape:?}", t.shape())));
                     }
                     let v = NDArray::create_view(&t, &shape, t.dtype())?;
@@ -477,7 +478,9 @@ impl Machine {
     fn scalar(&self, regs: &[Option<Value>], r: Reg) -> Result<i64> {
         let t = self.tensor(regs, r)?;
         let size = t.dtype().element_bytes();
-        if t.shape().iter().product::<i64>() < 1 || !matches!(t.dtype().bits, 1 | 8 | 16 | 32 | 64) {
+        if t.shape().iter().try_fold(1i64, |n, &d| n.checked_mul(d)).is_none_or(|n| n < 1)
+            || !matches!(t.dtype().bits, 1 | 8 | 16 | 32 | 64)
+        {
             return Err(Error::type_err(format!(
                 "register ${r} holds no integer scalar ({} {:?})",
                 t.dtype(),
