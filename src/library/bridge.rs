@@ -114,14 +114,18 @@ pub fn renamed(name: &str, tag: usize) -> Option<String> {
     Some(String::from_utf8(bytes).expect("ASCII"))
 }
 
-/// `elf` with each reference's name overwritten by its new name (of the same length).
-pub fn with_renamed(elf: &[u8], renames: &[(Reference, String)]) -> Vec<u8> {
+/// `elf` with each reference's name overwritten by its new name (of the same length); refused
+/// when a name is not where the references say (the file changed since they were read).
+pub fn with_renamed(elf: &[u8], renames: &[(Reference, String)]) -> Result<Vec<u8>> {
     let mut out = elf.to_vec();
     for (r, new) in renames {
-        assert_eq!(r.name.len(), new.len(), "a rename keeps the length");
-        out[r.at..r.at + new.len()].copy_from_slice(new.as_bytes());
+        let end = r.at.checked_add(r.name.len()).filter(|_| r.name.len() == new.len());
+        match end.and_then(|end| out.get_mut(r.at..end)) {
+            Some(bytes) if bytes == r.name.as_bytes() => bytes.copy_from_slice(new.as_bytes()),
+            _ => return Err(Error::value(format!("the file changed while it was read (the name '{}')", r.name))),
+        }
     }
-    out
+    Ok(out)
 }
 
 /// SysV ELF hash (`DT_HASH`).
@@ -282,7 +286,9 @@ mod tests {
             assert_eq!(&bytes[r.at..r.at + r.name.len()], r.name.as_bytes());
         }
         let r = refs.iter().find(|r| r.name == "memcpy").unwrap().clone();
-        let copy = with_renamed(&bytes, &[(r.clone(), renamed(&r.name, 5).unwrap())]);
+        let copy = with_renamed(&bytes, &[(r.clone(), renamed(&r.name, 5).unwrap())]).unwrap();
+        // A name that is not where it was read is refused, not written over.
+        assert!(with_renamed(&copy, &[(r.clone(), renamed(&r.name, 6).unwrap())]).is_err());
         assert_eq!(copy.len(), bytes.len());
         let again = undefined_names(&mut std::io::Cursor::new(&copy)).unwrap();
         assert!(again.iter().any(|x| x.name == "mem~05" && x.at == r.at));

@@ -97,8 +97,8 @@ fn load(path: &str) -> Result<libloading::os::unix::Library> {
     }
     let renames = bridge_names(&ours).map_err(|e| failed(&e))?;
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let copy = super::bridge::with_renamed(&bytes, &renames);
-    let file = memory_file(&copy, "tvmrt-model").map_err(|e| failed(&e))?;
+    let copy = super::bridge::with_renamed(&bytes, &renames).map_err(|e| failed(&e))?;
+    let file = loadable_copy(&copy, "tvmrt-model").map_err(|e| failed(&e))?;
     open(&file.path()).map_err(|e| failed(&e))
 }
 
@@ -124,7 +124,7 @@ impl Drop for LoadableCopy {
     }
 }
 
-fn memory_file(bytes: &[u8], name: &str) -> Result<LoadableCopy> {
+fn loadable_copy(bytes: &[u8], name: &str) -> Result<LoadableCopy> {
     use std::os::unix::ffi::OsStrExt;
     let template = std::env::temp_dir().join("tvmrt-load-XXXXXX");
     let mut raw = template.as_os_str().as_bytes().to_vec();
@@ -151,25 +151,29 @@ static BRIDGED: Lazy<Mutex<HashMap<String, String>>> = Lazy::new(|| Mutex::new(H
 /// bridged before).
 fn bridge_names(refs: &[(super::bridge::Reference, *mut c_void)]) -> Result<Vec<(super::bridge::Reference, String)>> {
     let mut bridged = BRIDGED.lock().unwrap_or_else(|e| e.into_inner());
-    let mut fresh = Vec::new();
+    let mut fresh: Vec<(String, String, u64)> = Vec::new();
     for (r, addr) in refs {
-        if bridged.contains_key(&r.name) {
+        if bridged.contains_key(&r.name) || fresh.iter().any(|(n, _, _)| *n == r.name) {
             continue;
         }
-        let renamed = super::bridge::renamed(&r.name, bridged.len())
+        let renamed = super::bridge::renamed(&r.name, bridged.len() + fresh.len())
             .ok_or_else(|| Error::value(format!("cannot bridge the name '{}'", r.name)))?;
-        bridged.insert(r.name.clone(), renamed.clone());
-        fresh.push((renamed, *addr as u64));
+        fresh.push((r.name.clone(), renamed, *addr as u64));
     }
     if !fresh.is_empty() {
+        let symbols: Vec<(String, u64)> = fresh.iter().map(|(_, renamed, addr)| (renamed.clone(), *addr)).collect();
         let machine = if cfg!(target_arch = "aarch64") { 183 } else { 62 };
-        let object = super::bridge::object(machine, "libtvmrt-bridge.so", &fresh);
-        let file = memory_file(&object, "tvmrt-bridge")?;
+        let object = super::bridge::object(machine, "libtvmrt-bridge.so", &symbols);
+        let file = loadable_copy(&object, "tvmrt-bridge")?;
         // SAFETY: an object of absolute symbols only: no code, no constructors. Loaded globally
         // (its names hold a `~`: no other library refers to them) and kept for the process.
         let lib = unsafe { libloading::os::unix::Library::open(Some(file.path()), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
             .map_err(|e| Error::tvm(format!("loading the bridge to the runtime's C API: {e}")))?;
         std::mem::forget(lib);
+        // Answered now: later loads reuse these names.
+        for (name, renamed, _) in fresh {
+            bridged.insert(name, renamed);
+        }
     }
     Ok(refs.iter().map(|(r, _)| (r.clone(), bridged[&r.name].clone())).collect())
 }
