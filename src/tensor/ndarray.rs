@@ -80,9 +80,9 @@ impl NDArray {
         Self::build_at(data, 0, shape, dtype, device, owner)
     }
 
-    /// As [`NDArray::build`], the bytes `byte_offset` past `data` (upstream's form of a view at an
-    /// offset that is not a multiple of the alignment: kernels take `data` aligned and add the
-    /// offset themselves).
+    /// As [`NDArray::build`], the bytes `byte_offset` past `data`: upstream's form of a view at an
+    /// offset that is not a multiple of the alignment. Kernels are handed `data` (upstream's read
+    /// it and leave the offset alone; copies out of the array add it).
     fn build_at(
         data: *mut c_void,
         byte_offset: u64,
@@ -144,7 +144,8 @@ impl NDArray {
         if offset % super::buffer::ALIGNMENT != 0 && crate::device::is_host(buf.device()) {
             // Upstream hands kernels the block's aligned address and the offset as `byte_offset`
             // (a VM's `AllocTensor` may place a tensor anywhere): kernels vectorised on the
-            // alignment of `data` fault on an unaligned one.
+            // alignment of `data` fault on an unaligned one. Same bytes as upstream's, whatever
+            // its kernels make of the offset (tests/vm_hostile.rs).
             buf.data_at(offset, need)?;
             return Ok(Self::build_at(
                 buf.as_ptr().cast(),
