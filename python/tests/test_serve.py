@@ -354,5 +354,10 @@ def test_a_relay_vm_model_with_no_types_says_so(app, tmp_path):
     url = app[1].rsplit("/", 1)[0] + "/bare"
     r = requests.get(url + "/v2/models/bare", timeout=60)
     assert r.status_code == 400 and "input_specs=" in r.json()["error"], r.text
+    # Another rank or dtype is the kernels' to refuse, and still the client's mistake: a 400.
+    for shape, datatype, data in (([2, 3, 16], "FP32", [0.5] * 96), ([2, 16], "INT32", [1] * 32)):
+        body = {"inputs": [{"name": "data", "shape": shape, "datatype": datatype, "data": data}]}
+        r = requests.post(url + "/v2/models/bare/infer", json=body, timeout=60)
+        assert r.status_code == 400 and "input 'data'" in r.json()["error"], r.text
     assert len(handle.infer.remote({"data": np.ones((2, 16), "float32")}).result()) == 2
     serve.delete("bare")

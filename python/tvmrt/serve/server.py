@@ -131,6 +131,21 @@ def _deployment_name() -> str:
         return "tvmrt"
 
 
+def _refused_by_kernels(vm: VMModel, e: errors.RuntimeFailure) -> Exception:
+    """A VM run's failure as the client's mistake when a kernel refused the rank or dtype of what it
+    was given (a model with no recorded types cannot check them before the run), else as it is."""
+    text = str(e)
+    if vm.described or not (".ndim is expected to" in text or ".dtype is expected to" in text):
+        return e
+    names = [t.name for t in vm.inputs]
+    which = f"input {names[0]!r}" if len(names) == 1 else f"one of the inputs {', '.join(map(repr, names))}"
+    return BadRequest(
+        f"{which} has a rank or dtype the model does not take (its kernel says: {text.split(', ')[-1]}); "
+        "this deployment knows no input types: deploy it with input_specs= (or a model.meta) to have requests "
+        "checked and named before they run"
+    )
+
+
 class ModelServer:
     """A Ray Serve replica of a tvmrt model (decorate it, or a subclass, with
     ``serve.deployment``; :func:`deployment` does).
@@ -279,7 +294,10 @@ class ModelServer:
     def _run_vm(self, request: _Request) -> Answer:
         assert self.vm is not None
         start = time.perf_counter()
-        outputs = self.vm.run(request.inputs)
+        try:
+            outputs = self.vm.run(request.inputs)
+        except errors.RuntimeFailure as e:
+            raise _refused_by_kernels(self.vm, e) from None
         self.m_run.observe((time.perf_counter() - start) * 1e3, tags={"build": "vm"})
         self.m_requests.inc(tags={"build": "vm"})
         return Answer(outputs, [("vm", 0, request.rows, request.rows)])
