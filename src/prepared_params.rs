@@ -171,7 +171,7 @@ pub fn weights_as_written(records: &[(&str, Record<'_>)]) -> std::result::Result
         Some(w) if w != weights_digest(records) => {
             Err("its weights are not the ones written when it was prepared (the file was damaged or edited since): \
              prepare it again from the original params, or, to run edited weights, save them as plain params \
-             (tvmrt.save_params(tvmrt.load_params(path)) drops the prepared records)"
+             (tvmrt.save_params(tvmrt.load_params(path)), or align-params, drop the prepared records)"
                 .into())
         }
         _ => Ok(()),

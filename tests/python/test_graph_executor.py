@@ -303,10 +303,13 @@ print('upstream ok')
     assert done.returncode == 0 and "upstream ok" in done.stdout, done.stderr[-2000:]
 
 
-def test_an_edited_prepared_file_gives_the_edited_model(tvm, tmp_path):
+def test_an_edited_prepared_file_is_refused_until_saved_as_plain_params(tvm, tmp_path):
     """TVM's own load_param_dict -> edit -> save_param_dict round trip keeps every record of a
-    prepared file, the derived ones too: loaded from bytes or mapped from the file, the executor
-    runs the edited model, never the weights the derived records came from."""
+    prepared file, its stamp too: loaded from bytes or mapped from the file, the executor refuses
+    weights that are not the ones the stamp says were written (a bit flipped on disk looks the
+    same). Aligned (runtime.AlignParams drops the records it cannot verify), the file is plain
+    params, and both loaders run the edited model, never the weights the derived records came
+    from."""
     import json
 
     from tvm.contrib import graph_executor
@@ -328,20 +331,22 @@ def test_an_edited_prepared_file_gives_the_edited_model(tvm, tmp_path):
     params = dict(tvm.runtime.load_param_dict(prepared).items())
     assert any(name.startswith("__tvmrt.derived.") for name in params), sorted(params)
     params["fc1_weight"] = tvm.nd.array(params["fc1_weight"].numpy() * 2)
-    edited = tvm.runtime.save_param_dict(params)
-    for aligned in (False, True):
-        blob = bytes(tvm.get_global_func("runtime.AlignParams")(edited)) if aligned else bytes(edited)
-        path.write_bytes(blob)
-        from_bytes = graph_executor.create(fx.graph_json(), lib, tvm.cpu())
-        from_bytes.load_params(blob)
-        from_file = graph_executor.create(fx.graph_json(), lib, tvm.cpu())
-        from_file.module["load_params_from_file"](str(path))
-        report = json.loads(from_file.module["get_memory_usage"]())
-        assert report.get("prepared_params", "").startswith("not used") or aligned, report
-        outs = []
-        for g in (from_bytes, from_file):
-            g.set_input(**fx.inputs)
-            g.run()
-            outs.append(g.get_output(0).numpy())
-        np.testing.assert_array_equal(outs[0], outs[1])
-        assert not np.array_equal(outs[0], fx.outputs[0]), "the edit changes the output"
+    edited = bytes(tvm.runtime.save_param_dict(params))
+    path.write_bytes(edited)
+    with pytest.raises(tvm.error.TVMError, match="not the ones written"):
+        graph_executor.create(fx.graph_json(), lib, tvm.cpu()).load_params(edited)
+    with pytest.raises(tvm.error.TVMError, match="not the ones written"):
+        graph_executor.create(fx.graph_json(), lib, tvm.cpu()).module["load_params_from_file"](str(path))
+    blob = bytes(tvm.get_global_func("runtime.AlignParams")(edited))
+    path.write_bytes(blob)
+    from_bytes = graph_executor.create(fx.graph_json(), lib, tvm.cpu())
+    from_bytes.load_params(blob)
+    from_file = graph_executor.create(fx.graph_json(), lib, tvm.cpu())
+    from_file.module["load_params_from_file"](str(path))
+    outs = []
+    for g in (from_bytes, from_file):
+        g.set_input(**fx.inputs)
+        g.run()
+        outs.append(g.get_output(0).numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert not np.array_equal(outs[0], fx.outputs[0]), "the edit changes the output"
