@@ -13,7 +13,7 @@ use tvm_runtime::object::ObjRef;
 use tvm_runtime::packed::RetValue;
 use tvm_runtime::tensor::{Buffer, NDArray};
 use tvm_runtime::vm::code::Instr;
-use tvm_runtime::vm::objects::AdtObj;
+use tvm_runtime::vm::objects::{AdtObj, ClosureObj};
 
 /// Shapes of every rank 0 to 4 with a zero-length axis in every position, and 0-d.
 fn empty_shapes() -> Vec<Vec<i64>> {
@@ -226,6 +226,13 @@ fn a_tuple_a_million_deep_drops_on_a_small_stack() {
                 );
             }
             drop(t);
+            // Closures over closures, and tuples inside closures, alike.
+            let mut c = ClosureObj::new(0, vec![]);
+            for k in 0..1_000_000 {
+                let inner = if k % 2 == 0 { c.into_any() } else { AdtObj::new(0, vec![c.into_any()]).into_any() };
+                c = ClosureObj::new(0, vec![inner]);
+            }
+            drop(c);
             true
         })
         .unwrap()

@@ -312,7 +312,7 @@ impl Machine {
                 }
                 Instr::AllocClosure { func, free_vars, dst } => {
                     let free_vars = free_vars.iter().map(|&r| self.object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
-                    fr.regs[*dst] = Some(Value::Obj(ObjRef::new(ClosureObj { func: *func, free_vars }).into_any()));
+                    fr.regs[*dst] = Some(Value::Obj(ClosureObj::new(*func, free_vars).into_any()));
                     fr.pc += 1;
                 }
                 Instr::AllocStorage { size, alignment, dtype_hint, device, shape, dst } => {

@@ -71,4 +71,10 @@ pub struct ClosureObj {
     pub free_vars: Vec<AnyObject>,
 }
 
+impl ClosureObj {
+    pub fn new(func: usize, free_vars: Vec<AnyObject>) -> ObjRef<ClosureObj> {
+        ObjRef::new(ClosureObj { func, free_vars })
+    }
+}
+
 crate::object::object_type!(ClosureObj, crate::object::type_table::upstream_index("vm.Closure"));
