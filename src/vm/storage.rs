@@ -224,6 +224,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_block_given_back_is_free_for_keep_for_invocations_then_released() {
+        let pool = Pool::new(DLDevice::CPU);
+        for _ in 0..10 {
+            pool.end();
+        }
+        let a = pool.take(100, 64, Allocator::Pooled).unwrap();
+        let busy = PoolUsage { blocks: 1, bytes: 128, busy_blocks: 1, busy_bytes: 128 };
+        assert_eq!(pool.usage(), busy);
+        // Back through its release hook when its last holder goes: free, not gone.
+        let view = a.clone();
+        drop(a);
+        assert_eq!(pool.usage(), busy, "still held by a view");
+        drop(view);
+        assert_eq!(pool.usage(), PoolUsage { busy_blocks: 0, busy_bytes: 0, ..busy });
+        for _ in 0..KEEP_FOR {
+            pool.end();
+        }
+        assert_eq!(pool.usage().blocks, 1, "kept for {KEEP_FOR} invocations after its last use");
+        pool.end();
+        assert_eq!(pool.usage(), PoolUsage::default(), "released after that");
+        // A pool gone first: a block given back then is simply freed.
+        let b = pool.take(100, 64, Allocator::Pooled).unwrap();
+        drop(pool);
+        drop(b);
+    }
+
+    #[test]
     fn blocks_are_reused_across_sizes_and_released_when_unused() {
         let pool = Pool::new(DLDevice::CPU);
         let a = pool.take(10_000, 64, Allocator::Pooled).unwrap();
