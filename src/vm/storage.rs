@@ -244,6 +244,11 @@ mod tests {
         assert_eq!(pool.usage().blocks, 1, "kept for {KEEP_FOR} invocations after its last use");
         pool.end();
         assert_eq!(pool.usage(), PoolUsage::default(), "released after that");
+        // Two free blocks of one size count twice, in blocks and bytes.
+        let (c, d) = (pool.take(100, 64, Allocator::Pooled).unwrap(), pool.take(100, 64, Allocator::Pooled).unwrap());
+        drop((c, d));
+        assert_eq!(pool.usage(), PoolUsage { blocks: 2, bytes: 256, busy_blocks: 0, busy_bytes: 0 });
+        pool.clear();
         // A pool gone first: a block given back then is simply freed.
         let b = pool.take(100, 64, Allocator::Pooled).unwrap();
         drop(pool);
