@@ -75,6 +75,23 @@ macro_rules! object_type {
     ($t:ty, $index:expr) => {
         $crate::object::object_type!($t, $index, (), ());
     };
+    // A payload whose cell holds inline elements after it (see `WithTail`).
+    ($t:ty, $index:expr, with_tail) => {
+        impl $crate::object::sealed::Sealed for $t {}
+        impl $crate::object::ObjectType for $t {
+            const TYPE_INDEX: u32 = $index;
+            type Prefix = ();
+            fn prefix() {}
+            #[allow(unsafe_code)]
+            const DELETER: $crate::object::Deleter = {
+                unsafe extern "C" fn delete(obj: *mut $crate::object::ObjectHeader) {
+                    // SAFETY: installed only by `ObjRef::new_with_tail` for cells of this type.
+                    unsafe { $crate::object::delete_tail_cell::<$t>(obj) }
+                }
+                delete
+            };
+        }
+    };
     ($t:ty, $index:expr, $prefix:ty, $make_prefix:expr) => {
         impl $crate::object::sealed::Sealed for $t {}
         impl $crate::object::ObjectType for $t {
@@ -123,6 +140,41 @@ fn cell_of<T: ObjectType>(obj: *mut ObjectHeader) -> *mut ObjectCell<T> {
 pub(crate) unsafe fn delete_cell<T: ObjectType>(obj: *mut ObjectHeader) {
     // SAFETY: per the contract: the allocation is a `Box<ObjectCell<T>>`, freed once.
     drop(unsafe { Box::from_raw(cell_of::<T>(obj)) });
+}
+
+/// A payload followed in its cell by inline elements, as upstream lays out an `ArrayNode` (its
+/// size and capacity, then the elements): code compiled against upstream's headers reads them
+/// there. Made by [`ObjRef::new_with_tail`], freed by its own deleter (`object_type!`'s
+/// `with_tail` form).
+pub trait WithTail: ObjectType {
+    type Item;
+    /// How many elements the cell holds: what the deleter drops and frees.
+    fn tail_len(&self) -> usize;
+}
+
+/// The layout of a cell of `T` with `n` elements, and the elements' offset in it.
+fn tail_layout<T: WithTail>(n: usize) -> (std::alloc::Layout, usize) {
+    let items = std::alloc::Layout::array::<T::Item>(n).expect("a tail of a size that fits memory");
+    let (layout, offset) = std::alloc::Layout::new::<ObjectCell<T>>().extend(items).expect("a cell that fits memory");
+    (layout.pad_to_align(), offset)
+}
+
+/// Frees a cell of `T` with its elements.
+///
+/// # Safety
+/// `obj` must be a cell made by `ObjRef::<T>::new_with_tail` whose count has reached zero.
+pub(crate) unsafe fn delete_tail_cell<T: WithTail>(obj: *mut ObjectHeader) {
+    let cell = cell_of::<T>(obj);
+    // SAFETY: per the contract: a live cell of `T` with `tail_len` elements after it, laid out by
+    // `tail_layout`, dropped and freed once.
+    unsafe {
+        let n = (*cell).value.tail_len();
+        let (layout, offset) = tail_layout::<T>(n);
+        let tail = cell.cast::<u8>().add(offset).cast::<T::Item>();
+        std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(tail, n));
+        std::ptr::drop_in_place(cell);
+        std::alloc::dealloc(cell.cast(), layout);
+    }
 }
 
 /// An owning reference to an object whose payload is `T`.
@@ -203,6 +255,54 @@ impl<T: ObjectType> ObjRef<T> {
     fn header(&self) -> &ObjectHeader {
         // SAFETY: the object stays alive while we hold a reference.
         unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T: WithTail> ObjRef<T> {
+    /// A new object of `value` with `items` inline after it; `value.tail_len()` must be
+    /// `items.len()`.
+    pub fn new_with_tail(value: T, items: Vec<T::Item>) -> ObjRef<T> {
+        assert_eq!(value.tail_len(), items.len(), "a tail of the length the payload records");
+        #[allow(clippy::let_unit_value)]
+        let () = Self::PAYLOAD_AFTER_HEADER;
+        native::note(T::TYPE_INDEX, T::DELETER);
+        let (layout, offset) = tail_layout::<T>(items.len());
+        // SAFETY: a layout of non-zero size (the header); the result is checked, then written
+        // whole (the cell, then every element) before anything reads it.
+        unsafe {
+            let cell = std::alloc::alloc(layout).cast::<ObjectCell<T>>();
+            if cell.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            cell.write(ObjectCell {
+                prefix: T::prefix(),
+                header: ObjectHeader {
+                    type_index: T::TYPE_INDEX,
+                    ref_counter: AtomicI32::new(1),
+                    deleter: Some(T::DELETER),
+                },
+                value,
+            });
+            let tail = cell.cast::<u8>().add(offset).cast::<T::Item>();
+            for (k, item) in items.into_iter().enumerate() {
+                tail.add(k).write(item);
+            }
+            let header = std::ptr::addr_of_mut!((*cell).header);
+            ObjRef { ptr: NonNull::new(header).expect("allocations are never null"), _marker: PhantomData }
+        }
+    }
+
+    /// The elements inline after the payload.
+    pub fn tail(&self) -> &[T::Item] {
+        let cell = cell_of::<T>(self.ptr.as_ptr());
+        let (_, offset) = tail_layout::<T>(0);
+        // SAFETY: the cell was made by `new_with_tail` (the type's deleter says so), with
+        // `tail_len` elements at `offset`, alive while we hold a count; the pointer keeps the
+        // whole allocation's provenance.
+        unsafe {
+            let n = (*cell).value.tail_len();
+            std::slice::from_raw_parts(cell.cast::<u8>().add(offset).cast::<T::Item>(), n)
+        }
     }
 }
 

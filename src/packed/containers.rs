@@ -54,19 +54,36 @@ impl ShapeTupleObj {
     }
 }
 
+/// An Array in upstream's layout (`ArrayNode`): after the object header its size and capacity,
+/// then the elements inline. Code compiled against upstream's headers (a BYOC module's
+/// `__init_` function reading its constants, a plug-in) reads an Array of ours there.
+#[repr(C)]
 pub struct ArrayObj {
-    items: Vec<AnyObject>,
+    size: i64,
+    capacity: i64,
 }
 
-crate::object::object_type!(ArrayObj, crate::object::type_index::ARRAY);
+crate::object::object_type!(ArrayObj, crate::object::type_index::ARRAY, with_tail);
+
+impl crate::object::WithTail for ArrayObj {
+    type Item = AnyObject;
+    fn tail_len(&self) -> usize {
+        self.size as usize
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<ArrayObj>() == 16);
 
 impl ArrayObj {
     pub fn new(items: Vec<AnyObject>) -> ObjRef<ArrayObj> {
-        ObjRef::new(ArrayObj { items })
+        let n = items.len() as i64;
+        ObjRef::new_with_tail(ArrayObj { size: n, capacity: n }, items)
     }
+}
 
+impl ObjRef<ArrayObj> {
     pub fn items(&self) -> &[AnyObject] {
-        &self.items
+        self.tail()
     }
 }
 
@@ -116,5 +133,25 @@ impl MapObj {
 
     pub fn get_str(&self, key: &str) -> Option<&AnyObject> {
         self.entries.iter().find(|(k, _)| key_str(k).is_some_and(|s| s.as_str() == key)).map(|(_, v)| v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_array_holds_its_items_inline_and_lets_each_go_once() {
+        let s = StringObj::new("x");
+        let a = ArrayObj::new(vec![s.clone().into_any(), s.clone().into_any(), s.clone().into_any()]);
+        assert_eq!(s.ref_count(), 4);
+        assert_eq!(a.items().len(), 3);
+        assert!(a.items().iter().all(|i| i.as_ptr() == s.as_ptr()));
+        let b = a.clone();
+        drop(a);
+        assert_eq!(s.ref_count(), 4, "the array lives while a reference does");
+        drop(b);
+        assert_eq!(s.ref_count(), 1, "each item let go once");
+        assert!(ArrayObj::new(vec![]).items().is_empty());
     }
 }

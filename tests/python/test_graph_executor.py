@@ -32,6 +32,26 @@ def test_factory_path(tvm, name):
     check_outputs(gmod, fx, "factory")
 
 
+def test_a_byoc_artefact_whose_constants_reach_generated_cpp(tvm):
+    """BYOC (TVM's ccompiler codegen, a Relay constant in the partition): making the executor has
+    const_loader call the generated `__init_<symbol>` with an Array of the constants, which the
+    C++ reads as upstream's ArrayNode (it crashed on this runtime's own layout before)."""
+    from tvm.contrib import graph_executor
+
+    fx = Fixture("byoc/ccompiler")
+    lib = tvm.runtime.load_module(fx.lib_path)
+    kinds = [lib.type_key] + [m.type_key for m in lib.imported_modules]
+    assert kinds[:2] == ["GraphExecutorFactory", "const_loader"], kinds
+    for how in ("first executor", "second executor"):
+        gmod = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+        gmod.set_input(**fx.inputs)
+        gmod.run()
+        check_outputs(gmod, fx, how)
+    # An Array this runtime makes reads back whole through TVM's own Python.
+    arr = tvm.runtime.convert([tvm.nd.array(v) for v in fx.outputs + fx.outputs])
+    assert len(arr) == 2 and np.array_equal(arr[1].numpy(), fx.outputs[0])
+
+
 @pytest.mark.parametrize("name", all_fixtures())
 def test_create_path(tvm, name):
     from tvm.contrib import graph_executor
