@@ -49,7 +49,8 @@ def main():
     x.tofile(os.path.join(d, "in_0.bin"))
     out.tofile(os.path.join(d, "out_0.bin"))
     with open(os.path.join(d, "manifest.txt"), "w") as fh:
-        fh.write("model ccompiler\nfactory_weights yes\ninput x float32 2 2 4 in_0.bin\noutput float32 2 2 4 out_0.bin\n")
+        fh.write("model ccompiler\nfactory_weights yes\n")
+        fh.write("input x float32 2 2 4 in_0.bin\noutput float32 2 2 4 out_0.bin\n")
     print("TVM %s: %s, outputs %s" % (tvm.__version__, d, out.ravel().tolist()))
 
 

@@ -5,6 +5,8 @@ one (a wheel in a fresh venv), never the source tree."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,3 +91,18 @@ def have_opencl() -> bool:
 def opencl():
     if not have_opencl():
         pytest.skip("no OpenCL device")
+
+
+def syslib_so(tmp_path: Path) -> Path:
+    """A folder holding the system-lib fixture linked into a shared object (lib.so: its operators
+    register themselves by name at load), with its graph and params (skipped without a C compiler)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to link the system-lib objects")
+    d = tmp_path / "syslib"
+    d.mkdir()
+    src = FIXTURES / "mlp_syslib"
+    subprocess.check_call([cc, "-shared", "-o", str(d / "lib.so"), str(src / "lib0.o"), str(src / "devc.o")])
+    for n in ("graph.json", "params.bin"):
+        shutil.copy(src / n, d / n)
+    return d

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, assert_outputs, load
+from conftest import FIXTURES, assert_outputs, load, syslib_so
 
 import tvmrt
 
@@ -403,19 +402,6 @@ def test_multiprocessing_with_fork():
 
 
 # System-lib builds.
-def syslib_so(tmp_path):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to link the system-lib objects")
-    d = tmp_path / "syslib"
-    d.mkdir()
-    src = FIXTURES / "mlp_syslib"
-    subprocess.check_call([cc, "-shared", "-o", str(d / "lib.so"), str(src / "lib0.o"), str(src / "devc.o")])
-    for n in ("graph.json", "params.bin"):
-        shutil.copy(src / n, d / n)
-    return d
-
-
 def test_a_system_lib_build_loads_and_runs(tmp_path):
     d = syslib_so(tmp_path)
     f = load("mlp_syslib")

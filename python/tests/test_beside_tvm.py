@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, syslib_so
 
 import tvmrt
 
@@ -124,15 +124,7 @@ print("ok")
 def test_a_system_lib_build_and_tvm_in_one_process_in_either_order(tmp_path, first):
     """A system-lib build calls the runtime's C API by name: the package answers those names for
     it alone (never by making its runtime global, which TVM's library would then bind to)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to link the system-lib objects")
-    syslib = tmp_path / "syslib"
-    syslib.mkdir()
-    src = FIXTURES / "mlp_syslib"
-    subprocess.check_call([cc, "-shared", "-o", str(syslib / "lib.so"), str(src / "lib0.o"), str(src / "devc.o")])
-    for n in ("graph.json", "params.bin"):
-        shutil.copy(src / n, syslib / n)
+    syslib = syslib_so(tmp_path)
     pkg = package_only(tmp_path)
     out = subprocess.run(
         [TVM_PYTHON, "-c", SYSLIB_ORDERS, str(FIXTURES / "mlp_b1"), str(syslib), first],

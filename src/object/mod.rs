@@ -195,11 +195,12 @@ impl<T: ObjectType> ObjRef<T> {
             == std::mem::size_of::<ObjectHeader>()
     );
 
-    pub fn new(value: T) -> ObjRef<T> {
+    /// A cell of `value` with one count, its deleter noted as ours.
+    fn cell(value: T) -> ObjectCell<T> {
         #[allow(clippy::let_unit_value)]
         let () = Self::PAYLOAD_AFTER_HEADER;
         native::note(T::TYPE_INDEX, T::DELETER);
-        let cell = Box::new(ObjectCell {
+        ObjectCell {
             prefix: T::prefix(),
             header: ObjectHeader {
                 type_index: T::TYPE_INDEX,
@@ -207,7 +208,11 @@ impl<T: ObjectType> ObjRef<T> {
                 deleter: Some(T::DELETER),
             },
             value,
-        });
+        }
+    }
+
+    pub fn new(value: T) -> ObjRef<T> {
+        let cell = Box::new(Self::cell(value));
         let cell = Box::into_raw(cell);
         // SAFETY: a field of the allocation just made; the pointer keeps the whole cell's
         // provenance, which the deleter and `Deref` need.
@@ -263,9 +268,6 @@ impl<T: WithTail> ObjRef<T> {
     /// `items.len()`.
     pub fn new_with_tail(value: T, items: Vec<T::Item>) -> ObjRef<T> {
         assert_eq!(value.tail_len(), items.len(), "a tail of the length the payload records");
-        #[allow(clippy::let_unit_value)]
-        let () = Self::PAYLOAD_AFTER_HEADER;
-        native::note(T::TYPE_INDEX, T::DELETER);
         let (layout, offset) = tail_layout::<T>(items.len());
         // SAFETY: a layout of non-zero size (the header); the result is checked, then written
         // whole (the cell, then every element) before anything reads it.
@@ -274,15 +276,7 @@ impl<T: WithTail> ObjRef<T> {
             if cell.is_null() {
                 std::alloc::handle_alloc_error(layout);
             }
-            cell.write(ObjectCell {
-                prefix: T::prefix(),
-                header: ObjectHeader {
-                    type_index: T::TYPE_INDEX,
-                    ref_counter: AtomicI32::new(1),
-                    deleter: Some(T::DELETER),
-                },
-                value,
-            });
+            cell.write(Self::cell(value));
             let tail = cell.cast::<u8>().add(offset).cast::<T::Item>();
             for (k, item) in items.into_iter().enumerate() {
                 tail.add(k).write(item);
