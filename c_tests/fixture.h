@@ -123,4 +123,21 @@ static inline int call(TVMFunctionHandle f, TVMValue* v, int* c, int n, TVMValue
   return TVMFuncCall(f, v, c, n, ret, ret_code);
 }
 
+/* Calls function `name` of module `m` (or the global `name` when `m` is NULL); returns the
+ * status. The function handle is released after the call. */
+static inline int call_named(TVMModuleHandle m, const char* name, TVMValue* v, int* codes, int n, TVMValue* r,
+                             int* rc) {
+  TVMFunctionHandle f = NULL;
+  if (m) {
+    OK(TVMModGetFunction(m, name, 0, &f));
+  } else {
+    OK(TVMFuncGetGlobal(name, &f));
+  }
+  CHECK(f != NULL, "no function %s", name);
+  if (!f) return -1;
+  int status = TVMFuncCall(f, v, codes, n, r, rc);
+  TVMFuncFree(f);
+  return status;
+}
+
 #endif

@@ -30,33 +30,25 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-static int call_fn(TVMModuleHandle m, const char* name, TVMValue* v, int* codes, int n, TVMValue* r, int* rc) {
-  TVMFunctionHandle f = NULL;
-  if (TVMModGetFunction(m, name, 0, &f) != 0 || !f) return -1;
-  int status = TVMFuncCall(f, v, codes, n, r, rc);
-  TVMFuncFree(f);
-  return status;
-}
-
 /* Another thread of the parent, invoking a Relay VM of its own (the MLP at batch 2) without
  * pause. */
 static void* keep_invoking(void* arg) {
   (void)arg;
   TVMValue r, init[3] = {{.v_int64 = kDLCPU}, {.v_int64 = 0}, {.v_int64 = 2}};
   int rc = 0, codes[3] = {kDLInt, kDLInt, kDLInt};
-  if (call_fn(vm_exe, "vm_load_executable", NULL, NULL, 0, &r, &rc) != 0) {
+  if (call_named(vm_exe, "vm_load_executable", NULL, NULL, 0, &r, &rc) != 0) {
     CHECK(0, "vm thread: %s", TVMGetLastError());
     return NULL;
   }
   TVMModuleHandle vm = r.v_handle;
-  OK(call_fn(vm, "init", init, codes, 3, &r, &rc));
+  OK(call_named(vm, "init", init, codes, 3, &r, &rc));
   float x[2 * 16] = {0};
   int64_t shape[2] = {2, 16};
   DLTensor t = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, NULL, 0};
   while (!atomic_load(&stop)) {
     TVMValue a[2] = {{.v_str = "main"}, {.v_handle = &t}};
     int c[2] = {kTVMStr, kTVMDLTensorHandle};
-    if (call_fn(vm, "set_input", a, c, 2, &r, &rc) != 0 || call_fn(vm, "invoke", a, c, 1, &r, &rc) != 0) {
+    if (call_named(vm, "set_input", a, c, 2, &r, &rc) != 0 || call_named(vm, "invoke", a, c, 1, &r, &rc) != 0) {
       CHECK(0, "vm thread: %s", TVMGetLastError());
       break;
     }

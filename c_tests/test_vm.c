@@ -39,22 +39,6 @@ static int load_vm_fixture(const char* dir, VmFixture* fx) {
   return fx->num_cases > 0 ? 0 : -1;
 }
 
-/* Calls function `name` of module `m` (or the global `name` when `m` is NULL); returns the
- * status. The function handle is released after the call. */
-static int call_fn(TVMModuleHandle m, const char* name, TVMValue* v, int* codes, int n, TVMValue* r, int* rc) {
-  TVMFunctionHandle f = NULL;
-  if (m) {
-    OK(TVMModGetFunction(m, name, 0, &f));
-  } else {
-    OK(TVMFuncGetGlobal(name, &f));
-  }
-  CHECK(f != NULL, "no function %s", name);
-  if (!f) return -1;
-  int status = TVMFuncCall(f, v, codes, n, r, rc);
-  TVMFuncFree(f);
-  return status;
-}
-
 /* Flattens an ADT (or a single NDArray) result into `out`: NDArray handles with a count each. */
 static void flatten(TVMValue v, int code, TVMArrayHandle* out, int* n) {
   if (code == kTVMNDArrayHandle) {
@@ -67,22 +51,19 @@ static void flatten(TVMValue v, int code, TVMArrayHandle* out, int* n) {
   TVMValue a[2], r;
   int c[2] = {kTVMObjectHandle, kDLInt}, rc = 0;
   a[0] = v;
-  OK(call_fn(NULL, "runtime.GetADTSize", a, c, 1, &r, &rc));
+  OK(call_named(NULL, "runtime.GetADTSize", a, c, 1, &r, &rc));
   int64_t size = r.v_int64;
   for (int64_t i = 0; i < size; i++) {
     a[1].v_int64 = i;
-    OK(call_fn(NULL, "runtime.GetADTFields", a, c, 2, &r, &rc));
+    OK(call_named(NULL, "runtime.GetADTFields", a, c, 2, &r, &rc));
     flatten(r, rc, out, n);
   }
   TVMObjectFree(v.v_handle);
 }
 
-static void set_inputs(TVMModuleHandle vm, const VmCase* c, void** buffers) {
-  TVMValue v[MAX_IO + 1];
-  int codes[MAX_IO + 1];
-  DLTensor t[MAX_IO];
-  v[0].v_str = "main";
-  codes[0] = kTVMStr;
+/* A case's inputs as plain DLTensors over their files' bytes (read into `buffers`, the caller's to
+ * free). */
+static void case_tensors(const VmCase* c, void** buffers, DLTensor* t) {
   for (int i = 0; i < c->num_inputs; i++) {
     size_t size = 0;
     buffers[i] = read_file(c->inputs[i].file, &size);
@@ -91,12 +72,23 @@ static void set_inputs(TVMModuleHandle vm, const VmCase* c, void** buffers) {
     DLTensor x = {buffers[i], {kDLCPU, 0}, c->inputs[i].ndim, {(uint8_t)dcode, (uint8_t)bits, 1},
                   (int64_t*)c->inputs[i].shape, NULL, 0};
     t[i] = x;
+  }
+}
+
+static void set_inputs(TVMModuleHandle vm, const VmCase* c, void** buffers) {
+  TVMValue v[MAX_IO + 1];
+  int codes[MAX_IO + 1];
+  DLTensor t[MAX_IO];
+  v[0].v_str = "main";
+  codes[0] = kTVMStr;
+  case_tensors(c, buffers, t);
+  for (int i = 0; i < c->num_inputs; i++) {
     v[i + 1].v_handle = &t[i];
     codes[i + 1] = kTVMDLTensorHandle;
   }
   TVMValue r;
   int rc;
-  OK(call_fn(vm, "set_input", v, codes, c->num_inputs + 1, &r, &rc));
+  OK(call_named(vm, "set_input", v, codes, c->num_inputs + 1, &r, &rc));
 }
 
 static void run_case(TVMModuleHandle vm, const VmCase* c, const char* how) {
@@ -105,7 +97,7 @@ static void run_case(TVMModuleHandle vm, const VmCase* c, const char* how) {
   TVMValue a, r;
   int code = kTVMStr, rc = 0;
   a.v_str = "main";
-  OK(call_fn(vm, "invoke", &a, &code, 1, &r, &rc));
+  OK(call_named(vm, "invoke", &a, &code, 1, &r, &rc));
   TVMArrayHandle outs[MAX_IO];
   int n = 0;
   flatten(r, rc, outs, &n);
@@ -129,12 +121,12 @@ static void run_case(TVMModuleHandle vm, const VmCase* c, const char* how) {
 static TVMModuleHandle make_vm(TVMModuleHandle exe) {
   TVMValue r, init[3];
   int rc = 0, codes[3] = {kDLInt, kDLInt, kDLInt};
-  OK(call_fn(exe, "vm_load_executable", NULL, NULL, 0, &r, &rc));
+  OK(call_named(exe, "vm_load_executable", NULL, NULL, 0, &r, &rc));
   TVMModuleHandle vm = r.v_handle;
   init[0].v_int64 = kDLCPU;
   init[1].v_int64 = 0;
   init[2].v_int64 = 2; /* pooled */
-  OK(call_fn(vm, "init", init, codes, 3, &r, &rc));
+  OK(call_named(vm, "init", init, codes, 3, &r, &rc));
   return vm;
 }
 
@@ -181,7 +173,7 @@ static void check_split(const char* root) {
   int codes[2] = {kTVMBytes, kTVMModuleHandle}, rc = 0;
   v[0].v_handle = &bytes;
   v[1].v_handle = lib;
-  OK(call_fn(NULL, "runtime.Load_Executable", v, codes, 2, &r, &rc));
+  OK(call_named(NULL, "runtime.Load_Executable", v, codes, 2, &r, &rc));
   free(code);
   TVMModuleHandle exe = r.v_handle;
   OK(TVMModFree(lib));
@@ -191,18 +183,18 @@ static void check_split(const char* root) {
   TVMValue a;
   int code_str = kTVMStr;
   a.v_str = "no_such_function";
-  CHECK(call_fn(vm, "invoke", &a, &code_str, 1, &r, &rc) == -1 && strstr(TVMGetLastError(), "no_such_function"),
+  CHECK(call_named(vm, "invoke", &a, &code_str, 1, &r, &rc) == -1 && strstr(TVMGetLastError(), "no_such_function"),
         "invoking an unknown function: %s", TVMGetLastError());
   a.v_str = "main";
   TVMValue one[2];
   int one_codes[2] = {kTVMStr, kTVMNullptr};
   one[0].v_str = "main";
   one[1].v_handle = NULL;
-  CHECK(call_fn(vm, "set_input", one, one_codes, 2, &r, &rc) == -1, "a null input");
+  CHECK(call_named(vm, "set_input", one, one_codes, 2, &r, &rc) == -1, "a null input");
   TVMByteArray junk = {"not bytecode", 12};
   v[0].v_handle = &junk;
   codes[1] = kTVMNullptr;
-  CHECK(call_fn(NULL, "runtime.Load_Executable", v, codes, 2, &r, &rc) == -1 && strstr(TVMGetLastError(), "not a Relay VM executable"),
+  CHECK(call_named(NULL, "runtime.Load_Executable", v, codes, 2, &r, &rc) == -1 && strstr(TVMGetLastError(), "not a Relay VM executable"),
         "junk bytecode: %s", TVMGetLastError());
   OK(TVMModFree(vm));
   OK(TVMModFree(exe));
@@ -218,8 +210,8 @@ static int set_and_invoke(TVMModuleHandle vm, DLTensor* inputs, int n) {
     v[i + 1].v_handle = &inputs[i];
     codes[i + 1] = kTVMDLTensorHandle;
   }
-  if (call_fn(vm, "set_input", v, codes, n + 1, &r, &rc) != 0) return -1;
-  if (call_fn(vm, "invoke", v, codes, 1, &r, &rc) != 0) return -1;
+  if (call_named(vm, "set_input", v, codes, n + 1, &r, &rc) != 0) return -1;
+  if (call_named(vm, "invoke", v, codes, 1, &r, &rc) != 0) return -1;
   if (rc == kTVMObjectHandle) TVMObjectFree(r.v_handle);
   if (rc == kTVMNDArrayHandle) TVMArrayFree((TVMArrayHandle)r.v_handle);
   return 0;
@@ -239,15 +231,7 @@ static void empty_inputs(const char* root, const char* version, const char* mode
   const VmCase* c = &fx.cases[0];
   void* data[MAX_IO];
   DLTensor t[MAX_IO];
-  for (int i = 0; i < c->num_inputs; i++) {
-    size_t size = 0;
-    data[i] = read_file(c->inputs[i].file, &size);
-    int dcode, bits;
-    dtype_of(c->inputs[i].dtype, &dcode, &bits);
-    DLTensor x = {data[i], {kDLCPU, 0}, c->inputs[i].ndim, {(uint8_t)dcode, (uint8_t)bits, 1},
-                  (int64_t*)c->inputs[i].shape, NULL, 0};
-    t[i] = x;
-  }
+  case_tensors(c, data, t);
   int64_t zero_dims[4];
   char scratch[64] = {0};
   int tried = 0;

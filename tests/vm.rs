@@ -121,30 +121,11 @@ fn set_outputs_writes_into_the_callers_tensors() {
     let vm = make_vm(&exe, false);
     let case = &f.cases[0];
     let out = NDArray::empty(&case.outputs[0].shape, case.outputs[0].dtype, DLDevice::CPU).unwrap();
-    call(&vm, "set_input", |a| {
-        a.str("main").object(host_array(&case.inputs[0]).into_any());
-    })
-    .unwrap();
-    call(&vm, "set_outputs", |a| {
-        a.str("main").object(out.clone().into_any());
-    })
-    .unwrap();
-    call(&vm, "invoke", |a| {
-        a.str("main");
-    })
-    .unwrap();
+    invoke_into(&vm, &case.inputs, std::slice::from_ref(&out)).unwrap();
     assert!(out.to_vec() == case.outputs[0].data, "the output was not written where the caller asked");
     // A wrong shape is refused.
     let wrong = NDArray::empty(&[1, 3], case.outputs[0].dtype, DLDevice::CPU).unwrap();
-    call(&vm, "set_outputs", |a| {
-        a.str("main").object(wrong.into_any());
-    })
-    .unwrap();
-    let e = call(&vm, "invoke", |a| {
-        a.str("main");
-    })
-    .unwrap_err()
-    .to_string();
+    let e = invoke_into(&vm, &case.inputs, &[wrong]).unwrap_err().to_string();
     assert!(e.contains("output tensor"), "{e}");
 }
 

@@ -79,27 +79,12 @@ fn an_unaligned_output_tensor_is_refused_by_set_outputs() {
     for offset in [4, 8, 32] {
         let out = NDArray::view_of(&block, offset, &want.shape, want.dtype).unwrap();
         assert_eq!(out.data_ptr() as usize % 64, offset);
-        let e = call(&vm, "set_outputs", |a| {
-            a.str("main").object(out.clone().into_any());
-        })
-        .unwrap_err()
-        .to_string();
+        let e = invoke_into(&vm, &f.cases[0].inputs, &[out]).unwrap_err().to_string();
         assert!(e.contains("aligned to 64"), "{e}");
     }
     // An aligned one is taken and written.
     let out = NDArray::view_of(&block, 64, &want.shape, want.dtype).unwrap();
-    call(&vm, "set_input", |a| {
-        a.str("main").object(host_array(&f.cases[0].inputs[0]).into_any());
-    })
-    .unwrap();
-    call(&vm, "set_outputs", |a| {
-        a.str("main").object(out.clone().into_any());
-    })
-    .unwrap();
-    call(&vm, "invoke", |a| {
-        a.str("main");
-    })
-    .unwrap();
+    invoke_into(&vm, &f.cases[0].inputs, std::slice::from_ref(&out)).unwrap();
     assert!(out.to_vec() == want.data);
 }
 

@@ -101,13 +101,19 @@ impl Drop for Inside {
 fn close_gate(deadline: Instant) {
     let own = DEPTH.with(|d| usize::from(d.get() > 0));
     PENDING.store(true, Ordering::SeqCst);
+    wait_for(deadline, Duration::from_micros(50), || IN_FLIGHT.load(Ordering::SeqCst) <= own);
+}
+
+/// Polls `done` until it holds or `deadline` passes, yielding at first (short waits end within
+/// a few), then sleeping `pause` between tries; never blocking on anything.
+fn wait_for(deadline: Instant, pause: Duration, mut done: impl FnMut() -> bool) {
     let mut tries = 0u32;
-    while IN_FLIGHT.load(Ordering::SeqCst) > own && Instant::now() < deadline {
+    while !done() && Instant::now() < deadline {
         tries += 1;
         if tries < 64 {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(pause);
         }
     }
 }
@@ -301,20 +307,8 @@ fn hold_all(patience: Duration) -> Holding {
 /// Waits for `lock` to be free, or for `deadline`. Never blocking on it: the forking thread may
 /// hold it itself (a fork from a callback inside a run), which would block for ever.
 fn wait_until(lock: &dyn ForkLock, deadline: Instant) {
-    let mut tries = 0u32;
-    while Instant::now() < deadline {
-        if let Some(g) = lock.try_hold() {
-            drop(g);
-            return;
-        }
-        // Short holds (a lookup) end within a few yields; a run in flight, later.
-        tries += 1;
-        if tries < 64 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
+    // Short holds (a lookup) end within a few yields; a run in flight, later.
+    wait_for(deadline, Duration::from_micros(100), || lock.try_hold().is_some());
 }
 
 fn warn_once(busy: usize) {

@@ -125,6 +125,21 @@ pub fn invoke(vm: &ObjRef<Module>, inputs: &[Tensor]) -> tvm_runtime::Result<Any
     }
 }
 
+/// `invoke` with the caller's tensors bound as the function's outputs first (`set_outputs`).
+pub fn invoke_into(
+    vm: &ObjRef<Module>,
+    inputs: &[Tensor],
+    outputs: &[ObjRef<NDArray>],
+) -> tvm_runtime::Result<AnyObject> {
+    call(vm, "set_outputs", |a| {
+        a.str("main");
+        for t in outputs {
+            a.object(t.clone().into_any());
+        }
+    })?;
+    invoke(vm, inputs)
+}
+
 pub fn check(what: &str, result: &AnyObject, case: &Case) {
     let mut got = vec![];
     let structure = flatten(result, &mut got);

@@ -19,7 +19,7 @@ from ray import serve
 from ray.serve import metrics
 
 from .. import _tensors, errors
-from .._artifacts import PathLike
+from .._artifacts import PathLike, TensorInfo
 from .._cache import default_prepared_dir
 from ..model import Model
 from ..vm import VMModel, locate_vm
@@ -566,32 +566,21 @@ class ModelServer:
         vary (a Relay VM model: along the axes its input_specs leave open)."""
         if self._protocol_meta is not None:
             return self._protocol_meta
-        if self.vm is not None:
-            if not self.vm.described:
-                # Metadata never states a shape that is not the model's: none at all, instead.
-                unknown = (
-                    f"model {self.protocol_name!r} is a Relay VM executable served without its inputs' dtypes and "
-                    "ranks (it records none): its deployment needs input_specs= or a model.meta beside it"
-                )
-                meta = _protocol.ModelMeta(self.protocol_name, "tvm_relay_vm", [], [], unknown=unknown)
-                self._protocol_meta = meta
-                return meta
-            inputs = [
-                _protocol.TensorMeta(
-                    t.name,
-                    _protocol.datatype_of(_tensors.np_dtype(t.dtype)),
-                    [-1 if d < 0 else d for d in t.shape or ()],
-                )
-                for t in self.vm.inputs
-            ]
-            outputs = [
-                _protocol.TensorMeta(
-                    t.name,
-                    _protocol.datatype_of(_tensors.np_dtype(t.dtype)),
-                    [-1 if d < 0 else d for d in t.shape or ()],
-                )
-                for t in self.vm.outputs
-            ]
+        if self.vm is not None and not self.vm.described:
+            # Metadata never states a shape that is not the model's: none at all, instead.
+            unknown = (
+                f"model {self.protocol_name!r} is a Relay VM executable served without its inputs' dtypes and "
+                "ranks (it records none): its deployment needs input_specs= or a model.meta beside it"
+            )
+            meta = _protocol.ModelMeta(self.protocol_name, "tvm_relay_vm", [], [], unknown=unknown)
+        elif self.vm is not None:
+
+            def described(t: TensorInfo) -> _protocol.TensorMeta:
+                dims = [-1 if d < 0 else d for d in t.dims]
+                return _protocol.TensorMeta(t.name, _protocol.datatype_of(_tensors.np_dtype(t.dtype)), dims)
+
+            inputs = [described(t) for t in self.vm.inputs]
+            outputs = [described(t) for t in self.vm.outputs]
             meta = _protocol.ModelMeta(self.protocol_name, "tvm_relay_vm", inputs, outputs)
         else:
             inputs = [
