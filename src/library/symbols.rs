@@ -43,7 +43,7 @@ impl Dso {
         // it afterwards; a path replaced in between is tried again.
         for _ in 0..3 {
             let file = named_file.then(|| std::fs::File::open(path).ok()).flatten();
-            let lib = load(path)?;
+            let lib = load(path, file.as_ref())?;
             let same = match (&file, std::fs::metadata(path)) {
                 (Some(f), Ok(now)) => f.metadata().is_ok_and(|held| identity(&held) == identity(&now)),
                 _ => true,
@@ -66,7 +66,10 @@ impl Dso {
 /// those names in the global scope; one that loaded it locally (Python's ctypes, our package)
 /// does not, or has another TVM runtime's there: the library is then loaded from a copy whose
 /// references to this runtime's names are renamed and bound to it alone (see [`super::bridge`]).
-fn load(path: &str) -> Result<libloading::os::unix::Library> {
+///
+/// `held` is the file as opened before loading (its names, and the copy's bytes, are read from
+/// it: the very file whose identity the caller checks).
+fn load(path: &str, held: Option<&std::fs::File>) -> Result<libloading::os::unix::Library> {
     let open = |p: &str| {
         // SAFETY: loading runs the library's constructors; loading a model library is exactly
         // what the caller asked for.
@@ -74,9 +77,11 @@ fn load(path: &str) -> Result<libloading::os::unix::Library> {
     };
     let failed = |e: &dyn std::fmt::Display| Error::value(format!("cannot load library '{path}': {e}"));
     // Files that are not ELF libraries are left to dlopen to judge (and name).
-    let refs = std::fs::File::open(path).ok().and_then(|mut f| super::bridge::undefined_names(&mut f).ok());
-    let ours: Vec<(super::bridge::Reference, *mut c_void)> =
-        refs.unwrap_or_default().into_iter().filter_map(|r| own_symbol(&r.name).map(|a| (r, a))).collect();
+    let refs = held.and_then(|mut f| super::bridge::undefined_names(&mut f).ok()).unwrap_or_default();
+    let ours: Vec<(super::bridge::Reference, *mut c_void)> = match OwnImage::open() {
+        Some(image) => refs.into_iter().filter_map(|r| image.symbol(&r.name).map(|a| (r, a))).collect(),
+        None => Vec::new(),
+    };
     // Nothing of ours, or every name already ours in the global scope (a host linking the runtime).
     // The global scope as a library loaded now sees it: the main program's handle (RTLD_DEFAULT
     // from here would search this runtime's own scope too).
@@ -92,11 +97,15 @@ fn load(path: &str) -> Result<libloading::os::unix::Library> {
         // SAFETY: the handle dlopen(NULL) gave, closed once.
         unsafe { libc::dlclose(global) };
     }
-    if plain {
+    // (Names of ours were read from the held file: when there are any, there is one.)
+    let (false, Some(mut file)) = (plain, held) else {
         return open(path).map_err(|e| failed(&e));
-    }
+    };
     let renames = bridge_names(&ours).map_err(|e| failed(&e))?;
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let mut bytes = Vec::new();
+    std::io::Seek::rewind(&mut file)
+        .and_then(|_| std::io::Read::read_to_end(&mut file, &mut bytes))
+        .map_err(|e| Error::io(path, e))?;
     let copy = super::bridge::with_renamed(&bytes, &renames).map_err(|e| failed(&e))?;
     let file = loadable_copy(&copy, "tvmrt-model").map_err(|e| failed(&e))?;
     open(&file.path()).map_err(|e| failed(&e))
@@ -178,41 +187,52 @@ fn bridge_names(refs: &[(super::bridge::Reference, *mut c_void)]) -> Result<Vec<
     Ok(refs.iter().map(|(r, _)| (r.clone(), bridged[&r.name].clone())).collect())
 }
 
-/// The address of `name` in this runtime's own image, if the image defines and exports it (not a
-/// name of a library it depends on).
-fn own_symbol(name: &str) -> Option<*mut c_void> {
-    let cname = std::ffi::CString::new(name).ok()?;
-    let image = own_image().ok()?;
-    // SAFETY: a lookup in a handle of our own image (RTLD_NOLOAD: no new load) by name, and the
-    // image that address is in.
-    unsafe {
-        let h = libc::dlopen(image.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-        if h.is_null() {
-            return None;
+/// This runtime's own image, opened once per load to look up the names it defines.
+struct OwnImage {
+    handle: *mut c_void,
+    /// Where the image is mapped: an address whose image starts here is the image's own.
+    base: *mut c_void,
+}
+
+impl OwnImage {
+    fn open() -> Option<OwnImage> {
+        // SAFETY: dladdr fills plain data (all zeros is valid) for an address of this image; the
+        // file name it gives is the loader's NUL-terminated string, and RTLD_NOLOAD only reopens
+        // the image already loaded.
+        unsafe {
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            if libc::dladdr(OwnImage::open as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
+                return None;
+            }
+            let handle = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            // (Not `then_some`: it would build, and so drop and close, an image of a null handle.)
+            if handle.is_null() {
+                return None;
+            }
+            Some(OwnImage { handle, base: info.dli_fbase })
         }
-        let a = libc::dlsym(h, cname.as_ptr());
-        libc::dlclose(h);
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        let mut own: libc::Dl_info = std::mem::zeroed();
-        let ours = !a.is_null()
-            && libc::dladdr(a, &mut info) != 0
-            && libc::dladdr(own_image as *const c_void, &mut own) != 0
-            && info.dli_fbase == own.dli_fbase;
-        ours.then_some(a)
+    }
+
+    /// The address of `name` if the image defines and exports it (not a name of a library it
+    /// depends on, which a lookup in its handle also finds).
+    fn symbol(&self, name: &str) -> Option<*mut c_void> {
+        let cname = std::ffi::CString::new(name).ok()?;
+        // SAFETY: a lookup by a NUL-terminated name in our own handle, and the image that address
+        // is in (dladdr fills plain data).
+        unsafe {
+            let a = libc::dlsym(self.handle, cname.as_ptr());
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            let ours = !a.is_null() && libc::dladdr(a, &mut info) != 0 && info.dli_fbase == self.base;
+            ours.then_some(a)
+        }
     }
 }
 
-/// The file name of the image this runtime was loaded from.
-fn own_image() -> Result<std::ffi::CString> {
-    // SAFETY: Dl_info is plain data (pointers and integers): all zeros is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr fills `info` for an address inside a loaded image (this function's own).
-    let found = unsafe { libc::dladdr(own_image as *const c_void, &mut info) };
-    if found == 0 || info.dli_fname.is_null() {
-        return Err(Error::tvm("the runtime's own image is not known to the loader"));
+impl Drop for OwnImage {
+    fn drop(&mut self) {
+        // SAFETY: the handle `open` got, closed once.
+        unsafe { libc::dlclose(self.handle) };
     }
-    // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
-    Ok(unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_owned())
 }
 
 impl SymbolSource for Dso {
