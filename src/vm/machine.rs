@@ -14,7 +14,7 @@ use super::objects::{AdtObj, ClosureObj};
 use super::profiler::Recorder;
 use super::storage::{Allocator, Pool, Pools};
 use crate::dlpack::{kDLCPU, kDLInt, DLDataType, DLDevice};
-use crate::dtype::tensor_bytes;
+use crate::dtype::{num_elements, tensor_bytes};
 use crate::error::{Error, Result};
 use crate::object::{AnyObject, ObjRef};
 use crate::packed::{ArgsBuilder, PackedFunc};
@@ -342,10 +342,10 @@ impl Machine {
                 Instr::ReshapeTensor { tensor, shape, dst } => {
                     let t = self.tensor(&fr.regs, *tensor)?;
                     let shape = self.shape_from(&fr.regs, *shape)?;
-                    // Sizes from the code: a product past i64 is no shape, never a wrapped count.
-                    let count = shape.iter().try_fold(1i64, |n, &d| n.checked_mul(d));
-                    let have = t.shape().iter().try_fold(1i64, |n, &d| n.checked_mul(d));
-                    if count.is_none() || count != have || shape.iter().any(|&d| d < 0) {
+                    // Sizes from the code: a negative dimension or a count that overflows is no
+                    // shape, never a wrapped count.
+                    let same = matches!((num_elements(&shape), num_elements(t.shape())), (Ok(a), Ok(b)) if a == b);
+                    if !same {
                         return Err(Error::value(format!("reshaping {:?} to {shape:?}", t.shape())));
                     }
                     let v = NDArray::create_view(&t, &shape, t.dtype())?;
@@ -478,9 +478,7 @@ impl Machine {
     fn scalar(&self, regs: &[Option<Value>], r: Reg) -> Result<i64> {
         let t = self.tensor(regs, r)?;
         let size = t.dtype().element_bytes();
-        if t.shape().iter().try_fold(1i64, |n, &d| n.checked_mul(d)).is_none_or(|n| n < 1)
-            || !matches!(t.dtype().bits, 1 | 8 | 16 | 32 | 64)
-        {
+        if num_elements(t.shape()).map_or(true, |n| n < 1) || !matches!(t.dtype().bits, 1 | 8 | 16 | 32 | 64) {
             return Err(Error::type_err(format!(
                 "register ${r} holds no integer scalar ({} {:?})",
                 t.dtype(),
