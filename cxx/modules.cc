@@ -52,6 +52,26 @@ class RustModule final : public ModuleNode {
     int code = 0;
     return static_cast<int>(CallOnModule("runtime.ModuleGetPropertyMask", const_cast<RustModule*>(this), &code).v_int64);
   }
+  // The core answers these for its modules (runtime.ModuleGetSource and friends), so a host's
+  // virtual call reaches what TVM's Python reaches.
+  void SaveToFile(const String& file_name, const String& format) override {
+    TVMValue v[3];
+    v[0].v_handle = static_cast<Object*>(this);
+    std::string name = file_name.str(), fmt = format.str();
+    v[1].v_str = name.c_str();
+    v[2].v_str = fmt.c_str();
+    int code = 0;
+    CallGlobal("runtime.ModuleSaveToFile", {v[0], v[1], v[2]}, {kTVMModuleHandle, kTVMStr, kTVMStr}, &code);
+  }
+  String GetSource(const String& format) override {
+    int code = 0;
+    std::string fmt = format.str();
+    return MakeString(CallOnModule("runtime.ModuleGetSource", this, &code, fmt.c_str()).v_str);
+  }
+  String GetFormat() override {
+    int code = 0;
+    return MakeString(CallOnModule("runtime.ModuleGetFormat", this, &code).v_str);
+  }
   bool ImplementsFunction(const String& name, bool query_imports) override {
     int code = 0;
     std::string n = name.str();
@@ -183,6 +203,15 @@ extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_get_function(void* host, const
   }
 }
 
+extern "C" TVMRT_EXPORT void* tvmrt_cxx_native_module(void* host) {
+  try {
+    return NativeModule(static_cast<Object*>(host));
+  } catch (const std::exception& e) {
+    TVMAPISetLastError(e.what());
+    return nullptr;
+  }
+}
+
 extern "C" TVMRT_EXPORT const char* tvmrt_cxx_host_module_type_key(void* host) {
   auto* obj = static_cast<Object*>(host);
   try {
@@ -210,3 +239,113 @@ extern "C" TVMRT_EXPORT void tvmrt_cxx_set_imports(void* vector, void* const* ha
 extern "C" TVMRT_EXPORT void tvmrt_cxx_drop_imports(void* vector) {
   static_cast<std::vector<Module>*>(vector)->~vector();
 }
+
+// ---------------------------------------------------------------------------------------------
+// What the core asks of host modules beyond their functions (src/cxx/host_module.rs): their
+// source, format and files, and imports added on the core's side, behind the exception edge.
+
+namespace tvm {
+namespace runtime {
+struct HostImports {
+  static std::vector<Module>& Of(Object* host) { return static_cast<ModuleNode*>(host)->imports_; }
+};
+}  // namespace runtime
+}  // namespace tvm
+
+namespace {
+
+// Runs `body`, turning a C++ exception into the C API's -1 and last error.
+template <typename F>
+int Guarded(const char* what, F body) {
+  try {
+    body();
+    return 0;
+  } catch (const std::exception& e) {
+    TVMAPISetLastError(e.what());
+  } catch (...) {
+    TVMAPISetLastError((std::string("a host module's ") + what + " threw an exception that is not a std::exception").c_str());
+  }
+  return -1;
+}
+
+// A copy the core frees with free().
+char* CopyOut(const String& s) {
+  std::string text = s.str();
+  char* out = static_cast<char*>(std::malloc(text.size() + 1));
+  if (!out) throw std::bad_alloc();
+  std::memcpy(out, text.c_str(), text.size() + 1);
+  return out;
+}
+
+}  // namespace
+
+// what: 0 the source in `format`, 1 the format.
+extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_text(void* host, int what, const char* format, char** out) {
+  auto* node = static_cast<ModuleNode*>(static_cast<Object*>(host));
+  return Guarded(what == 0 ? "GetSource" : "GetFormat", [&] {
+    *out = CopyOut(what == 0 ? node->GetSource(MakeString(format)) : node->GetFormat());
+  });
+}
+
+extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_save(void* host, const char* file_name, const char* format) {
+  auto* node = static_cast<ModuleNode*>(static_cast<Object*>(host));
+  return Guarded("SaveToFile", [&] { node->SaveToFile(MakeString(file_name), MakeString(format)); });
+}
+
+// Appends the core's module `dep` (borrowed) to the host module's imports_, where the host's own
+// code (GetFunction(name, true), GetFuncFromEnv, its own walks) finds it.
+extern "C" TVMRT_EXPORT int tvmrt_cxx_host_module_import(void* host, void* dep) {
+  auto* node = static_cast<ModuleNode*>(static_cast<Object*>(host));
+  return Guarded("Import", [&] {
+    auto* obj = static_cast<Object*>(dep);
+    IncRef(obj);
+    node->Import(Module(ToHost(obj)));
+  });
+}
+
+extern "C" TVMRT_EXPORT size_t tvmrt_cxx_host_module_imports(void* host, void** out, size_t cap) {
+  const std::vector<Module>& imports = HostImports::Of(static_cast<Object*>(host));
+  size_t n = 0;
+  try {
+    for (; n < cap && n < imports.size(); ++n) out[n] = NativeModule(imports[n].get());
+  } catch (...) {
+    for (size_t i = 0; i < n; ++i) DecRef(static_cast<Object*>(out[i]));
+    return 0;
+  }
+  return cap == 0 ? imports.size() : n;
+}
+
+extern "C" TVMRT_EXPORT void tvmrt_cxx_host_module_clear_imports(void* host) {
+  HostImports::Of(static_cast<Object*>(host)).clear();
+}
+
+// ---------------------------------------------------------------------------------------------
+// A module blob's reader as the dmlc::Stream upstream's loaders take (library/plugin.rs): every
+// Read is the core's, so what a loader consumes is what the next blob entry starts after.
+
+namespace {
+
+class CoreReadStream final : public dmlc::Stream {
+ public:
+  CoreReadStream(size_t (*read)(void*, void*, size_t), void* ctx) : read_(read), ctx_(ctx) {}
+  size_t Read(void* ptr, size_t size) override { return read_(ctx_, ptr, size); }
+  void Write(const void*, size_t) override {
+    throw InternalError("libtvm_runtime.so", 0, "a module blob is read-only: a loader cannot write to it");
+  }
+
+ private:
+  size_t (*read_)(void*, void*, size_t);
+  void* ctx_;
+};
+
+}  // namespace
+
+extern "C" TVMRT_EXPORT void* tvmrt_cxx_read_stream_new(size_t (*read)(void*, void*, size_t), void* ctx) {
+  try {
+    return static_cast<dmlc::Stream*>(new CoreReadStream(read, ctx));
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+extern "C" TVMRT_EXPORT void tvmrt_cxx_read_stream_free(void* stream) { delete static_cast<dmlc::Stream*>(stream); }

@@ -223,8 +223,15 @@ class ObjectPtr {
 }  // namespace tvm
 
 namespace dmlc {
-class Stream;
-}
+// Upstream's dmlc::Stream, virtual for virtual: module loaders (`runtime.module.loadbinary_<key>`)
+// read through Read, and a module's SaveToBinary writes through Write.
+class Stream {
+ public:
+  virtual size_t Read(void* ptr, size_t size) = 0;
+  virtual void Write(const void* ptr, size_t size) = 0;
+  virtual ~Stream() {}
+};
+}  // namespace dmlc
 
 namespace tvm {
 namespace runtime {
@@ -247,6 +254,8 @@ class __attribute__((visibility("default"))) ModuleNode : public Object {
   PackedFunc GetFunction(const String& name, bool query_imports);
   void Import(Module other);
   const PackedFunc* GetFuncFromEnv(const String& name);
+  // The C++ layer's own access to a host module's imports_ (a friend adds no member).
+  friend struct HostImports;
 
  protected:
   std::vector<Module> imports_;

@@ -13,4 +13,5 @@ cp -f target/release/libtvm_runtime.so "$libdir/"
 TVM_FFI=ctypes TVM_USE_RUNTIME_LIB=1 TVM_LIBRARY_PATH="$libdir" PYTHONPATH="$TVM_WHEEL_DIR" \
   TVM_UPSTREAM_RUNTIME="$TVM_UPSTREAM_RUNTIME" TVM_UPSTREAM_SHARED="${TVM_UPSTREAM_SHARED:-$repo/../shared/upstream}" \
   TVM_RT_CXX_RPC_SERVER="${TVM_RT_CXX_RPC_SERVER:-$repo/build/rpc_cxx_server}" \
+  TVM_RT_TEST_PLUGIN="${TVM_RT_TEST_PLUGIN:-$repo/build/libtvmrt_test_plugin.so}" \
   "$TVM_PYTHON" -m pytest -q -p no:cacheprovider "$repo/tests/python" "$@"

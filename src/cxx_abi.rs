@@ -36,8 +36,34 @@ extern "C" {
         name: *const c_char,
         out: *mut *mut c_void,
     ) -> c_int;
+    /// One of this runtime's modules for the host's module `obj` (a new count; null with the last
+    /// error set on failure).
+    pub(crate) fn tvmrt_cxx_native_module(obj: *mut c_void) -> *mut c_void;
     /// A host module's type key (its virtual `type_key()`).
     pub(crate) fn tvmrt_cxx_host_module_type_key(obj: *mut c_void) -> *const c_char;
+    /// A host module's source in `format` (what 0) or its format (what 1), as a copy to free()
+    /// (a C status; the last error on failure).
+    pub(crate) fn tvmrt_cxx_host_module_text(
+        obj: *mut c_void,
+        what: c_int,
+        format: *const c_char,
+        out: *mut *mut c_char,
+    ) -> c_int;
+    /// A host module's virtual `SaveToFile`.
+    pub(crate) fn tvmrt_cxx_host_module_save(obj: *mut c_void, path: *const c_char, format: *const c_char) -> c_int;
+    /// Appends one of this runtime's modules (borrowed) to a host module's `imports_`.
+    pub(crate) fn tvmrt_cxx_host_module_import(obj: *mut c_void, dep: *mut c_void) -> c_int;
+    /// A host module's `imports_`: their count, and up to `cap` of them into `out` as modules of
+    /// this runtime (new counts; the count written is the smaller).
+    pub(crate) fn tvmrt_cxx_host_module_imports(obj: *mut c_void, out: *mut *mut c_void, cap: usize) -> usize;
+    /// Empties a host module's `imports_`.
+    pub(crate) fn tvmrt_cxx_host_module_clear_imports(obj: *mut c_void);
+    /// A `dmlc::Stream*` whose reads call `read(ctx, dst, n)` (null when out of memory).
+    pub(crate) fn tvmrt_cxx_read_stream_new(
+        read: unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> usize,
+        ctx: *mut c_void,
+    ) -> *mut c_void;
+    pub(crate) fn tvmrt_cxx_read_stream_free(stream: *mut c_void);
     /// Rebuilds the `std::vector<Module>` at `vector` from `n` module handles (counts of its own).
     fn tvmrt_cxx_set_imports(vector: *mut c_void, modules: *const *mut c_void, n: usize);
     /// Destroys the vector at `vector` (three nulls: an empty one).

@@ -45,6 +45,7 @@
 //! - loading compiled code: `src/library/mod.rs`, `src/library/context.rs`,
 //!   `src/library/symbols.rs`, `src/library/linked.rs` (weights linked into a library),
 //!   `src/library/opencl.rs` (a packed call's buffer handles launched as OpenCL kernels),
+//!   `src/library/plugin.rs` (a plug-in's loaders, given a stream over a module blob),
 //!   `src/python_env.rs`;
 //! - calling kernels: `src/executor/kernels.rs` (the executor's one unsafe room: the tensor
 //!   table, the calls, the copies into and out of entry memory and the views of it),

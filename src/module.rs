@@ -45,7 +45,47 @@ pub trait ModuleNode: Any + Send + Sync + 'static {
         0
     }
 
+    /// Upstream's `GetSource(format)`: the code the module was made from, where it keeps any.
+    fn source(&self, _format: &str) -> Result<String> {
+        Err(unsupported(self.type_key(), "GetSource"))
+    }
+
+    /// Upstream's `GetFormat()`: the format `save_to_file` writes.
+    fn format(&self) -> Result<String> {
+        Err(unsupported(self.type_key(), "GetFormat"))
+    }
+
+    /// Upstream's `SaveToFile(path, format)`: a file its format's loader
+    /// (`runtime.module.loadfile_<format>`) reads back.
+    fn save_to_file(&self, _path: &str, _format: &str) -> Result<()> {
+        Err(unsupported(self.type_key(), "SaveToFile"))
+    }
+
+    /// The import list, for a node that keeps it itself (a C++ host's module: its `imports_`,
+    /// which its own code walks); `None`: the module's own list is the list.
+    fn kept_imports(&self) -> Option<&dyn KeptImports> {
+        None
+    }
+
+    /// What the node stands for, when it stands for an object of someone else's (a C++ host's
+    /// module, which many stand-ins may stand for): modules are the same when this is.
+    fn stands_for(&self) -> Option<usize> {
+        None
+    }
+
     fn as_any(&self) -> &dyn Any;
+}
+
+/// An import list a node keeps itself (see `ModuleNode::kept_imports`).
+pub trait KeptImports {
+    fn list(&self) -> Vec<ObjRef<Module>>;
+    fn push(&self, dep: &ObjRef<Module>) -> Result<()>;
+    fn clear(&self);
+}
+
+/// Upstream's words for a module function a type does not have.
+fn unsupported(type_key: &str, what: &str) -> Error {
+    Error::tvm(format!("Module[{type_key}] does not support {what}"))
 }
 
 /// Laid out for C++ hosts first: upstream's `ModuleNode::imports_` (a `std::vector<Module>`) sits
@@ -86,6 +126,18 @@ impl Module {
         self.node.property_mask()
     }
 
+    pub fn source(&self, format: &str) -> Result<String> {
+        self.node.source(format)
+    }
+
+    pub fn format(&self) -> Result<String> {
+        self.node.format()
+    }
+
+    pub fn save_to_file(&self, path: &str, format: &str) -> Result<()> {
+        self.node.save_to_file(path, format)
+    }
+
     /// The node as its concrete type.
     pub fn node<T: 'static>(&self) -> Option<&T> {
         self.node.as_any().downcast_ref::<T>()
@@ -99,10 +151,16 @@ impl Module {
     }
 
     pub fn imports(&self) -> Vec<ObjRef<Module>> {
-        self.imports.read().unwrap_or_else(|e| e.into_inner()).clone()
+        match self.node.kept_imports() {
+            Some(kept) => kept.list(),
+            None => self.imports.read().unwrap_or_else(|e| e.into_inner()).clone(),
+        }
     }
 
     pub fn clear_imports(&self) {
+        if let Some(kept) = self.node.kept_imports() {
+            return kept.clear();
+        }
         let mut imports = self.imports.write().unwrap_or_else(|e| e.into_inner());
         imports.clear();
         self.cxx_imports.set(&mut imports, |m| m.as_ptr().cast());
@@ -110,8 +168,11 @@ impl Module {
 
     /// Adds `dep` to the imports of `this`, refusing cycles.
     pub fn import(this: &ObjRef<Module>, dep: ObjRef<Module>) -> Result<()> {
-        if ObjRef::ptr_eq(this, &dep) || dep.reaches(this) {
+        if Module::same(this, &dep) || dep.reaches(this) {
             return Err(Error::value("Cyclic dependency detected during import"));
+        }
+        if let Some(kept) = this.node.kept_imports() {
+            return kept.push(&dep);
         }
         let mut imports = this.imports.write().unwrap_or_else(|e| e.into_inner());
         imports.push(dep);
@@ -119,8 +180,13 @@ impl Module {
         Ok(())
     }
 
+    /// Whether `a` and `b` are one module (stand-ins for one host module are).
+    pub fn same(a: &ObjRef<Module>, b: &ObjRef<Module>) -> bool {
+        ObjRef::ptr_eq(a, b) || a.node.stands_for().is_some_and(|x| b.node.stands_for() == Some(x))
+    }
+
     fn reaches(&self, target: &ObjRef<Module>) -> bool {
-        self.imports().iter().any(|m| ObjRef::ptr_eq(m, target) || m.reaches(target))
+        self.imports().iter().any(|m| Module::same(m, target) || m.reaches(target))
     }
 
     pub fn get_function(this: &ObjRef<Module>, name: &str, query_imports: bool) -> Result<Option<ObjRef<PackedFunc>>> {

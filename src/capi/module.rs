@@ -10,11 +10,33 @@ use std::ffi::{c_char, c_int};
 unsafe fn module_ref(h: TVMModuleHandle) -> crate::error::Result<ObjRef<Module>> {
     // SAFETY: a live handle from the caller; checked to be a module first.
     unsafe {
-        borrow::<Module>(h, "Module")?;
+        if let Err(e) = borrow::<Module>(h, "Module") {
+            return host_module(h).ok_or(e)?;
+        }
         AnyObject::retain_raw(h.cast::<ObjectHeader>())
             .and_then(|o| o.downcast::<Module>().ok())
             .ok_or_else(|| Error::type_err("the handle is not a Module"))
     }
+}
+
+/// A C++ host's own module (a plug-in's, made by its own code and passed to the C API as upstream
+/// allows) held through a stand-in of this runtime; `None` when `h` is no host module.
+unsafe fn host_module(h: TVMModuleHandle) -> Option<crate::error::Result<ObjRef<Module>>> {
+    let header = h.cast::<ObjectHeader>();
+    // SAFETY: a live handle from the caller, as every handle it passes.
+    let is_host_module = !header.is_null()
+        && unsafe { (*header).type_index } == crate::object::type_index::MODULE
+        && !unsafe { crate::object::native::is_native(header) };
+    if !is_host_module {
+        return None;
+    }
+    // SAFETY: a live object of upstream's module type, which the C++ layer wraps.
+    let stand_in = unsafe { crate::cxx_abi::tvmrt_cxx_native_module(h) };
+    // SAFETY: one count of a module of ours, or null with the last error set.
+    Some(match unsafe { AnyObject::from_raw(stand_in.cast()) } {
+        Some(m) => m.downcast::<Module>().map_err(|_| Error::internal("a host module's stand-in is no Module")),
+        None => Err(Error::foreign(crate::last_error::get())),
+    })
 }
 
 /// Loads a module (a shared library from `export_library`); `format` may be empty to take it

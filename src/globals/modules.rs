@@ -10,7 +10,8 @@ use crate::executor::GraphExecutor;
 use crate::library;
 use crate::module::Module;
 use crate::module::ModuleArg;
-use crate::packed::{Args, RetValue};
+use crate::object::ObjRef;
+use crate::packed::{Args, ArrayObj, RetValue, StringObj};
 
 pub(super) fn register(reg: &mut Register<'_>) {
     def(reg, "runtime.ModuleLoadFromFile", |a| {
@@ -63,6 +64,25 @@ pub(super) fn register(reg: &mut Register<'_>) {
         a.module(0)?.clear_imports();
         Ok(RetValue::None)
     });
+    // What upstream's ModuleNode virtuals answer (GetSource, GetFormat, SaveToFile), for every
+    // module: this runtime's own, and a plug-in's, whose own virtuals are called.
+    def(reg, "runtime.ModuleGetSource", |a| {
+        let fmt = if a.len() > 1 { a.str(1)? } else { "" };
+        Ok(a.module(0)?.source(fmt)?.into())
+    });
+    def(reg, "runtime.ModuleGetFormat", |a| Ok(a.module(0)?.format()?.into()));
+    def(reg, "runtime.ModuleSaveToFile", |a| {
+        a.expect_count("runtime.ModuleSaveToFile", 2, 3)?;
+        let fmt = if a.len() > 2 { a.str(2)? } else { "" };
+        a.module(0)?.save_to_file(a.str(1)?, fmt)?;
+        Ok(RetValue::None)
+    });
+    def(reg, "runtime.ModuleLoadStaticLibrary", |a| {
+        a.expect_count("runtime.ModuleLoadStaticLibrary", 1, 2)?;
+        let names =
+            if a.len() > 1 { string_items(&a.typed_object::<ArrayObj>(1, "Array<String>")?)? } else { Vec::new() };
+        Ok(library::static_library::StaticLibrary::load(a.str(0)?, names)?.into())
+    });
     def(reg, "runtime.ModuleGetPropertyMask", |a| Ok(RetValue::Int(a.module(0)?.property_mask() as i64)));
     def(reg, "runtime.ModuleIsDSOExportable", |a| {
         Ok((a.module(0)?.property_mask() & crate::module::property::DSO_EXPORTABLE != 0).into())
@@ -78,6 +98,19 @@ pub(super) fn register(reg: &mut Register<'_>) {
             .map(Into::into)
             .ok_or_else(|| Error::attribute(format!("module has no function '{name}'")))
     });
+}
+
+/// The strings of an `Array<String>`.
+fn string_items(array: &ObjRef<ArrayObj>) -> Result<Vec<String>> {
+    array
+        .items()
+        .iter()
+        .map(|o| {
+            o.downcast_ref::<StringObj>()
+                .map(|s| s.as_str().to_string())
+                .ok_or_else(|| Error::type_err("expected an Array of strings"))
+        })
+        .collect()
 }
 
 /// `tvm.graph_executor.create(graph_json, module, [lookup_linked_param,] dev_type, dev_id, ...)`.

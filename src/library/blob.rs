@@ -30,6 +30,7 @@ const BUILT_IN: &[(&str, Loader)] = &[
     ("const_loader", |r| Ok(Module::new(ConstLoader::load_binary(r)?))),
     ("metadata", |r| Ok(Module::new(ConstLoader::load_binary(r)?))),
     ("metadata_module", |_| Ok(Module::new(MetadataModule))),
+    ("static_library", super::static_library::StaticLibrary::load_binary),
 ];
 
 /// Deserialises one module of type `key` from the stream.
@@ -42,8 +43,16 @@ pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
             load(r)
         }
         None => {
-            let mut keys: Vec<&str> = BUILT_IN.iter().chain(installed.iter()).map(|(k, _)| *k).collect();
+            drop(installed);
+            // A type a plug-in registered a loader for, as upstream finds every type's.
+            if let Some(loaded) = super::plugin::load_binary(key, r) {
+                return loaded;
+            }
+            let installed = INSTALLED.read().unwrap_or_else(|e| e.into_inner());
+            let mut keys: Vec<String> = BUILT_IN.iter().chain(installed.iter()).map(|(k, _)| k.to_string()).collect();
+            keys.extend(super::plugin::registered("runtime.module.loadbinary_"));
             keys.sort_unstable();
+            keys.dedup();
             Err(r.error(format!(
                 "Binary was created using {key} but a loader of that name is not registered. Available loaders are \
                  {}. Perhaps you need to recompile with this runtime enabled.",

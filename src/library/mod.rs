@@ -7,6 +7,8 @@ mod context;
 mod elf;
 pub mod linked;
 pub mod opencl;
+mod plugin;
+pub mod static_library;
 pub(crate) mod symbols;
 
 use crate::dlpack::TVMBackendPackedCFunc;
@@ -221,8 +223,16 @@ pub fn load_file(path: &str, format: &str) -> Result<ObjRef<Module>> {
             }
             load_shared_library(path)
         }
-        other => Err(Error::value(format!(
-            "Loader for .{other} files is not registered (this CPU runtime loads shared libraries: so, dll, dylib, dso)"
-        ))),
+        // Any other format is a registered loader's (`runtime.module.loadfile_<format>`), a
+        // plug-in's among them, as upstream asks.
+        other => plugin::load_file(path, other).unwrap_or_else(|| {
+            let mut formats = plugin::registered("runtime.module.loadfile_");
+            formats.sort_unstable();
+            Err(Error::value(format!(
+                "Loader for .{other} files is not registered (runtime.module.loadfile_{other}); registered formats: {}. \
+                 A plug-in that reads them registers that function when it is loaded",
+                formats.join(", ")
+            )))
+        }),
     }
 }

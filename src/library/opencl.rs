@@ -273,6 +273,15 @@ impl ModuleNode for OpenClModule {
         Ok(Some(PackedFunc::native(move |args| launch.call(&inner.kernels, &name, args))))
     }
 
+    /// The kernels' OpenCL C, as upstream's module gives it for any format.
+    fn source(&self, _format: &str) -> Result<String> {
+        Ok(self.inner.source_text.clone())
+    }
+
+    fn format(&self) -> Result<String> {
+        Ok("cl".into())
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -120,6 +120,16 @@ impl ModuleNode for ExecutableModule {
         property::BINARY_SERIALIZABLE
     }
 
+    /// What a blob entry holds (the bytecode as one string), which
+    /// `runtime.module.loadfile_VMExecutable` reads back, as upstream writes it.
+    fn save_to_file(&self, path: &str, _format: &str) -> Result<()> {
+        let code = self.exe.save();
+        let mut w = crate::stream::Writer::default();
+        w.u64(code.len() as u64);
+        w.bytes(&code);
+        crate::files::write_whole(std::path::Path::new(path), &w.buf)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
