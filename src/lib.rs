@@ -46,6 +46,8 @@
 //!   `src/library/symbols.rs`, `src/library/linked.rs` (weights linked into a library),
 //!   `src/library/opencl.rs` (a packed call's buffer handles launched as OpenCL kernels),
 //!   `src/library/plugin.rs` (a plug-in's loaders, given a stream over a module blob),
+//!   `src/aot/metadata.rs` (an AOT library's description of itself, read from its data),
+//!   `src/aot/executor.rs` (its input arrays written, outputs copied out),
 //!   `src/python_env.rs`;
 //! - calling kernels: `src/executor/kernels.rs` (the executor's one unsafe room: the tensor
 //!   table, the calls, the copies into and out of entry memory and the views of it),
@@ -91,6 +93,7 @@
 
 #![allow(non_upper_case_globals)]
 
+pub mod aot;
 pub mod backend;
 mod cache_flush;
 pub mod capi;

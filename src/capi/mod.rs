@@ -41,8 +41,11 @@ pub fn init() {
             let _ = crate::packed::registry::register(name, f, false);
         });
         crate::library::install_callbacks(&backend::context_functions());
-        for (key, loader) in
-            crate::executor::factory::LOADERS.iter().chain(crate::library::opencl::LOADERS).chain(crate::vm::LOADERS)
+        for (key, loader) in crate::executor::factory::LOADERS
+            .iter()
+            .chain(crate::library::opencl::LOADERS)
+            .chain(crate::vm::LOADERS)
+            .chain(crate::aot::LOADERS)
         {
             crate::library::blob::install_loader(key, *loader);
         }

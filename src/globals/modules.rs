@@ -31,6 +31,7 @@ pub(super) fn register(reg: &mut Register<'_>) {
         Ok(library::system_lib(prefix)?.into())
     });
     def(reg, "tvm.graph_executor.create", |a| create_executor(a, false));
+    def(reg, "tvm.aot_executor_factory.create", crate::aot::factory::create_factory);
     def(reg, "tvm.graph_executor_debug.create", |a| create_executor(a, true));
     // Pools of activation arenas (executor/pool.rs): an explicit one executors join
     // (`join_arena_pool`, or the pool's `join`), and the default capacity executors made from now

@@ -199,7 +199,9 @@ fn first_import_function(this: &ObjRef<Module>, name: &str) -> Result<Option<Obj
     Ok(None)
 }
 
-/// The AOT metadata module: carries nothing a graph executor needs.
+/// The AOT metadata module, between the factory and the library: `get_metadata` answers what the
+/// library's `get_c_metadata` returns (the address of its `TVMMetadata`, which the AOT executor
+/// reads; upstream wraps it in an object of its own).
 pub struct MetadataModule;
 
 impl ModuleNode for MetadataModule {
@@ -207,8 +209,12 @@ impl ModuleNode for MetadataModule {
         "metadata_module"
     }
 
-    fn get_function(&self, _: &ObjRef<Module>, _: &str) -> Result<Option<ObjRef<PackedFunc>>> {
-        Ok(None)
+    fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
+        if name != "get_metadata" {
+            return Ok(None);
+        }
+        let Some(f) = first_import_function(this, "get_c_metadata")? else { return Ok(None) };
+        Ok(Some(PackedFunc::native(move |a| f.call(a))))
     }
 
     fn as_any(&self) -> &dyn Any {

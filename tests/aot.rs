@@ -1,0 +1,132 @@
+//! AOT executor artefacts under bad input: the factory's blob entry cut at every length and with
+//! every byte changed, and a library's metadata that disagrees with itself (versions, counts,
+//! null arrays, shapes, constants). Each is an error or a model that runs, never a crash; what the
+//! fixtures compute is checked by c_tests/test_aot.c and TVM's Python.
+
+mod common;
+
+use common::*;
+use std::ffi::{c_char, c_void};
+use tvm_runtime::aot::metadata::Metadata;
+use tvm_runtime::dlpack::DLDataType;
+use tvm_runtime::library::{blob, read_module_blob, LibraryModule};
+
+#[test]
+fn a_cut_or_changed_factory_entry_is_an_error_or_a_factory() {
+    tvm_runtime::init();
+    for version in ["0.16", "0.19"] {
+        let path = fixtures_dir().join(format!("aot/{version}/mlp/lib.so"));
+        let blob_bytes = read_module_blob(path.to_str().unwrap()).unwrap();
+        assert!(blob::load_tree(&blob_bytes, LibraryModule::empty()).is_ok());
+        for n in 0..blob_bytes.len() {
+            let e = blob::load_tree(&blob_bytes[..n], LibraryModule::empty());
+            assert!(e.is_err(), "{version}: a blob cut at {n} of {} bytes loaded", blob_bytes.len());
+        }
+        for i in 0..blob_bytes.len() {
+            let mut changed = blob_bytes.clone();
+            changed[i] ^= 0x5a;
+            // Loaded or refused; either way no panic, and a factory that loads makes its executor
+            // or says why (its library is empty here: no metadata to find).
+            if let Ok(root) = blob::load_tree(&changed, LibraryModule::empty()) {
+                let _ = tvm_runtime::module::Module::get_function(&root, "default", false);
+            }
+        }
+    }
+}
+
+#[repr(C)]
+struct TensorInfo {
+    name: *const c_char,
+    shape: *const i64,
+    num_shape: i64,
+    dtype: DLDataType,
+}
+
+#[repr(C)]
+struct ConstantInfo {
+    name_hint: *const c_char,
+    byte_offset: i64,
+    data_len: i64,
+    data_bytes: *const c_void,
+}
+
+#[repr(C)]
+struct CMetadata {
+    version: i64,
+    inputs: *const TensorInfo,
+    num_inputs: i64,
+    outputs: *const TensorInfo,
+    num_outputs: i64,
+    workspace_pools: *const TensorInfo,
+    num_workspace_pools: i64,
+    constant_pools: *const ConstantInfo,
+    num_constant_pools: i64,
+    mod_name: *const c_char,
+}
+
+/// An NDArray record (the params format's) of four float32 values: a params file of one array
+/// named "c" without its header (magic, reserved, the names: 8 + 8 + 8 + 9, then the count).
+fn record() -> Vec<u8> {
+    let zeros = tvm_runtime::tensor::NDArray::from_bytes(&[4], DLDataType::F32, &[0u8; 16]).unwrap();
+    tvm_runtime::params::save([("c", &*zeros)])[8 + 8 + 8 + 9 + 8..].to_vec()
+}
+
+#[test]
+fn metadata_that_disagrees_with_itself_is_refused_with_what_is_wrong() {
+    let name = c"data".as_ptr();
+    let shape = [1i64, 32];
+    let bad_shape = [1i64, -3];
+    let input = TensorInfo { name, shape: shape.as_ptr(), num_shape: 2, dtype: DLDataType::F32 };
+    let rec = record();
+    let constant = ConstantInfo {
+        name_hint: c"c".as_ptr(),
+        byte_offset: 0,
+        data_len: rec.len() as i64,
+        data_bytes: rec.as_ptr().cast(),
+    };
+    let good = || CMetadata {
+        version: 1,
+        inputs: &input,
+        num_inputs: 1,
+        outputs: &input,
+        num_outputs: 1,
+        workspace_pools: std::ptr::null(),
+        num_workspace_pools: 0,
+        constant_pools: &constant,
+        num_constant_pools: 1,
+        mod_name: c"tvmgen_default".as_ptr(),
+    };
+    // SAFETY: a well-formed structure of this test's.
+    let m = unsafe { Metadata::read((&good() as *const CMetadata).cast()) }.unwrap();
+    assert_eq!((m.inputs[0].name.as_str(), m.inputs[0].shape.as_slice()), ("data", &shape[..]));
+    assert_eq!(
+        (m.constants[0].name.as_str(), m.constants[0].bytes.len(), m.mod_name.as_str()),
+        ("c", 16, "tvmgen_default")
+    );
+
+    let negative = TensorInfo { name, shape: bad_shape.as_ptr(), num_shape: 2, dtype: DLDataType::F32 };
+    let unnamed = TensorInfo { name: std::ptr::null(), shape: shape.as_ptr(), num_shape: 2, dtype: DLDataType::F32 };
+    let deep = TensorInfo { name, shape: shape.as_ptr(), num_shape: 1000, dtype: DLDataType::F32 };
+    let garbage = [7u8; 40];
+    let bad_constant = ConstantInfo { data_bytes: garbage.as_ptr().cast(), data_len: 40, ..constant };
+    let long_constant = ConstantInfo { data_len: -1, ..constant };
+    let cases: Vec<(CMetadata, &str)> = vec![
+        (CMetadata { version: 2, ..good() }, "version 2"),
+        (CMetadata { num_inputs: -1, ..good() }, "-1 inputs"),
+        (CMetadata { num_inputs: 1 << 40, ..good() }, "inputs"),
+        (CMetadata { inputs: std::ptr::null(), ..good() }, "null address"),
+        (CMetadata { inputs: &negative, ..good() }, "inputs 0 ('data')"),
+        (CMetadata { outputs: &unnamed, ..good() }, "no name of outputs 0"),
+        (CMetadata { inputs: &deep, ..good() }, "rank 1000"),
+        (CMetadata { constant_pools: &bad_constant, ..good() }, "constant 'c'"),
+        (CMetadata { constant_pools: &long_constant, ..good() }, "-1 bytes"),
+        (CMetadata { mod_name: std::ptr::null(), ..good() }, "no mod_name"),
+    ];
+    for (meta, want) in cases {
+        // SAFETY: structures of this test's, whose pointers are live or null.
+        let e = unsafe { Metadata::read((&meta as *const CMetadata).cast()) }.err().expect(want).to_c_message();
+        assert!(e.contains(want), "expected '{want}' in '{e}'");
+    }
+    // SAFETY: null is refused before it is read.
+    assert!(unsafe { Metadata::read(std::ptr::null()) }.is_err());
+}
