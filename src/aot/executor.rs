@@ -4,7 +4,7 @@
 //! model's shared constant pool; `run` is one call. Without USMP the code takes its
 //! intermediates from `TVMBackendAllocWorkspace` (the backend's per-thread workspace).
 
-use super::factory::Model;
+use super::model::Model;
 use crate::dlpack::{DLDataType, DLDevice};
 use crate::error::{Error, Result};
 use crate::module::{Module, ModuleNode};

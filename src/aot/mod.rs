@@ -4,13 +4,15 @@
 //! the whole model, and its `get_c_metadata` describes the entry's tensors and memory pools.
 //!
 //! - [`metadata`]: the library's `TVMMetadata`, read and checked (the one room reading its structures);
-//! - [`factory`]: the blob's factory, and what every executor of an artefact shares (the metadata,
-//!   the entry function, one constant pool);
+//! - [`model`]: what every executor of an artefact shares (the metadata, the entry function, one
+//!   constant pool);
+//! - [`factory`]: the blob's factory, which reads the model once;
 //! - [`executor`]: upstream's function table over an executor's arrays and workspace pools.
 
 pub mod executor;
 pub mod factory;
 pub mod metadata;
+pub mod model;
 
 pub use executor::AotExecutor;
 pub use factory::{AotFactory, LOADERS};
