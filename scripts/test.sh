@@ -93,6 +93,8 @@ cmake -S . -B build -DBUILD_TESTING=ON -DTVM_RT_WERROR=ON -DTVM_RT_VALGRIND=ON -
   -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
 cmake --build build -j2
 ctest --test-dir build --output-on-failure --no-tests=error
+stage "the tool with the test plug-in CMake built (c_tests/cxx/plugin)"
+TVMRT_TEST_PLUGIN="$repo/build/libtvmrt_test_plugin.so" cargo test --quiet -p tvmrt --test cli plugins
 stage "C++ hosts with the old std::string ABI (TVM_RT_CXX_OLD_ABI=1), on ours and on the wheel's runtime"
 TVM_RT_CXX_OLD_ABI=1 CARGO_TARGET_DIR=target/old-abi cargo build --release --lib --quiet
 wheel=$TVM_WHEEL_DIR/tvm

@@ -93,7 +93,8 @@ for c in "${combos[@]}"; do
   "$venv/bin/pip" install -q "$wheel" "$req" pytest hypothesis ml_dtypes
   # Outside the source tree, so the installed package is the one imported.
   (cd "$out" && env -u TVMRT_LIBRARY -u PYTHONPATH PATH="$venv/bin:$PATH" TVM_PYTHON="$TVM_PYTHON" \
-    TVM_WHEEL_DIR="$TVM_WHEEL_DIR" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests")
+    TVM_WHEEL_DIR="$TVM_WHEEL_DIR" TVMRT_TEST_PLUGIN="${TVMRT_TEST_PLUGIN:-$repo/build/libtvmrt_test_plugin.so}" \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests")
   ran=$((ran + 1))
 done
 [ $ran -gt 0 ] || { echo "no Python to test the wheel with" >&2; exit 1; }

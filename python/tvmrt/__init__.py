@@ -1,5 +1,6 @@
 """tvmrt: run TVM's Relay-era models (``relay.build`` + ``export_library`` graph-executor builds, and
-``relay.vm.compile`` executables; TVM 0.8 to 0.19) on CPython 3.9 to 3.13, with no TVM installed.
+``relay.vm.compile`` executables, AOT executor builds; TVM 0.8 to 0.19) on CPython 3.9 to 3.13, with no
+TVM installed.
 
 >>> import tvmrt, numpy as np
 >>> model = tvmrt.Model("my_model")                 # lib.so (+ graph.json, params.bin)
@@ -15,6 +16,7 @@ from importlib import metadata as _metadata
 
 from ._artifacts import TensorInfo
 from ._ffi import library_path
+from .aot import AOTModel
 from .errors import (
     InvalidIndexError,
     InvalidKeyError,
@@ -25,6 +27,7 @@ from .errors import (
 )
 from .model import Model
 from .params import load_params, save_params
+from .plugins import load_plugin
 from .profiling import BenchmarkResult, Report
 from .session import Session, Tensor
 from .vm import VMModel
@@ -35,6 +38,7 @@ except _metadata.PackageNotFoundError:  # a source tree, not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "AOTModel",
     "BenchmarkResult",
     "InvalidIndexError",
     "InvalidKeyError",
@@ -51,5 +55,6 @@ __all__ = [
     "__version__",
     "library_path",
     "load_params",
+    "load_plugin",
     "save_params",
 ]

@@ -37,6 +37,7 @@ from ._artifacts import (
     read_params_file,
 )
 from ._executor import Executor
+from .plugins import load_plugins
 from .profiling import BenchmarkResult, Report
 from .session import Session, Tensor
 
@@ -95,8 +96,9 @@ class Model:
     process's, ``TVM_NUM_THREADS`` or the physical cores). ``share_weights_with`` is another build
     of the same model (batch size, sequence length) whose weights this one uses instead of loading
     its own, and whose pool of activation arenas (and so concurrency) it shares; ``pool_with``
-    shares the pool alone (builds that each map one prepared file, for instance). :meth:`close`
-    frees the model's memory at once (dropping the last reference does too).
+    shares the pool alone (builds that each map one prepared file, for instance). ``plugins``
+    are runtime plug-ins to load first (:func:`tvmrt.load_plugin`: a vendor's module types).
+    :meth:`close` frees the model's memory at once (dropping the last reference does too).
 
     Every method may be called from many threads at once. ``run`` is one call: inputs in, outputs
     out. ``set_input``, ``run()`` and ``get_output`` (as TVM's ``GraphModule``) act on the calling
@@ -106,12 +108,16 @@ class Model:
     """
 
     def __new__(cls, path: PathLike | None = None, **kwargs: Any) -> Any:
-        # A Relay VM artefact (relay.vm.compile) is a model of its own kind, with the same calls.
+        # A Relay VM artefact (relay.vm.compile) and an AOT executor's are models of their own
+        # kinds, with the same calls.
         if cls is Model:
+            from .aot import AOTModel, locate_aot
             from .vm import VMModel, locate_vm
 
             if locate_vm(path, kwargs.get("lib"), kwargs.get("code")) is not None:
                 return VMModel(path, **kwargs)
+            if kwargs.get("graph") is None and locate_aot(path, kwargs.get("lib")) is not None:
+                return AOTModel(path, **kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -127,7 +133,9 @@ class Model:
         num_threads: int | None = None,
         share_weights_with: Model | None = None,
         pool_with: Model | None = None,
+        plugins: Sequence[PathLike] | PathLike | None = None,
     ) -> None:
+        load_plugins(plugins)
         self._closed = False
         self._lock = threading.Lock()
         self._free: list[Executor] = []

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import _ffi, _fork, _tensors, errors
 from ._artifacts import LIBRARY_NAMES, PathLike, TensorInfo
+from .plugins import load_plugins
 from .profiling import BenchmarkResult, Report
 
 VM_MAGIC = 0xD225DE2F4214151D
@@ -205,10 +206,12 @@ class VMModel:
         input_specs: Sequence[TensorInfo] | Mapping[str, tuple[Sequence[int], str]] | None = None,
         function: str = "main",
         map_constants: bool = False,
+        plugins: Sequence[PathLike] | PathLike | None = None,
         **unused: Any,
     ) -> None:
         from .model import _device  # the graph model's device rules
 
+        load_plugins(plugins)
         bad = sorted(k for k, v in unused.items() if v not in (None, False))
         if bad:
             raise errors.InvalidValueError(f"a Relay VM model takes no {', '.join(bad)} (graph-executor options)")

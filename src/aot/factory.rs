@@ -84,6 +84,11 @@ impl ModuleNode for AotFactory {
         let me = this.clone();
         let f = if name == self.module_name {
             PackedFunc::native(move |a| factory_of(&me).create(&me, a))
+        } else if name == "tvmrt.describe" {
+            // This runtime's: the entry's tensors and pools, as JSON (the tool's `inspect`).
+            PackedFunc::native(move |_| Ok(factory_of(&me).model(&me)?.describe().to_string().into()))
+        } else if name == "tvmrt.memory_usage" {
+            PackedFunc::native(move |_| Ok(factory_of(&me).model(&me)?.memory_usage().to_string().into()))
         } else if name == "list_module_names" {
             let names = ArrayObj::new(vec![StringObj::new(&self.module_name).into_any()]);
             PackedFunc::native(move |_| Ok(names.clone().into()))

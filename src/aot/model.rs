@@ -47,3 +47,37 @@ fn constant_pool(meta: &Metadata) -> Result<ObjRef<NDArray>> {
     let len = i64::try_from(len).map_err(|_| too_far())?;
     NDArray::from_bytes(&[len], DLDataType::new(crate::dlpack::kDLUInt, 8, 1), &bytes)
 }
+
+impl Model {
+    /// The entry's tensors and pools, as JSON.
+    pub fn describe(&self) -> serde_json::Value {
+        let infos = |ts: &[super::metadata::TensorInfo]| -> Vec<serde_json::Value> {
+            ts.iter()
+                .map(|t| serde_json::json!({"name": t.name, "dtype": t.dtype.to_string(), "shape": t.shape}))
+                .collect()
+        };
+        serde_json::json!({
+            "mod_name": self.meta.mod_name,
+            "inputs": infos(&self.meta.inputs),
+            "outputs": infos(&self.meta.outputs),
+            "workspace_pools": infos(&self.meta.workspace_pools),
+            "constants": self.meta.constants.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Bytes held once per model (the constant pool) and by each executor (its inputs, outputs
+    /// and workspace pools), as JSON.
+    pub fn memory_usage(&self) -> serde_json::Value {
+        let bytes = |ts: &[super::metadata::TensorInfo]| -> usize {
+            ts.iter().map(|t| crate::dtype::tensor_bytes(&t.shape, t.dtype).unwrap_or(0)).sum()
+        };
+        serde_json::json!({
+            "constant_pool": self.constant_pool.as_ref().map_or(0, |p| p.nbytes()),
+            "per_executor": {
+                "inputs": bytes(&self.meta.inputs),
+                "outputs": bytes(&self.meta.outputs),
+                "workspace_pools": bytes(&self.meta.workspace_pools),
+            },
+        })
+    }
+}

@@ -26,6 +26,10 @@ pub(super) fn register(reg: &mut Register<'_>) {
     ] {
         def(reg, name, |a| Ok(library::load_shared_library(a.str(0)?)?.into()));
     }
+    def(reg, "tvmrt.LoadPlugin", |a| {
+        a.expect_count("tvmrt.LoadPlugin", 1, 1)?;
+        library::load_plugin(a.str(0)?).map(|()| RetValue::None)
+    });
     def(reg, "runtime.SystemLib", |a| {
         let prefix = if a.is_empty() { "" } else { a.str(0)? };
         Ok(library::system_lib(prefix)?.into())

@@ -55,7 +55,8 @@ pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
             keys.dedup();
             Err(r.error(format!(
                 "Binary was created using {key} but a loader of that name is not registered. Available loaders are \
-                 {}. Perhaps you need to recompile with this runtime enabled.",
+                 {}. A type of a vendor's runtime needs its plug-in loaded first (--plugin, tvmrt.load_plugin, \
+                 TVMRT_PLUGINS, or dlopen in a host); one of TVM's own needs a runtime built with it.",
                 keys.join(", ")
             )))
         }

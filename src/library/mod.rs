@@ -8,6 +8,7 @@ mod elf;
 pub mod linked;
 pub mod opencl;
 mod plugin;
+pub use plugin::{load_plugin, load_plugins_from_env};
 pub mod static_library;
 pub(crate) mod symbols;
 
@@ -208,6 +209,7 @@ pub fn system_lib(prefix: &str) -> Result<ObjRef<Module>> {
 pub fn load_file(path: &str, format: &str) -> Result<ObjRef<Module>> {
     // Through the fork gate: a fork waits for a load in flight (see `backend::fork`).
     let _inside = crate::backend::fork::inside();
+    load_plugins_from_env()?;
     let fmt = if format.is_empty() {
         std::path::Path::new(path)
             .extension()

@@ -13,6 +13,31 @@ use crate::packed::{registry, ArgsBuilder, RetValue};
 use crate::stream::Reader;
 use std::ffi::c_void;
 
+/// `tvmrt.LoadPlugin(path)`: loads a plug-in for the life of the process (see
+/// `symbols::load_plugin`); loading one again does nothing more.
+pub fn load_plugin(path: &str) -> Result<()> {
+    let resolved = crate::files::existing_file(std::path::Path::new(path))?;
+    let resolved = resolved.to_str().ok_or_else(|| Error::value(format!("'{path}' is not UTF-8")))?;
+    super::symbols::load_plugin(resolved).map_err(|e| e.context(format!("loading the plug-in '{path}'")))
+}
+
+/// The plug-ins `TVMRT_PLUGINS` names (paths separated by `:`), loaded once, before the first
+/// model: for hosts that cannot pass a flag or make a call. Their failure is every load's.
+pub fn load_plugins_from_env() -> Result<()> {
+    static LOADED: once_cell::sync::OnceCell<std::result::Result<(), String>> = once_cell::sync::OnceCell::new();
+    LOADED
+        .get_or_init(|| {
+            let Some(list) = std::env::var_os("TVMRT_PLUGINS") else { return Ok(()) };
+            let list = list.to_string_lossy().into_owned();
+            for path in list.split(':').filter(|p| !p.is_empty()) {
+                load_plugin(path).map_err(|e| format!("TVMRT_PLUGINS: {}", e.to_c_message()))?;
+            }
+            Ok(())
+        })
+        .clone()
+        .map_err(Error::value)
+}
+
 /// The registry's loader of modules of type `key` from a blob, or `None` when nothing registered
 /// one.
 pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Option<Result<ObjRef<Module>>> {

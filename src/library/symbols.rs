@@ -337,3 +337,52 @@ pub unsafe fn read_c_str(addr: *const c_void) -> String {
 pub fn handle_forks() {
     crate::backend::fork::guard_static(&*SYSTEM_LIB);
 }
+
+/// Loads a plug-in (a library written against upstream's headers that registers globals, module
+/// types and loaders from its static constructors) for the life of the process: its code stays
+/// mapped, as the functions it registered point into it. Its references to this runtime's names
+/// bind to this runtime as a model library's do (bridged when another runtime holds the global
+/// scope). A plug-in names `libtvm_runtime.so` as a dependency: where this runtime is linked into
+/// the program (the tool) and no library of that name is loaded, an empty one of that name is,
+/// so the dependency is met by what is already here instead of a second runtime from disk.
+/// A file loaded before (by its identity, whatever the path) is not loaded again: its
+/// constructors would register its names a second time, which upstream's registry refuses by
+/// ending the process.
+pub(crate) fn load_plugin(path: &str) -> Result<()> {
+    static LOADED: Lazy<Mutex<std::collections::HashSet<(u64, u64)>>> = Lazy::new(Default::default);
+    let held = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let id = identity(&held.metadata().map_err(|e| Error::io(path, e))?);
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if loaded.contains(&id) {
+        return Ok(());
+    }
+    provide_runtime_soname()?;
+    let lib = load(path, Some(&held))?;
+    std::mem::forget(lib);
+    loaded.insert(id);
+    Ok(())
+}
+
+fn provide_runtime_soname() -> Result<()> {
+    static PROVIDED: Mutex<bool> = Mutex::new(false);
+    let mut provided = PROVIDED.lock().unwrap_or_else(|e| e.into_inner());
+    if *provided {
+        return Ok(());
+    }
+    // SAFETY: RTLD_NOLOAD loads nothing: a handle to a library of that name already loaded, or null.
+    let loaded = unsafe { libc::dlopen(c"libtvm_runtime.so".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if !loaded.is_null() {
+        // SAFETY: the handle just taken, given back once.
+        unsafe { libc::dlclose(loaded) };
+    } else {
+        let machine = if cfg!(target_arch = "aarch64") { 183 } else { 62 };
+        let object = super::bridge::object(machine, "libtvm_runtime.so", &[]);
+        let file = loadable_copy(&object, "libtvm_runtime")?;
+        // SAFETY: an object with no symbols, code or constructors, kept for the process.
+        let lib = unsafe { libloading::os::unix::Library::open(Some(file.path()), libc::RTLD_NOW | libc::RTLD_LOCAL) }
+            .map_err(|e| Error::tvm(format!("standing in for libtvm_runtime.so: {e}")))?;
+        std::mem::forget(lib);
+    }
+    *provided = true;
+    Ok(())
+}

@@ -1,6 +1,7 @@
 //! `tvmrt`: run, profile, inspect and share TVM-compiled graph-executor models with this runtime.
 //! `tvmrt --help` and `tvmrt COMMAND --help` describe every option.
 
+mod aot;
 mod artefacts;
 mod bench;
 mod bundled;
@@ -32,6 +33,10 @@ struct Cli {
     /// Threads the kernels run on (default: TVM_NUM_THREADS, else the physical cores)
     #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
+    /// A runtime plug-in to load first (a vendor's library registering module types, loaders and
+    /// functions; repeatable). TVMRT_PLUGINS (paths separated by ':') names more
+    #[arg(long = "plugin", global = true, value_name = "PATH")]
+    plugins: Vec<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -399,7 +404,8 @@ fn main() -> ExitCode {
     }
     tvm_runtime::init();
     let json = cli.json;
-    let result = match cli.command {
+    let plugins = cli.plugins.iter().try_for_each(|p| tvm_runtime::library::load_plugin(p));
+    let result = plugins.and_then(|()| match cli.command {
         Command::Run(a) => commands::run(&a, json),
         Command::Profile(a) => commands::profile(&a, json).map(|()| true),
         Command::Inspect(a) => commands::inspect(&a, json).map(|()| true),
@@ -408,7 +414,7 @@ fn main() -> ExitCode {
         Command::AlignParams { input, output } => commands::align_params(&input, &output, json).map(|()| true),
         Command::PrepareParams(a) => commands::prepare_params(&a, json).map(|()| true),
         Command::RpcServer(a) => rpc_server::run(&a).map(|()| true),
-    };
+    });
     match result {
         Ok(true) => ExitCode::SUCCESS,
         // `run --expect`: outputs outside the tolerance (the summary said which).

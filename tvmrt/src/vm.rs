@@ -19,12 +19,23 @@ use tvm_runtime::{Error, Result};
 const BLOB_MARK: &[u8] = b"\x0c\x00\x00\x00\x00\x00\x00\x00VMExecutable";
 const VM_MAGIC: u64 = 0xD225_DE2F_4214_151D;
 
+/// A model run in one call per request: a Relay VM executable, or an AOT executor artefact
+/// (`aot.rs`), which the commands here run alike.
 pub struct VmModel {
     pub dir: PathBuf,
     pub label: String,
+    /// The executable, or the AOT artefact's factory.
     pub exe: ObjRef<Module>,
     pub params: Vec<String>,
     pub device: DLDevice,
+    pub engine: Engine,
+}
+
+/// What runs the model: the VM's interpreter, or an AOT executor the factory's named function
+/// makes.
+pub enum Engine {
+    Vm,
+    Aot(String),
 }
 
 fn holds_vm(path: &Path) -> bool {
@@ -37,6 +48,13 @@ fn is_code(path: &Path) -> bool {
 
 /// The VM model the arguments name, if they name one (else the caller's graph model).
 pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
+    match detect_vm(args)? {
+        Some(m) => Ok(Some(m)),
+        None => crate::aot::detect(args),
+    }
+}
+
+fn detect_vm(args: &ModelArgs) -> Result<Option<VmModel>> {
     let Some(spec) = args.model.clone().or_else(|| args.lib.clone()) else { return Ok(None) };
     let (dir, lib, code) = if spec.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&spec)
@@ -86,7 +104,7 @@ pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
         Some(c) => format!("{} (Relay VM {}: {} + {})", dir.display(), e.program.version, c.display(), lib.display()),
         None => format!("{} (Relay VM {})", lib.display(), e.program.version),
     };
-    Ok(Some(VmModel { dir, label, exe, params, device }))
+    Ok(Some(VmModel { dir, label, exe, params, device, engine: Engine::Vm }))
 }
 
 fn call(m: &ObjRef<Module>, name: &str, build: impl FnOnce(&mut ArgsBuilder)) -> Result<RetValue> {
@@ -98,6 +116,14 @@ fn call(m: &ObjRef<Module>, name: &str, build: impl FnOnce(&mut ArgsBuilder)) ->
 
 impl VmModel {
     pub fn vm(&self, debug: bool) -> Result<ObjRef<Module>> {
+        if let Engine::Aot(_) = self.engine {
+            if debug {
+                return Err(Error::value(
+                    "an AOT executor runs the whole model in one compiled call: there is nothing to profile per operator",
+                ));
+            }
+            return crate::aot::executor(self);
+        }
         let vm = tvm_runtime::vm::VirtualMachine::create(&self.exe, debug)?;
         call(&vm, "init", |a| {
             a.int(i64::from(self.device.device_type)).int(i64::from(self.device.device_id)).int(2);
@@ -175,6 +201,9 @@ impl VmModel {
 
 fn set_and_invoke(vm: &ObjRef<Module>, inputs: &[HostTensor]) -> Result<AnyObject> {
     let arrays = inputs.iter().map(|t| NDArray::from_bytes(&t.shape, t.dtype, &t.data)).collect::<Result<Vec<_>>>()?;
+    if vm.type_key() == "AotExecutor" {
+        return crate::aot::set_and_run(vm, &arrays);
+    }
     call(vm, "set_input", |a| {
         a.str("main");
         for x in &arrays {
@@ -271,7 +300,8 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
-    let report = json!({"model": m.label, "executor": "Relay VM", "load_ms": load_ms,
+    let executor = if let Engine::Aot(_) = m.engine { "AOT" } else { "Relay VM" };
+    let report = json!({"model": m.label, "executor": executor, "load_ms": load_ms,
         "inputs": input_json(&inputs, reference.is_some()), "structure": structure, "outputs": outs,
         "run_ms": {"mean": mean, "median": sorted[sorted.len() / 2], "min": sorted[0], "max": sorted[sorted.len() - 1],
                    "repeats": repeat, "runs": number},
@@ -281,7 +311,7 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
         return Ok(all_ok);
     }
     println!("model    {}", m.label);
-    println!("load     {load_ms:.2} ms (a VM of the executable)");
+    println!("load     {load_ms:.2} ms (an {} of the model)", if executor == "AOT" { "executor" } else { "VM" });
     for i in report["inputs"].as_array().unwrap() {
         println!(
             "input    {}: {} {} ({})",
@@ -320,6 +350,17 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
         sorted[sorted.len() / 2],
         sorted[0]
     );
+    if let Engine::Aot(_) = m.engine {
+        println!(
+            "memory   constant pool {} B (one for every executor of the model); per executor: inputs {} B, outputs {} B, \
+             workspace pools {} B",
+            mem["constant_pool"],
+            mem["per_executor"]["inputs"],
+            mem["per_executor"]["outputs"],
+            mem["per_executor"]["workspace_pools"]
+        );
+        return Ok(all_ok);
+    }
     println!(
         "memory   constants {} B (device copies {} B), storage pools {}",
         mem["constants"],
@@ -340,6 +381,10 @@ pub fn inspect(m: &VmModel, json_out: bool) -> Result<()> {
     let RetValue::Str(text) = call(&m.exe, "tvmrt.describe", |_| {})? else { return Err(Error::tvm("no description")) };
     let mut d: Value = serde_json::from_str(&text).map_err(|e| Error::tvm(format!("description: {e}")))?;
     d["model"] = json!(m.label);
+    if let Engine::Aot(module_name) = &m.engine {
+        d["module_name"] = json!(module_name);
+        return crate::aot::show(&d, json_out);
+    }
     // The dynamic dimensions a recorded folder shows: those that differ between its cases.
     if json_out {
         println!("{}", serde_json::to_string_pretty(&d).expect("serialisable"));

@@ -56,7 +56,7 @@ def deployment(
     """The Serve application of a model in one call: ``serve.run(tvmrt.serve.deployment([...]))``.
     `config` goes to the replica (:class:`ModelServer`: device, params, max_batch_size,
     batch_wait_timeout_s, concurrency, num_threads, prepared_dir, map_params, max_request_rows,
-    max_body_bytes, input_specs).
+    max_body_bytes, input_specs, plugins: runtime plug-ins each replica loads first).
 
     The default shape is one replica per node, running several requests at once on threads (its
     runs in flight times its kernel threads fill the node's cores): one process holds Ray's

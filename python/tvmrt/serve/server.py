@@ -22,6 +22,7 @@ from .. import _tensors, errors
 from .._artifacts import PathLike, TensorInfo
 from .._cache import default_prepared_dir
 from ..model import Model
+from ..plugins import load_plugins
 from ..vm import VMModel, locate_vm
 from . import _prepared, _protocol, _requests
 from ._requests import BadRequest, InputSpec, Limits
@@ -184,9 +185,12 @@ class ModelServer:
         max_request_rows: int | None = None,
         max_body_bytes: int | None = None,
         input_specs: Any = None,
+        plugins: Sequence[str] | str | None = None,
     ) -> None:
         import ray
 
+        # A vendor's module types before any build that holds them.
+        load_plugins(plugins)
         paths = [builds] if isinstance(builds, (str, os.PathLike)) else list(builds)
         if not paths:
             raise errors.InvalidValueError("no build to serve")
