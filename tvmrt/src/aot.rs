@@ -53,6 +53,7 @@ pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
         params: Vec::new(),
         device,
         engine: Engine::Aot(module_name),
+        layouts: Vec::new(),
     };
     let ex = executor(&m)?;
     let n = int(&ex, "get_num_inputs", |_| {})?;
@@ -63,6 +64,19 @@ pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
             })? {
                 RetValue::Str(s) => Ok(s),
                 other => Err(Error::tvm(format!("get_input_name returned {other:?}"))),
+            }
+        })
+        .collect::<Result<_>>()?;
+    m.layouts = (0..n)
+        .map(|i| {
+            match call(&ex, "get_input", |a| {
+                a.int(i);
+            })? {
+                RetValue::Object(o) => {
+                    let t = o.downcast::<NDArray>().map_err(|_| Error::tvm("get_input gave no array"))?;
+                    Ok((t.dtype(), t.shape().to_vec()))
+                }
+                other => Err(Error::tvm(format!("get_input returned {other:?}"))),
             }
         })
         .collect::<Result<_>>()?;

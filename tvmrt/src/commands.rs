@@ -111,7 +111,7 @@ fn manifest(model: &Model) -> Option<Recorded> {
     Some((ins, outs))
 }
 
-fn fill_of(kind: FillKind, seed: u64) -> Fill {
+pub fn fill_of(kind: FillKind, seed: u64) -> Fill {
     match kind {
         FillKind::Random => Fill::Random(seed),
         FillKind::Zeros => Fill::Zeros,

@@ -29,6 +29,9 @@ pub struct VmModel {
     pub params: Vec<String>,
     pub device: DLDevice,
     pub engine: Engine,
+    /// The inputs' dtypes and shapes, where the model records them (an AOT artefact's metadata;
+    /// a VM executable records none).
+    pub layouts: Vec<(tvm_runtime::dlpack::DLDataType, Vec<i64>)>,
 }
 
 /// What runs the model: the VM's interpreter, or an AOT executor the factory's named function
@@ -104,7 +107,7 @@ fn detect_vm(args: &ModelArgs) -> Result<Option<VmModel>> {
         Some(c) => format!("{} (Relay VM {}: {} + {})", dir.display(), e.program.version, c.display(), lib.display()),
         None => format!("{} (Relay VM {})", lib.display(), e.program.version),
     };
-    Ok(Some(VmModel { dir, label, exe, params, device, engine: Engine::Vm }))
+    Ok(Some(VmModel { dir, label, exe, params, device, engine: Engine::Vm, layouts: Vec::new() }))
 }
 
 fn call(m: &ObjRef<Module>, name: &str, build: impl FnOnce(&mut ArgsBuilder)) -> Result<RetValue> {
@@ -147,6 +150,17 @@ impl VmModel {
         if given.is_empty() {
             if let Some(recorded) = self.recorded() {
                 return Ok(recorded);
+            }
+            if self.layouts.len() == self.params.len() && !self.params.is_empty() {
+                // Shapes the model records: made-up values, as for a graph model.
+                let fill = crate::commands::fill_of(data.fill.unwrap_or(crate::FillKind::Random), data.seed);
+                let made = self
+                    .params
+                    .iter()
+                    .zip(&self.layouts)
+                    .map(|(name, (dtype, shape))| tensors::filled(name, *dtype, shape, fill))
+                    .collect::<Result<Vec<_>>>()?;
+                return Ok((made, None));
             }
             return Err(Error::value(format!(
                 "a Relay VM model takes inputs of any shape it accepts: give each of {} with --input NAME=FILE.npy or \
@@ -234,13 +248,22 @@ fn flatten(o: &AnyObject, out: &mut Vec<HostTensor>) -> String {
     "t".into()
 }
 
-fn input_json(inputs: &[HostTensor], recorded: bool) -> Vec<Value> {
+/// The inputs as reports, saying where their values came from.
+fn input_json(inputs: &[HostTensor], recorded: bool, data: &InputArgs) -> Vec<Value> {
+    let source = if recorded {
+        "recorded"
+    } else if data.inputs.is_some() || !data.input.is_empty() {
+        "file"
+    } else {
+        match data.fill.unwrap_or(crate::FillKind::Random) {
+            crate::FillKind::Random => "random",
+            crate::FillKind::Zeros => "zeros",
+            crate::FillKind::Ones => "ones",
+        }
+    };
     inputs
         .iter()
-        .map(|t| {
-            json!({"name": t.name, "dtype": t.dtype.to_string(), "shape": t.shape,
-                       "source": if recorded { "recorded" } else { "file" }})
-        })
+        .map(|t| json!({"name": t.name, "dtype": t.dtype.to_string(), "shape": t.shape, "source": source}))
         .collect()
 }
 
@@ -302,7 +325,7 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     let executor = if let Engine::Aot(_) = m.engine { "AOT" } else { "Relay VM" };
     let report = json!({"model": m.label, "executor": executor, "load_ms": load_ms,
-        "inputs": input_json(&inputs, reference.is_some()), "structure": structure, "outputs": outs,
+        "inputs": input_json(&inputs, reference.is_some(), &a.data), "structure": structure, "outputs": outs,
         "run_ms": {"mean": mean, "median": sorted[sorted.len() / 2], "min": sorted[0], "max": sorted[sorted.len() - 1],
                    "repeats": repeat, "runs": number},
         "memory": mem});
