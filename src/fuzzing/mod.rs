@@ -452,13 +452,12 @@ fn run_rpc(k: usize, data: &[u8], script: &[Seed]) -> bool {
         assert!(Packet::decode(&reply[8..]).is_ok(), "a reply the server cannot decode");
     };
     // Handles are the server's pointers: each packet names this session's, not the recording's.
-    let mut renamed: Vec<([u8; 8], [u8; 8])> = Vec::new();
+    // Renamed in one pass: one by one, a new handle equal to a recorded one would be renamed again.
+    let mut renamed: HashMap<[u8; 8], [u8; 8]> = HashMap::new();
     let mut s = Session::new("fuzz");
     script.iter().enumerate().all(|(i, seed)| {
         let mut body = if i == k { data.to_vec() } else { seed.bytes.clone() };
-        for (old, new) in &renamed {
-            replace_all(&mut body, old, new);
-        }
+        replace_all(&mut body, &renamed);
         match s.handle(&body) {
             Step::Send(reply) => {
                 well_formed(&reply);
@@ -478,10 +477,11 @@ fn run_rpc(k: usize, data: &[u8], script: &[Seed]) -> bool {
     })
 }
 
-fn replace_all(bytes: &mut [u8], old: &[u8; 8], new: &[u8; 8]) {
+fn replace_all(bytes: &mut [u8], renamed: &HashMap<[u8; 8], [u8; 8]>) {
     let mut i = 0;
     while i + 8 <= bytes.len() {
-        if &bytes[i..i + 8] == old {
+        let word: [u8; 8] = bytes[i..i + 8].try_into().expect("eight bytes");
+        if let Some(new) = renamed.get(&word) {
             bytes[i..i + 8].copy_from_slice(new);
             i += 8;
         } else {
