@@ -57,17 +57,45 @@ VARIANTS = {
 }
 
 
+def workload(net):
+    """A benchmark network of relay.testing: (function, weight shapes, input shapes), with its
+    weights' values fixed below like the fixtures'."""
+    import tvm.relay.testing
+
+    if net == "mlp":
+        mod, params = relay.testing.mlp.get_workload(batch_size=1)
+    else:
+        mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=1, image_shape=(3, 112, 112))
+    fn = mod["main"]
+    weights = {k: tuple(v.shape) for k, v in params.items()}
+    inputs = {p.name_hint: tuple(int(d) for d in p.checked_type.shape) for p in fn.params if p.name_hint not in weights}
+    return fn, weights, inputs
+
+
+# Benchmark builds (--bench, never committed): each network as an AOT build, an AOT build with USMP
+# (its weights in the constant pool), and a graph-executor build of the same.
+BENCH = {
+    f"{net}_{kind}": (lambda net=net: workload(net), opts, cfg, "default")
+    for net in ("mlp", "resnet18")
+    for kind, opts, cfg in (("aot", {}, {}), ("aot_usmp", {}, {"tir.usmp.enable": True}), ("graph", None, {}))
+}
+
+
 def build(name, target, out):
-    network, options, config, mod_name = VARIANTS[name]
+    network, options, config, mod_name = VARIANTS[name] if name in VARIANTS else BENCH[name]
     fn, weight_shapes, input_shapes = network()
     rng = np.random.default_rng(sum(map(ord, name)))
     params = {k: rng.uniform(-0.5, 0.5, s).astype("float32") for k, s in weight_shapes.items()}
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(fn))
+    d = os.path.join(out, name)
+    if options is None:  # the graph executor's build of a benchmark network
+        with tvm.transform.PassContext(opt_level=3):
+            relay.build(mod, target=target, params=params).export_library(os.path.join(out, name, "lib.so"))
+        return
     executor = Executor("aot", {"interface-api": "packed", "unpacked-api": False, **options})
     with tvm.transform.PassContext(opt_level=3, config=config):
         lib = relay.build(mod, target=target, params=params, executor=executor, runtime=Runtime("cpp"),
                           mod_name=mod_name)
-    d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     lib.export_library(os.path.join(d, "lib.so"))
     loaded = tvm.runtime.load_module(os.path.join(d, "lib.so"))
@@ -92,9 +120,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--target", default="llvm -mtriple=x86_64-linux-gnu -mcpu=haswell")
-    p.add_argument("--only", nargs="*", default=sorted(VARIANTS))
+    p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--bench", action="store_true", help="the benchmark builds (bench/aot_bench.sh)")
     a = p.parse_args()
-    for name in a.only:
+    for name in a.only or sorted(BENCH if a.bench else VARIANTS):
+        os.makedirs(os.path.join(a.out, name), exist_ok=True)
         build(name, a.target, a.out)
 
 

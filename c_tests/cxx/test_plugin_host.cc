@@ -123,6 +123,58 @@ static void Imports(const std::string& fixtures) {
   EXPECT(import0.get() == lib.get(), "runtime.ModuleGetImport gives the imported module");
 }
 
+// Containers of this runtime handed to the plug-in's code, which reads them inline with upstream's
+// layouts: a Map of 7 entries (a dense map upstream) and an Array, made by the runtime's globals.
+static void Containers() {
+  Module made = (*Registry::Get("tvmrt_test_plugin.create"))("sym_map", "add");
+  std::vector<TVMValue> kv(14);
+  std::vector<int> codes(14, kTVMStr);
+  std::vector<std::string> text;
+  for (int i = 0; i < 7; ++i) {
+    text.push_back("key" + std::to_string(i));
+    text.push_back(std::string(static_cast<size_t>(i + 1), 'v'));
+  }
+  // Each string a String object of the runtime's (runtime.String), as both runtimes' Map takes.
+  TVMFunctionHandle make_string = nullptr, make_map = nullptr, make_array = nullptr;
+  EXPECT(TVMFuncGetGlobal("runtime.String", &make_string) == 0 && TVMFuncGetGlobal("runtime.Map", &make_map) == 0 &&
+             TVMFuncGetGlobal("runtime.Array", &make_array) == 0,
+         "runtime.String, runtime.Map and runtime.Array");
+  for (int i = 0; i < 14; ++i) {
+    TVMValue v;
+    int c = kTVMStr, rc = 0;
+    v.v_str = text[i].c_str();
+    EXPECT(TVMFuncCall(make_string, &v, &c, 1, &kv[i], &rc) == 0 && rc == kTVMObjectHandle, TVMGetLastError());
+    codes[i] = kTVMObjectHandle;
+  }
+  TVMValue map, array;
+  int map_code = 0, array_code = 0;
+  EXPECT(TVMFuncCall(make_map, kv.data(), codes.data(), 14, &map, &map_code) == 0, TVMGetLastError());
+  EXPECT(TVMFuncCall(make_array, kv.data(), codes.data(), 3, &array, &array_code) == 0, TVMGetLastError());
+  TVMFunctionHandle map_text = nullptr, join = nullptr;
+  EXPECT(TVMModGetFunction(const_cast<tvm::runtime::Object*>(made.get()), "plugin_map_text", 0, &map_text) == 0,
+         TVMGetLastError());
+  EXPECT(TVMModGetFunction(const_cast<tvm::runtime::Object*>(made.get()), "plugin_join", 0, &join) == 0,
+         TVMGetLastError());
+  TVMValue args[2], r;
+  int arg_codes[2] = {kTVMObjectHandle, kTVMStr}, rc = 0;
+  args[0] = map;
+  args[1].v_str = "key5";
+  EXPECT(TVMFuncCall(map_text, args, arg_codes, 2, &r, &rc) == 0 && rc == kTVMStr, TVMGetLastError());
+  // 7 entries; keys 7 * 4 bytes, values 1 + ... + 7 = 28 bytes; key5's value is 6 v's.
+  if (rc == kTVMStr) EXPECT(std::string(r.v_str) == "7:56:vvvvvv", r.v_str);
+  args[0] = array;
+  EXPECT(TVMFuncCall(join, args, arg_codes, 1, &r, &rc) == 0 && rc == kTVMStr, TVMGetLastError());
+  if (rc == kTVMStr) EXPECT(std::string(r.v_str) == "key0;v;key1;", r.v_str);
+  TVMObjectFree(map.v_handle);
+  TVMObjectFree(array.v_handle);
+  for (TVMValue& v : kv) TVMObjectFree(v.v_handle);
+  TVMFuncFree(make_string);
+  TVMFuncFree(map_text);
+  TVMFuncFree(join);
+  TVMFuncFree(make_map);
+  TVMFuncFree(make_array);
+}
+
 // Blobs whose loaders misbehave: each a clear error, the process intact.
 static void BadBlobs(const std::string& prefix) {
   const std::vector<std::pair<int, std::string>> cases = {
@@ -150,6 +202,7 @@ int main(int argc, char** argv) {
   RunArtefact(dir);
   FileFormat(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   Imports(fixtures);
+  Containers();
   bool ours = Registry::Get("tvmrt.executor.ArenaPool") != nullptr;
   if (argc == 4 && ours) BadBlobs(argv[3]);
   return ExitStatus("plug-in host ok");

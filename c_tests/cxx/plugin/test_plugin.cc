@@ -10,6 +10,8 @@
 // Loaders that misbehave, for the runtime's bad-input tests, are registered beside the real one.
 
 #include <dmlc/io.h>
+#include <tvm/runtime/container/array.h>
+#include <tvm/runtime/container/map.h>
 #include <tvm/runtime/module.h>
 #include <tvm/runtime/ndarray.h>
 #include <tvm/runtime/packed_func.h>
@@ -69,6 +71,25 @@ class PluginModule final : public ModuleNode {
       return PackedFunc([this, self](TVMArgs args, TVMRetValue* rv) {
         std::string fname = args[0];
         *rv = *GetFuncFromEnv(fname);
+      });
+    }
+    // Containers as the runtime hands them over, read with the headers' inline code: a Map of
+    // strings (its lookups and iteration are all inline) and an Array of strings.
+    if (name == "plugin_map_text") {
+      return PackedFunc([this, self](TVMArgs args, TVMRetValue* rv) {
+        Map<String, String> m = args[0];
+        std::string key = args[1];
+        int64_t total = 0;
+        for (const auto& kv : m) total += static_cast<int64_t>(kv.first.size() + kv.second.size());
+        *rv = std::to_string(m.size()) + ":" + std::to_string(total) + ":" + std::string(m.at(key));
+      });
+    }
+    if (name == "plugin_join") {
+      return PackedFunc([this, self](TVMArgs args, TVMRetValue* rv) {
+        Array<String> items = args[0];
+        std::string out;
+        for (const String& s : items) out += std::string(s) + ";";
+        *rv = out;
       });
     }
     return PackedFunc();
