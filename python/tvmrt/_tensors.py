@@ -26,7 +26,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import errors
+from . import _ffi, errors
 from ._ffi import CPU, DLDataType, DLDevice, DLTensor, shape_tuple
 
 # DLPack type codes by numpy kind (bool apart: TVM's is unsigned, 1 bit, one byte a value).
@@ -206,3 +206,18 @@ def view_of_memory(address: int, shape: tuple[int, ...], dtype: np.dtype, owner:
     # The ctypes array is the numpy array's base: it keeps `owner` (and so the memory) alive.
     buf._owner = owner  # type: ignore[attr-defined]
     return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
+
+
+def array_to_numpy(handle: _ffi.Handle) -> np.ndarray:
+    """A copy of a runtime NDArray (a handle the runtime returned) as a numpy array."""
+    t = _ffi.array_tensor(handle)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    code, bits = t.dtype.code, t.dtype.bits
+    if code == 1 and bits == 1:
+        dtype = np.dtype(np.bool_)
+    else:
+        dtype = np_dtype({0: "int", 1: "uint", 2: "float", 4: "bfloat"}[code] + str(bits))
+    out = np.empty(shape, dtype=dtype)
+    lb = _ffi.lib()
+    lb.check(lb.cdll.TVMArrayCopyToBytes(ctypes.c_void_p(handle.value), out.ctypes.data, out.nbytes))
+    return out

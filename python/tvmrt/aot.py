@@ -42,12 +42,6 @@ def locate_aot(path: PathLike | None, lib: PathLike | None = None) -> Path | Non
     return None
 
 
-def _to_numpy(handle: _ffi.Handle) -> np.ndarray:
-    from .vm import _to_numpy as copy_out
-
-    return copy_out(handle)
-
-
 class _Executor:
     """One executor of the model: used by one thread at a time."""
 
@@ -63,7 +57,7 @@ class _Executor:
         for i, a in enumerate(arrays):
             self._set_input(i, _tensors.TensorView(a))
         self._run()
-        return [_to_numpy(self._get_output(k)) for k in range(outputs)]
+        return [_tensors.array_to_numpy(self._get_output(k)) for k in range(outputs)]
 
 
 class AOTModel:

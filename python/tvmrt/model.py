@@ -36,49 +36,15 @@ from ._artifacts import (
     read_param_names,
     read_params_file,
 )
+from ._devices import DeviceSpec, device_of
 from ._executor import Executor
 from .plugins import load_plugins
 from .profiling import BenchmarkResult, Report
 from .session import Session, Tensor
 
-DeviceSpec = Any  # "auto", "cpu", "opencl", "opencl:1", or (device_type, device_id)
-
 # Names Relay gives weights it leaves unbound (mxnet/gluon, PyTorch and ONNX importers, bound
 # params' "p0"...): a graph with such inputs and no params is missing its weights.
 _WEIGHT_NAME = re.compile(r"(^p\d+$)|([._](weight|bias|gamma|beta|moving_mean|moving_var|running_mean|running_var)$)")
-
-
-def _module_type_keys(module: _ffi.Handle) -> list[str]:
-    """The type keys of a module and everything it imports."""
-    key = _ffi.global_function("runtime.ModuleGetTypeKey")
-    size = _ffi.global_function("runtime.ModuleImportsSize")
-    get = _ffi.global_function("runtime.ModuleGetImport")
-    keys, stack = [], [module]
-    while stack:
-        m = stack.pop()
-        keys.append(key(m))
-        stack.extend(get(m, i) for i in range(size(m)))
-    return keys
-
-
-def _device(spec: DeviceSpec, module: _ffi.Handle | None) -> _ffi.Device:
-    if isinstance(spec, _ffi.Device):
-        return spec
-    if isinstance(spec, tuple):
-        return _ffi.Device(int(spec[0]), int(spec[1]))
-    if hasattr(spec, "device_type") and hasattr(spec, "device_id"):  # TVM's Device
-        return _ffi.Device(int(spec.device_type), int(spec.device_id))
-    name, _, index = str(spec).lower().partition(":")
-    dev_id = int(index) if index else 0
-    if name == "auto":
-        if module is None:
-            raise errors.InvalidValueError("device 'auto' names no device here: 'cpu', 'opencl' or 'opencl:N'")
-        name = "opencl" if any(k in ("opencl", "cl") for k in _module_type_keys(module)) else "cpu"
-    if name in ("cpu", "llvm"):
-        return _ffi.Device(_ffi.CPU, dev_id)
-    if name in ("opencl", "cl"):
-        return _ffi.Device(_ffi.OPENCL, dev_id)
-    raise errors.InvalidValueError(f"device {spec!r}: use 'auto', 'cpu', 'opencl' or 'opencl:N'")
 
 
 class Model:
@@ -174,7 +140,7 @@ class Model:
                 )
             art.graph = get_json()
         self._graph = Graph(art.graph)
-        self.device = _device(device, self._lib)
+        self.device = device_of(device, self._lib)
         self._devices = [self.device]
         if len(self._graph.device_types) > 1 and self.device.type != _ffi.CPU:
             self._devices.append(_ffi.Device(_ffi.CPU, 0))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from . import _ffi, _tensors, errors
+from ._devices import device_of
 from ._executor import Executor
 from .profiling import BenchmarkResult
 
@@ -42,7 +43,7 @@ _BENCHMARK_FORMS = (
 )
 
 
-def _is_device(value: Any) -> bool:
+def _isdevice_of(value: Any) -> bool:
     return isinstance(value, (str, _ffi.Device)) or (hasattr(value, "device_type") and hasattr(value, "device_id"))
 
 
@@ -50,16 +51,15 @@ def benchmark_arguments(device: _ffi.Device, args: Sequence[Any], kwargs: Mappin
     """``benchmark``'s arguments in either form (ours, or TVM's ``GraphModule.benchmark`` with a
     device first) as our keywords; a device other than the model's, a function other than
     ``run``, or anything else unknown is refused with the forms accepted."""
-    from .model import _device  # the one reader of device arguments
 
     args = list(args)
     named = dict(kwargs)
     order: tuple[str, ...] = _OURS
-    if (args and _is_device(args[0])) or "device" in named or "dev" in named:
+    if (args and _isdevice_of(args[0])) or "device" in named or "dev" in named:
         order = _TVMS
-        given = args.pop(0) if args and _is_device(args[0]) else named.pop("device", named.pop("dev", None))
+        given = args.pop(0) if args and _isdevice_of(args[0]) else named.pop("device", named.pop("dev", None))
         try:
-            dev = _device(given, None)
+            dev = device_of(given, None)
         except (errors.TVMRTError, ValueError, TypeError):
             raise errors.InvalidValueError(f"benchmark: {given!r} is no device ({_BENCHMARK_FORMS})") from None
         if dev != device:

@@ -10,7 +10,6 @@ model), otherwise only by what the kernels check (rank, dtype).
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import struct
@@ -25,6 +24,7 @@ import numpy as np
 
 from . import _ffi, _fork, _tensors, errors
 from ._artifacts import LIBRARY_NAMES, PathLike, TensorInfo
+from ._devices import device_of
 from .plugins import load_plugins
 from .profiling import BenchmarkResult, Report
 
@@ -161,24 +161,10 @@ class _VM:
         return self._invoke(func)
 
 
-def _to_numpy(handle: _ffi.Handle) -> np.ndarray:
-    t = _ffi.array_tensor(handle)
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    code, bits = t.dtype.code, t.dtype.bits
-    if code == 1 and bits == 1:
-        dtype = np.dtype(np.bool_)
-    else:
-        dtype = _tensors.np_dtype({0: "int", 1: "uint", 2: "float", 4: "bfloat"}[code] + str(bits))
-    out = np.empty(shape, dtype=dtype)
-    lb = _ffi.lib()
-    lb.check(lb.cdll.TVMArrayCopyToBytes(ctypes.c_void_p(handle.value), out.ctypes.data, out.nbytes))
-    return out
-
-
 def _unpack(value: Any, flat: list[np.ndarray]) -> Nested:
     """A result as numpy arrays (tuples nested as the model returns them), also appended to `flat`."""
     if isinstance(value, _ffi.Handle) and value.code == _ffi.NDARRAY:
-        a = _to_numpy(value)
+        a = _tensors.array_to_numpy(value)
         flat.append(a)
         return a
     if isinstance(value, _ffi.Handle):
@@ -209,8 +195,6 @@ class VMModel:
         plugins: Sequence[PathLike] | PathLike | None = None,
         **unused: Any,
     ) -> None:
-        from .model import _device  # the graph model's device rules
-
         load_plugins(plugins)
         bad = sorted(k for k, v in unused.items() if v not in (None, False))
         if bad:
@@ -246,7 +230,7 @@ class VMModel:
         if function not in funcs:
             raise errors.InvalidKeyError(f"no function {function!r} (the executable's: {', '.join(funcs)})")
         self.params: list[str] = list(funcs[function]["params"])
-        self.device = _device(device, self._exe)
+        self.device = device_of(device, self._exe)
         self._devices = [self.device] if self.device.type == _ffi.CPU else [self.device, _ffi.Device(_ffi.CPU, 0)]
         recorded = _read_meta(art.meta) if art.meta is not None else None
         #: The inputs' names, dtypes and shapes: from ``input_specs``, else the ``.meta`` beside

@@ -111,14 +111,6 @@ fn manifest(model: &Model) -> Option<Recorded> {
     Some((ins, outs))
 }
 
-pub fn fill_of(kind: FillKind, seed: u64) -> Fill {
-    match kind {
-        FillKind::Random => Fill::Random(seed),
-        FillKind::Zeros => Fill::Zeros,
-        FillKind::Ones => Fill::Ones,
-    }
-}
-
 fn fill_name(fill: &Fill) -> &'static str {
     match fill {
         Fill::Random(_) => "random",
@@ -223,7 +215,7 @@ pub fn set_inputs(data: &InputArgs, margs: &ModelArgs, model: &Model, ex: &Graph
             let weight = missing.contains(&i);
             let fill = match weight_fill {
                 Some(fill) if weight => fill,
-                _ => fill_of(data.fill.unwrap_or(FillKind::Random), data.seed),
+                _ => tensors::fill_of(data.fill.unwrap_or(FillKind::Random), data.seed),
             };
             (tensors::filled(name, e.dtype, &e.shape, fill)?.data, fill_name(&fill), weight)
         };
@@ -270,13 +262,6 @@ pub fn check_readable(path: Option<&Path>) -> Result<()> {
     // A raw file's layout may follow its name (FILE@DTYPE[SHAPE]).
     let file = if p.exists() { s.as_ref() } else { s.rsplit_once('@').map_or(s.as_ref(), |(f, _)| f) };
     std::fs::metadata(file).map(|_| ()).map_err(|e| Error::io(file.to_string(), e))
-}
-
-/// The arrays of `run --expect`, read once the outputs are known (a raw reference takes the first
-/// output's dtype and shape); the flag: one array, for the first output only.
-pub fn read_expected(a: &RunArgs, first: Option<&HostTensor>) -> Result<Option<(Vec<HostTensor>, bool)>> {
-    let Some(p) = &a.expect else { return Ok(None) };
-    tensors::read_expected(&p.to_string_lossy(), first.map(|t| (t.dtype, &t.shape[..]))).map(Some)
 }
 
 /// Runs the model; `Ok(false)` when `--expect` found outputs outside the tolerance.
@@ -354,7 +339,7 @@ pub fn run(a: &RunArgs, json_out: bool) -> Result<bool> {
         .collect::<Result<_>>()?;
     // `--expect`: each output against the array of its name (output_k), else the k-th; a single
     // array (.npy, raw) is the first output's.
-    let expected = read_expected(a, outputs.first())?;
+    let expected = tensors::expected_of(a, outputs.first())?;
     let expect = match &expected {
         None => None,
         Some((want, first_only)) => {

@@ -259,6 +259,22 @@ pub enum Fill {
     Ones,
 }
 
+/// The fill a `--fill` names.
+pub fn fill_of(kind: crate::FillKind, seed: u64) -> Fill {
+    match kind {
+        crate::FillKind::Random => Fill::Random(seed),
+        crate::FillKind::Zeros => Fill::Zeros,
+        crate::FillKind::Ones => Fill::Ones,
+    }
+}
+
+/// The arrays of `run --expect`, read once the outputs are known (a raw reference takes the first
+/// output's dtype and shape); the flag: one array, for the first output only.
+pub fn expected_of(a: &crate::RunArgs, first: Option<&HostTensor>) -> Result<Option<(Vec<HostTensor>, bool)>> {
+    let Some(p) = &a.expect else { return Ok(None) };
+    read_expected(&p.to_string_lossy(), first.map(|t| (t.dtype, &t.shape[..]))).map(Some)
+}
+
 /// A tensor filled as asked: random values are small and valid for the dtype.
 pub fn filled(name: &str, dtype: DLDataType, shape: &[i64], fill: Fill) -> Result<HostTensor> {
     let n = tvm_runtime::dtype::num_elements(shape)?;

@@ -153,7 +153,7 @@ impl VmModel {
             }
             if self.layouts.len() == self.params.len() && !self.params.is_empty() {
                 // Shapes the model records: made-up values, as for a graph model.
-                let fill = crate::commands::fill_of(data.fill.unwrap_or(crate::FillKind::Random), data.seed);
+                let fill = tensors::fill_of(data.fill.unwrap_or(crate::FillKind::Random), data.seed);
                 let made = self
                     .params
                     .iter()
@@ -290,7 +290,7 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
     if let Some(path) = &a.outputs {
         tensors::write_npz(&path.to_string_lossy(), &outputs)?;
     }
-    let expected = crate::commands::read_expected(a, outputs.first())?;
+    let expected = tensors::expected_of(a, outputs.first())?;
     let mut all_ok = true;
     let outs: Vec<Value> = outputs
         .iter()
