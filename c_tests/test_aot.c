@@ -18,8 +18,10 @@ static void module_name_of(const char* dir, char* out, size_t n) {
   if (!f) return;
   while (fgets(line, sizeof line, f))
     if (!strncmp(line, "module_name ", 12)) {
-      line[strcspn(line, "\n")] = 0;
-      snprintf(out, n, "%s", line + 12);
+      size_t len = strcspn(line + 12, "\n");
+      if (len >= n) len = n - 1;
+      memcpy(out, line + 12, len);
+      out[len] = 0;
     }
   fclose(f);
 }
