@@ -60,12 +60,12 @@ VARIANTS = {
 def workload(net):
     """A benchmark network of relay.testing: (function, weight shapes, input shapes), with its
     weights' values fixed below like the fixtures'."""
-    import tvm.relay.testing
+    from tvm.relay import testing
 
     if net == "mlp":
-        mod, params = relay.testing.mlp.get_workload(batch_size=1)
+        mod, params = testing.mlp.get_workload(batch_size=1)
     else:
-        mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=1, image_shape=(3, 112, 112))
+        mod, params = testing.resnet.get_workload(num_layers=18, batch_size=1, image_shape=(3, 112, 112))
     fn = mod["main"]
     weights = {k: tuple(v.shape) for k, v in params.items()}
     inputs = {p.name_hint: tuple(int(d) for d in p.checked_type.shape) for p in fn.params if p.name_hint not in weights}
