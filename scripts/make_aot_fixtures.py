@@ -1,8 +1,9 @@
 """AOT executor artefacts (`relay.build(..., executor=Executor("aot"), runtime=Runtime("cpp"))` and
 export_library), one folder per option a C++-runtime build takes: the default (constants linked
 into the library), link-params off (the weights travel in the factory), workspace alignments 64 and
-128, the unified memory planner (USMP: workspace and constant pools the executor allocates), and a
-module name other than `default`. Two small networks: an MLP and a conv net. Outputs from the
+128, the unified memory planner (USMP: workspace and constant pools the executor allocates; its
+MLP's kernels store past the end of the workspace pool it plans: TVM 0.16's runtime records the
+outputs, then aborts on its corrupted heap), and a module name other than `default`. Two small networks: an MLP and a conv net. Outputs from the
 compiler's own runtime (upstream's AotModule).
 
   eval "$(scripts/tvm_env.sh)"
@@ -53,6 +54,7 @@ VARIANTS = {
     "convnet_ws64": (convnet, {"workspace-byte-alignment": 64}, {}, "default"),
     "convnet_ws128": (convnet, {"workspace-byte-alignment": 128}, {}, "default"),
     "convnet_usmp": (convnet, {}, {"tir.usmp.enable": True}, "default"),
+    "mlp_usmp": (mlp, {}, {"tir.usmp.enable": True}, "default"),
     "mlp_named": (mlp, {}, {}, "net"),
 }
 
@@ -90,7 +92,8 @@ def build(name, target, out):
     d = os.path.join(out, name)
     if options is None:  # the graph executor's build of a benchmark network
         with tvm.transform.PassContext(opt_level=3):
-            relay.build(mod, target=target, params=params).export_library(os.path.join(out, name, "lib.so"))
+            lib = relay.build(mod, target=target, params={k: tvm.nd.array(v) for k, v in params.items()})
+        lib.export_library(os.path.join(out, name, "lib.so"))
         return
     executor = Executor("aot", {"interface-api": "packed", "unpacked-api": False, **options})
     with tvm.transform.PassContext(opt_level=3, config=config):

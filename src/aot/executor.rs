@@ -10,9 +10,16 @@ use crate::error::{Error, Result};
 use crate::module::{Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::{Args, ArgsBuilder, PackedFunc, RetValue};
-use crate::tensor::{NDArray, RawTensor};
+use crate::tensor::{Buffer, NDArray, RawTensor};
 use std::any::Any;
 use std::sync::{Arc, Mutex};
+
+/// Bytes each workspace pool gets beyond the size the metadata gives. TVM 0.16's unified memory
+/// planner sizes a pool by its buffers' bytes, while a vectorised kernel (`dense_pack`) stores a
+/// whole vector past the last buffer's end: up to 40 bytes beyond the pool, seen under valgrind on
+/// an MLP, which corrupts upstream's heap (it allocates the size as given; so does 0.16's own
+/// runtime, which aborts).
+const WORKSPACE_SLACK: usize = 256;
 
 pub struct AotExecutor {
     model: Arc<Model>,
@@ -38,7 +45,10 @@ impl AotExecutor {
                 let bytes = crate::dtype::tensor_bytes(&p.shape, p.dtype)?;
                 let len =
                     i64::try_from(bytes).map_err(|_| Error::value("a workspace pool beyond the address space"))?;
-                NDArray::empty(&[len], DLDataType::new(crate::dlpack::kDLUInt, 8, 1), device)
+                // The slack in the block, not in the shape: TVM 0.19's entry checks the pool's
+                // shape against the size it planned.
+                let block = Arc::new(Buffer::zeroed_on(device, bytes.saturating_add(WORKSPACE_SLACK))?);
+                NDArray::view_of(&block, 0, &[len], DLDataType::new(crate::dlpack::kDLUInt, 8, 1))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(AotExecutor { model, inputs, outputs, workspaces, busy: Mutex::new(()) })
