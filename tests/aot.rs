@@ -99,10 +99,7 @@ fn metadata_that_disagrees_with_itself_is_refused_with_what_is_wrong() {
     // SAFETY: a well-formed structure of this test's.
     let m = unsafe { Metadata::read((&good() as *const CMetadata).cast()) }.unwrap();
     assert_eq!((m.inputs[0].name.as_str(), m.inputs[0].shape.as_slice()), ("data", &shape[..]));
-    assert_eq!(
-        (m.constants[0].name.as_str(), m.constants[0].bytes.len(), m.mod_name.as_str()),
-        ("c", 16, "tvmgen_default")
-    );
+    assert_eq!((m.constants[0].name.as_str(), m.constants[0].nbytes, m.mod_name.as_str()), ("c", 16, "tvmgen_default"));
 
     let negative = TensorInfo { name, shape: bad_shape.as_ptr(), num_shape: 2, dtype: DLDataType::F32 };
     let unnamed = TensorInfo { name: std::ptr::null(), shape: shape.as_ptr(), num_shape: 2, dtype: DLDataType::F32 };

@@ -99,7 +99,8 @@ impl AotExecutor {
         let _inside = crate::backend::fork::inside();
         let _busy = self.lock();
         let mut args = ArgsBuilder::new();
-        let pools = self.model.constant_pool.iter().chain(&self.workspaces);
+        // The constant pool, one per model (upstream copies it into each executor), then this one's.
+        let pools = self.model.meta.constant_pool.iter().chain(&self.workspaces);
         for t in self.inputs.iter().chain(&self.outputs).chain(pools) {
             args.object(t.clone().into_any());
         }

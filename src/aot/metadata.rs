@@ -4,9 +4,11 @@
 //! model's name. Read once, checked, and copied into owned values here: the only place that reads
 //! the library's structures.
 
-use crate::dlpack::DLDataType;
+use crate::dlpack::{kDLUInt, DLDataType, DLDevice};
 use crate::error::{Error, Result};
+use crate::object::ObjRef;
 use crate::stream::Reader;
+use crate::tensor::{Buffer, NDArray};
 use std::ffi::{c_char, c_void, CStr};
 
 #[repr(C)]
@@ -49,11 +51,11 @@ pub struct TensorInfo {
     pub dtype: DLDataType,
 }
 
-/// A constant of a constant pool: where it goes in the pool, and its bytes.
+/// A constant of a constant pool: where it goes in the pool, and its size.
 pub struct Constant {
     pub name: String,
     pub byte_offset: usize,
-    pub bytes: Vec<u8>,
+    pub nbytes: usize,
 }
 
 pub struct Metadata {
@@ -61,6 +63,10 @@ pub struct Metadata {
     pub outputs: Vec<TensorInfo>,
     pub workspace_pools: Vec<TensorInfo>,
     pub constants: Vec<Constant>,
+    /// The constants at their offsets in one byte array (as long as the furthest one's end), made
+    /// as the metadata is read, from the library's own bytes, when the entry takes pools (USMP):
+    /// upstream's rule. Read-only to the code.
+    pub constant_pool: Option<ObjRef<NDArray>>,
     pub mod_name: String,
 }
 
@@ -90,15 +96,36 @@ impl Metadata {
         // SAFETY: the arrays and strings of the structure, per the caller's promise; counts and
         // pointers are checked before use.
         unsafe {
+            let workspace_pools = tensor_infos(m.workspace_pools, m.num_workspace_pools, "workspace pools")?;
+            let constants = constants(m.constant_pools, m.num_constant_pools)?;
+            let constant_pool = if workspace_pools.is_empty() { None } else { Some(constant_pool(&constants)?) };
             Ok(Metadata {
                 inputs: tensor_infos(m.inputs, m.num_inputs, "inputs")?,
                 outputs: tensor_infos(m.outputs, m.num_outputs, "outputs")?,
-                workspace_pools: tensor_infos(m.workspace_pools, m.num_workspace_pools, "workspace pools")?,
-                constants: constants(m.constant_pools, m.num_constant_pools)?,
+                workspace_pools,
+                constants: constants.into_iter().map(|(c, _)| c).collect(),
+                constant_pool,
                 mod_name: string(m.mod_name, "mod_name")?,
             })
         }
     }
+}
+
+/// The constants in one array, each at its offset, copied once from the library's bytes.
+fn constant_pool(constants: &[(Constant, &[u8])]) -> Result<ObjRef<NDArray>> {
+    let too_far = || Error::value("AOT metadata: a constant pool beyond the address space");
+    let len = constants
+        .iter()
+        .try_fold(0usize, |end, (c, _)| c.byte_offset.checked_add(c.nbytes).map(|e| end.max(e)).ok_or_else(too_far))?;
+    let block = std::sync::Arc::new(Buffer::zeroed_on(DLDevice::CPU, len)?);
+    let pool =
+        NDArray::view_of(&block, 0, &[i64::try_from(len).map_err(|_| too_far())?], DLDataType::new(kDLUInt, 8, 1))?;
+    for (c, bytes) in constants {
+        // SAFETY: a new host array of `len` bytes nobody else holds; each constant ends within
+        // it (`len` is the furthest end), and its bytes are the library's, which cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), pool.data_ptr().add(c.byte_offset), bytes.len()) };
+    }
+    Ok(pool)
 }
 
 /// # Safety
@@ -153,7 +180,7 @@ unsafe fn tensor_infos(items: *const CTensorInfo, n: i64, what: &str) -> Result<
 
 /// # Safety
 /// As [`slice`]; each constant's `data_bytes` holds `data_len` bytes.
-unsafe fn constants(items: *const CConstantInfo, n: i64) -> Result<Vec<Constant>> {
+unsafe fn constants<'a>(items: *const CConstantInfo, n: i64) -> Result<Vec<(Constant, &'a [u8])>> {
     // SAFETY: the caller's promise.
     let items = unsafe { slice(items, n, "constant pools")? };
     items
@@ -174,21 +201,21 @@ unsafe fn constants(items: *const CConstantInfo, n: i64) -> Result<Vec<Constant>
                 unsafe { std::slice::from_raw_parts(c.data_bytes.cast::<u8>(), c.data_len as usize) }
             };
             let bytes = if data.is_empty() {
-                Vec::new()
+                &[][..]
             } else {
                 let mut r = Reader::new(data, "AOT constant");
                 let record = crate::params::read_record(&mut r)
                     .map_err(|e| e.context(format!("AOT metadata: constant '{name}'")))?;
-                record.data.to_vec()
+                record.data
             };
-            Ok(Constant { name, byte_offset, bytes })
+            Ok((Constant { name, byte_offset, nbytes: bytes.len() }, bytes))
         })
         .collect()
 }
 
 /// The metadata of the AOT library `code` (the factory's import: the metadata module, whose import
 /// is the library) describes itself with, through its `get_c_metadata`.
-pub fn of_library(code: &crate::object::ObjRef<crate::module::Module>) -> Result<Metadata> {
+pub fn of_library(code: &ObjRef<crate::module::Module>) -> Result<Metadata> {
     use crate::module::Module;
     use crate::packed::{ArgsBuilder, RetValue};
     let f = Module::get_function(code, "get_c_metadata", true)?

@@ -1,15 +1,13 @@
-//! What every executor of one AOT artefact shares, read once: the metadata, the entry function,
-//! the constant pool.
+//! What every executor of one AOT artefact shares, read once: the metadata (with the one constant
+//! pool), the entry function.
 
 #![forbid(unsafe_code)]
 
 use super::metadata::{self, Metadata};
-use crate::dlpack::DLDataType;
 use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::object::ObjRef;
 use crate::packed::PackedFunc;
-use crate::tensor::NDArray;
 
 /// What every executor of one artefact shares.
 pub struct Model {
@@ -17,9 +15,6 @@ pub struct Model {
     /// `<mod_name>___tvm_main__`: inputs, outputs, then (with USMP) the constant pool and the
     /// workspace pools, as DLTensors.
     pub main: ObjRef<PackedFunc>,
-    /// The constants of every constant pool in one array (USMP only), read-only to the code: one
-    /// per model, where upstream makes one per executor.
-    pub constant_pool: Option<ObjRef<NDArray>>,
 }
 
 impl Model {
@@ -28,24 +23,8 @@ impl Model {
         let entry = format!("{}___tvm_main__", meta.mod_name);
         let main = Module::get_function(code, &entry, true)?
             .ok_or_else(|| Error::attribute(format!("the AOT artefact's library has no entry function '{entry}'")))?;
-        let constant_pool = if meta.workspace_pools.is_empty() { None } else { Some(constant_pool(&meta)?) };
-        Ok(Model { meta, main, constant_pool })
+        Ok(Model { meta, main })
     }
-}
-
-/// The constants at their offsets in one byte array, as long as the furthest one's end.
-fn constant_pool(meta: &Metadata) -> Result<ObjRef<NDArray>> {
-    let too_far = || Error::value("AOT metadata: a constant pool beyond the address space");
-    let len = meta
-        .constants
-        .iter()
-        .try_fold(0usize, |end, c| c.byte_offset.checked_add(c.bytes.len()).map(|e| end.max(e)).ok_or_else(too_far))?;
-    let mut bytes = vec![0u8; len];
-    for c in &meta.constants {
-        bytes[c.byte_offset..c.byte_offset + c.bytes.len()].copy_from_slice(&c.bytes);
-    }
-    let len = i64::try_from(len).map_err(|_| too_far())?;
-    NDArray::from_bytes(&[len], DLDataType::new(crate::dlpack::kDLUInt, 8, 1), &bytes)
 }
 
 impl Model {
@@ -72,7 +51,7 @@ impl Model {
             ts.iter().map(|t| crate::dtype::tensor_bytes(&t.shape, t.dtype).unwrap_or(0)).sum()
         };
         serde_json::json!({
-            "constant_pool": self.constant_pool.as_ref().map_or(0, |p| p.nbytes()),
+            "constant_pool": self.meta.constant_pool.as_ref().map_or(0, |p| p.nbytes()),
             "per_executor": {
                 "inputs": bytes(&self.meta.inputs),
                 "outputs": bytes(&self.meta.outputs),
