@@ -5,7 +5,12 @@
  * upstream's ArrayNode. Outputs against the compiler's own runtime's. Also the Array layout
  * itself, as C++ compiled against upstream's headers reads it: after the 16-byte object header,
  * int64 size, int64 capacity, then the element handles inline.
- * usage: test_byoc FIXTURE_DIR (tests/fixtures/byoc/ccompiler) */
+ * With a plug-in (a BYOC JSON backend built on upstream's JSONRuntimeBase, c_tests/cxx/plugin/
+ * json_plugin.cc) loaded first, the same for an artefact holding that backend's module
+ * (tests/fixtures/byoc/json): its constant reaches the backend through `__init_` too.
+ * usage: test_byoc FIXTURE_DIR [PLUGIN_SO] (tests/fixtures/byoc/ccompiler) */
+#include <dlfcn.h>
+
 #include "executor.h"
 
 /* upstream's ArrayNode, as its headers lay it out */
@@ -51,7 +56,12 @@ static void array_layout(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) return 2;
+  if (argc != 2 && argc != 3) return 2;
+  /* A plug-in the artefact needs (its module types), loaded first as a host does. */
+  if (argc == 3 && !dlopen(argv[2], RTLD_NOW | RTLD_LOCAL)) {
+    fprintf(stderr, "cannot load the plug-in %s: %s\n", argv[2], dlerror());
+    return 1;
+  }
   array_layout();
   Fixture fx;
   CHECK(load_fixture(argv[1], &fx) == 0, "manifest");

@@ -81,7 +81,8 @@ if [ $quick = 1 ]; then
   stage "C tests (CTest, host only, no valgrind)"
   cmake -S . -B build-quick -DBUILD_TESTING=ON -DTVM_RT_WERROR=ON -DTVM_RT_VALGRIND=OFF -DTVM_RT_REQUIRE_UPSTREAM=ON \
     -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib -DTVM_UPSTREAM_SHARED="$upstream_dir" \
-    -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
+    -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" \
+    -DTVM_JSON_RUNTIME_INCLUDE="$TVM_JSON_RUNTIME_INCLUDE" >/dev/null
   cmake --build build-quick -j2
   ctest --test-dir build-quick --output-on-failure --no-tests=error
   stage "quick run passed (scripts/test.sh without --quick runs everything, as CI does)"
@@ -90,7 +91,7 @@ fi
 stage "C tests (CTest, plain and under valgrind)"
 cmake -S . -B build -DBUILD_TESTING=ON -DTVM_RT_WERROR=ON -DTVM_RT_VALGRIND=ON -DTVM_RT_REQUIRE_UPSTREAM=ON -DTVM_RT_REQUIRE_UPSTREAM_LIB=$require_lib \
   -DTVM_UPSTREAM_SHARED="$upstream_dir" -DTVM_UPSTREAM_INCLUDE="$TVM_UPSTREAM_INCLUDE" \
-  -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" >/dev/null
+  -DTVM_DLPACK_INCLUDE="$TVM_DLPACK_INCLUDE" -DTVM_JSON_RUNTIME_INCLUDE="$TVM_JSON_RUNTIME_INCLUDE" >/dev/null
 cmake --build build -j2
 ctest --test-dir build --output-on-failure --no-tests=error
 stage "the tool with the test plug-in CMake built (c_tests/cxx/plugin)"

@@ -48,6 +48,7 @@ for gen in "${generators[@]}"; do
 done
 echo "== the test suite in Release with -Werror (BUILD_TESTING=ON TVM_RT_WERROR=ON)"
 cmake -S . -B "$out/tests-release" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON -DTVM_RT_WERROR=ON \
-  -DTVM_UPSTREAM_INCLUDE="${TVM_UPSTREAM_INCLUDE:-}" -DTVM_DLPACK_INCLUDE="${TVM_DLPACK_INCLUDE:-}" >"$out/tests.log" 2>&1
+  -DTVM_UPSTREAM_INCLUDE="${TVM_UPSTREAM_INCLUDE:-}" -DTVM_DLPACK_INCLUDE="${TVM_DLPACK_INCLUDE:-}" \
+  -DTVM_JSON_RUNTIME_INCLUDE="${TVM_JSON_RUNTIME_INCLUDE:-}" >"$out/tests.log" 2>&1
 cmake --build "$out/tests-release" -j2 >>"$out/tests.log" 2>&1 || { tail -40 "$out/tests.log"; exit 1; }
 echo "== the CMake route works with every build type"

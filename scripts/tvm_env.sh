@@ -15,6 +15,25 @@ if [ ! -f "$dir/unz/tvm/libtvm_runtime.so" ]; then
     "$dir/wheel" "$dir/unz.tmp"
   mv "$dir/unz.tmp" "$dir/unz"
 fi
+# Upstream's JSON runtime (src/runtime/contrib/json: JSONRuntimeBase, the base of every BYOC JSON
+# backend), which only TVM's source tree carries: the two headers, from the TVM 0.19 wheel
+# (xtc-tvm-python-bindings, 47 MB, downloaded once and dropped), for the JSON plug-in test.
+if [ ! -f "$dir/json-runtime/json_runtime.h" ]; then
+  echo "fetching upstream's JSON runtime headers into $dir/json-runtime" >&2
+  rm -rf "$dir/json-wheel"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_28_x86_64 xtc-tvm-python-bindings==0.19.0.12 -d "$dir/json-wheel" >&2
+  python3 - "$dir/json-wheel" "$dir/json-runtime" <<'PY'
+import glob, os, sys, zipfile
+os.makedirs(sys.argv[2], exist_ok=True)
+z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0])
+for n in z.namelist():
+    if "/src/runtime/contrib/json/" in n and n.endswith(".h"):
+        with open(os.path.join(sys.argv[2], os.path.basename(n)), "wb") as f:
+            f.write(z.read(n))
+PY
+  rm -rf "$dir/json-wheel"
+fi
 # --no-venv: only the runtime and headers are needed (tests), not the compiler's Python deps.
 if [ "${1:-}" != "--no-venv" ] && { [ ! -x "$dir/venv/bin/python" ] || [ ! -f "$dir/venv/.complete" ]; }; then
   echo "creating the Python venv in $dir/venv" >&2
@@ -29,3 +48,4 @@ echo "export TVM_UPSTREAM_RUNTIME='$dir/unz/tvm/libtvm_runtime.so'"
 echo "export TVM_UPSTREAM_INCLUDE='$dir/unz/tvm/include'"
 echo "export TVM_DLPACK_INCLUDE='$dir/unz/tvm/dlpack/include'"
 echo "export TVM_DMLC_INCLUDE='$dir/unz/tvm/dmlc-core/include'"
+echo "export TVM_JSON_RUNTIME_INCLUDE='$dir/json-runtime'"
