@@ -342,6 +342,32 @@ def test_a_relay_vm_model_serves_any_batch_as_it_is(app):
     serve.delete("vm")
 
 
+def test_an_aot_model_serves_its_shape_and_describes_itself(app):
+    """An AOT artefact (Executor("aot")): served as it is built, its inputs and outputs in the
+    protocol's metadata from the library's own, a request of another shape the client's mistake."""
+    aot_dir = FIXTURES / "aot" / "0.16" / "convnet_usmp"
+    app_ = tserve.deployment(str(aot_dir), name="aot", concurrency=2, ray_actor_options={"num_cpus": 0})
+    handle = serve.run(app_, name="aot", route_prefix="/aot")
+    url = app[1].rsplit("/", 1)[0] + "/aot"
+    direct = tvmrt.Model(aot_dir)
+    x = np.random.default_rng(5).standard_normal((1, 3, 12, 12)).astype("float32")
+    want = direct.run(x)
+    got = handle.infer.remote({"input_1": x}).result()
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+    meta = requests.get(url + "/v2/models/aot", timeout=60).json()
+    assert meta["platform"] == "tvm_aot", meta
+    assert meta["inputs"] == [{"name": "input_1", "datatype": "FP32", "shape": [1, 3, 12, 12]}]
+    assert [o["shape"] for o in meta["outputs"]] == [[1, 10], [1, 10]]
+    body = {"inputs": [{"name": "input_1", "shape": [1, 3, 12, 12], "datatype": "FP32", "data": x.ravel().tolist()}]}
+    r = requests.post(url + "/v2/models/aot/infer", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(np.asarray(r.json()["outputs"][1]["data"], np.float32), want[1].ravel())
+    body["inputs"][0]["shape"], body["inputs"][0]["data"] = [2, 3, 12, 12], x.ravel().tolist() * 2
+    r = requests.post(url + "/v2/models/aot/infer", json=body, timeout=60)
+    assert r.status_code == 400 and "input_1" in r.json()["error"], r.text
+    serve.delete("aot")
+
+
 def test_a_relay_vm_model_with_no_types_says_so(app, tmp_path):
     """A VM executable records no input types: without input_specs or a .meta, the protocol's
     metadata is refused (never a shape that is not the model's) and requests still run."""

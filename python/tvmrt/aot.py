@@ -5,6 +5,7 @@ pool for USMP builds); each thread running the model has an executor of its own.
 
 from __future__ import annotations
 
+import json
 import struct
 import threading
 import time
@@ -63,7 +64,13 @@ class _Executor:
 class AOTModel:
     """An AOT executor model: ``path`` is its folder or its ``export_library`` file (``lib=``
     names the file). ``run`` takes the inputs in order, by name or as a mapping, and returns the
-    outputs as numpy arrays. Made by :class:`tvmrt.Model` for AOT artefacts."""
+    outputs as numpy arrays. Made by :class:`tvmrt.Model` for AOT artefacts. ``input_specs``, when
+    given, must agree with what the artefact records (a deployment's declaration, checked)."""
+
+    #: The model's kind in the Open Inference Protocol's metadata.
+    platform = "tvm_aot"
+    #: Every input's dtype and shape are known (the library's metadata records them).
+    described = True
 
     def __init__(
         self,
@@ -73,6 +80,7 @@ class AOTModel:
         device: Any = "auto",
         num_threads: int | None = None,
         plugins: Sequence[PathLike] | PathLike | None = None,
+        input_specs: Sequence[TensorInfo] | Mapping[str, tuple[Sequence[int], str]] | None = None,
         **unused: Any,
     ) -> None:
         bad = sorted(k for k, v in unused.items() if v not in (None, False))
@@ -114,7 +122,25 @@ class AOTModel:
         self.outputs: list[TensorInfo] = [info(f"output{k}", get_output(k)) for k in range(num_outputs)]
         self.weights: list[TensorInfo] = []
         self._free.append(first)
+        if input_specs is not None:
+            self._check_specs(input_specs)
         _fork.track(self)
+
+    def _check_specs(self, given: Sequence[TensorInfo] | Mapping[str, tuple[Sequence[int], str]]) -> None:
+        """Refuses a declaration of the inputs that disagrees with the artefact, naming where."""
+        if isinstance(given, Mapping):
+            declared = [(self._sanitised(n), tuple(s), str(d)) for n, (s, d) in given.items()]
+        else:
+            declared = [(self._sanitised(t.name), tuple(t.shape or ()), t.dtype) for t in given]
+        have = [(t.name, tuple(t.shape or ()), t.dtype) for t in self.inputs]
+        if declared != have:
+            raise errors.InvalidValueError(f"input_specs {declared} disagree with the artefact's inputs {have}")
+
+    def memory_usage(self) -> dict[str, Any]:
+        """The constant pool (once per model) and what each executor holds, in bytes."""
+        self._check_open()
+        usage: dict[str, Any] = json.loads(_ffi.method(self._lib, "tvmrt.memory_usage")())
+        return usage
 
     def _check_open(self) -> None:
         if self._closed:

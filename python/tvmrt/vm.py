@@ -181,6 +181,9 @@ class VMModel:
     model accepts and returns numpy arrays: a tuple result flattened in order (``nested=True``:
     as the model nests it). Made by :class:`tvmrt.Model` for VM artefacts."""
 
+    #: The model's kind in the Open Inference Protocol's metadata.
+    platform = "tvm_relay_vm"
+
     def __init__(
         self,
         path: PathLike | None = None,

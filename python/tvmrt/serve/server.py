@@ -21,6 +21,7 @@ from ray.serve import metrics
 from .. import _tensors, errors
 from .._artifacts import PathLike, TensorInfo
 from .._cache import default_prepared_dir
+from ..aot import AOTModel, locate_aot
 from ..model import Model
 from ..plugins import load_plugins
 from ..vm import VMModel, locate_vm
@@ -132,7 +133,7 @@ def _deployment_name() -> str:
         return "tvmrt"
 
 
-def _refused_by_kernels(vm: VMModel, e: errors.RuntimeFailure) -> Exception:
+def _refused_by_kernels(vm: VMModel | AOTModel, e: errors.RuntimeFailure) -> Exception:
     """A VM run's failure as the client's mistake when a kernel refused the rank or dtype of what it
     was given (a model with no recorded types cannot check them before the run), else as it is."""
     text = str(e)
@@ -200,8 +201,9 @@ class ModelServer:
         #: The model's name in the Open Inference Protocol: the deployment's.
         self.protocol_name = _deployment_name()
         self._protocol_meta: _protocol.ModelMeta | None = None
-        self.vm: VMModel | None = None
-        if locate_vm(paths[0]) is not None:
+        # A model run in one call per request, at its own shape: a Relay VM's or an AOT artefact's.
+        self.vm: VMModel | AOTModel | None = None
+        if locate_vm(paths[0]) is not None or locate_aot(paths[0]) is not None:
             self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs)
             return
         per_build = _params_per_build(params, len(paths))
@@ -269,11 +271,13 @@ class ModelServer:
         max_body: int | None,
         input_specs: Any = None,
     ) -> None:
-        """A Relay VM model: one executable runs every shape it accepts, so a request runs as it
-        is (no builds, no padding, no batching); several run at once on the replica's threads."""
+        """A model run in one call: a Relay VM executable runs every shape it accepts, an AOT
+        artefact the one it was built for, so a request runs as it is (no builds, no padding, no
+        batching); several run at once on the replica's threads."""
         if len(paths) != 1:
-            raise errors.InvalidValueError("a Relay VM model is served alone: it runs every shape it accepts")
-        self.vm = VMModel(paths[0], device=device, num_threads=num_threads, input_specs=input_specs)
+            raise errors.InvalidValueError(f"{paths[0]} is served alone: a Relay VM or AOT model has no builds")
+        kind = VMModel if locate_vm(paths[0]) is not None else AOTModel
+        self.vm = kind(paths[0], device=device, num_threads=num_threads, input_specs=input_specs)
         self.prepared, self.made_prepared, self._holding = None, False, None
         self.builds = []
         self.inputs = {}
@@ -285,7 +289,8 @@ class ModelServer:
         self.max_batch_size = 0
         self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tvmrt-run")
         self._metrics()
-        logger.info("tvmrt: Relay VM model %s on %s, %d runs at once", paths[0], self.vm.device, concurrency)
+        what = "Relay VM" if isinstance(self.vm, VMModel) else "AOT"
+        logger.info("tvmrt: %s model %s on %s, %d runs at once", what, paths[0], self.vm.device, concurrency)
         if not self.vm.described:
             logger.warning(
                 "tvmrt: %s records no input types, and no input_specs= or .meta gives them: requests are not checked "
@@ -585,7 +590,7 @@ class ModelServer:
 
             inputs = [described(t) for t in self.vm.inputs]
             outputs = [described(t) for t in self.vm.outputs]
-            meta = _protocol.ModelMeta(self.protocol_name, "tvm_relay_vm", inputs, outputs)
+            meta = _protocol.ModelMeta(self.protocol_name, self.vm.platform, inputs, outputs)
         else:
             inputs = [
                 _protocol.TensorMeta(
