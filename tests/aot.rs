@@ -1,15 +1,19 @@
 //! AOT executor artefacts under bad input: the factory's blob entry cut at every length and with
 //! every byte changed, and a library's metadata that disagrees with itself (versions, counts,
-//! null arrays, shapes, constants). Each is an error or a model that runs, never a crash; what the
-//! fixtures compute is checked by c_tests/test_aot.c and TVM's Python.
+//! null arrays, shapes, constants). Each is an error or a model that runs, never a crash. Then
+//! every fixture through the crate (also c_tests/test_aot.c and TVM's Python).
 
 mod common;
 
 use common::*;
 use std::ffi::{c_char, c_void};
 use tvm_runtime::aot::metadata::Metadata;
-use tvm_runtime::dlpack::DLDataType;
+use tvm_runtime::dlpack::{DLDataType, DLDevice};
 use tvm_runtime::library::{blob, read_module_blob, LibraryModule};
+use tvm_runtime::module::Module;
+use tvm_runtime::object::ObjRef;
+use tvm_runtime::packed::{ArgsBuilder, RetValue};
+use tvm_runtime::tensor::NDArray;
 
 #[test]
 fn a_cut_or_changed_factory_entry_is_an_error_or_a_factory() {
@@ -126,4 +130,94 @@ fn metadata_that_disagrees_with_itself_is_refused_with_what_is_wrong() {
     }
     // SAFETY: null is refused before it is read.
     assert!(unsafe { Metadata::read(std::ptr::null()) }.is_err());
+}
+
+/// The module name a fixture's factory makes executors with.
+fn module_name(f: &Fixture) -> String {
+    let text = std::fs::read_to_string(f.dir.join("manifest.txt")).unwrap();
+    text.lines().find_map(|l| l.strip_prefix("module_name ").map(str::to_string)).unwrap_or_else(|| "default".into())
+}
+
+fn executor(lib: &ObjRef<Module>, name: &str) -> ObjRef<Module> {
+    match call(lib, name, |a| {
+        a.device(DLDevice::CPU);
+    })
+    .unwrap()
+    {
+        RetValue::Object(o) => o.downcast::<Module>().ok().unwrap(),
+        other => panic!("{name} returned {other:?}"),
+    }
+}
+
+fn int(m: &ObjRef<Module>, name: &str, build: impl FnOnce(&mut ArgsBuilder)) -> i64 {
+    match call(m, name, build).unwrap() {
+        RetValue::Int(n) => n,
+        other => panic!("{name} returned {other:?}"),
+    }
+}
+
+/// Every AOT fixture through the crate: two executors of one artefact, run in turn, each gives the
+/// compiler's outputs from its own inputs (set by name as written, and by index), and the executor's
+/// table answers as upstream's; the factory's own functions too.
+#[test]
+fn every_aot_fixture_runs_through_its_factory() {
+    for version in ["0.16", "0.19"] {
+        let root = fixtures_dir().join(format!("aot/{version}"));
+        let mut dirs: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).collect();
+        dirs.sort();
+        for dir in dirs {
+            let f = Fixture::load(&format!("aot/{version}/{}", dir.file_name().unwrap().to_string_lossy()));
+            let lib = f.load_lib();
+            let name = module_name(&f);
+            let (a, b) = (executor(&lib, &name), executor(&lib, &name));
+            assert_eq!(int(&a, "get_num_inputs", |_| {}), f.inputs.len() as i64, "{}", f.name);
+            assert_eq!(int(&a, "get_num_outputs", |_| {}), f.outputs.len() as i64, "{}", f.name);
+            let zeros: Vec<u8> = vec![0; f.inputs[0].data.len()];
+            for (k, t) in f.inputs.iter().enumerate() {
+                let x = NDArray::from_bytes(&t.shape, t.dtype, &t.data).unwrap();
+                call(&a, "set_input", |c| {
+                    c.str(&t.name).object(x.clone().into_any());
+                })
+                .unwrap();
+                // The other executor: other values, by index.
+                let z = NDArray::from_bytes(&t.shape, t.dtype, &zeros).unwrap();
+                call(&b, "set_input", |c| {
+                    c.int(k as i64).object(z.into_any());
+                })
+                .unwrap();
+                assert_eq!(
+                    int(&a, "get_input_index", |c| {
+                        c.str(&t.name);
+                    }),
+                    k as i64
+                );
+            }
+            call(&a, "run", |_| {}).unwrap();
+            call(&b, "run", |_| {}).unwrap();
+            for (k, want) in f.outputs.iter().enumerate() {
+                let RetValue::Object(o) = call(&a, "get_output", |c| {
+                    c.int(k as i64);
+                })
+                .unwrap() else {
+                    panic!("no output {k}")
+                };
+                assert_eq!(o.downcast_ref::<NDArray>().unwrap().to_vec(), want.data, "{} output {k}", f.name);
+            }
+            assert_eq!(
+                int(&a, "get_input_index", |c| {
+                    c.str("no such input");
+                }),
+                -1
+            );
+            let e = call(&a, "set_input", |c| {
+                c.str("no such input").object(NDArray::from_bytes(&[1], DLDataType::F32, &[0; 4]).unwrap().into_any());
+            });
+            assert!(e.unwrap_err().to_string().contains("no input 'no such input'"));
+            assert!(call(&a, "set_input_zero_copy", |_| {}).is_err());
+            let RetValue::Str(described) = call(&lib, "tvmrt.describe", |_| {}).unwrap() else { panic!("describe") };
+            let d: serde_json::Value = serde_json::from_str(&described).unwrap();
+            assert_eq!(d["inputs"].as_array().unwrap().len(), f.inputs.len());
+            assert_eq!(d["outputs"][0]["shape"].as_array().unwrap().len(), f.outputs[0].shape.len());
+        }
+    }
 }
