@@ -215,6 +215,36 @@ fn every_aot_fixture_runs_through_its_factory() {
             assert!(e.unwrap_err().to_string().contains("no input 'no such input'"));
             assert!(call(&a, "set_input_zero_copy", |_| {}).is_err());
             assert_eq!(a.type_key(), "AotExecutor");
+            assert_eq!(a.property_mask(), tvm_runtime::module::property::RUNNABLE);
+            let sanitized: String =
+                f.inputs[0].name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+            assert!(matches!(call(&a, "get_input_name", |c| {
+                c.int(0);
+            }).unwrap(), RetValue::Str(s) if s == sanitized));
+            // The factory's own: its module name, and a copy without params whose executors run.
+            assert_eq!(lib.property_mask(), 0b011);
+            let RetValue::Object(names) = call(&lib, "list_module_names", |_| {}).unwrap() else { panic!("names") };
+            let names = names.downcast::<tvm_runtime::packed::ArrayObj>().ok().unwrap();
+            assert_eq!(names.items()[0].downcast_ref::<tvm_runtime::packed::StringObj>().unwrap().as_str(), name);
+            let RetValue::Object(bare) = call(&lib, "remove_params", |_| {}).unwrap() else { panic!("remove_params") };
+            let bare = bare.downcast::<Module>().ok().unwrap();
+            assert_eq!(bare.type_key(), "AotExecutorFactory");
+            let c = executor(&bare, &name);
+            for (k, t) in f.inputs.iter().enumerate() {
+                let x = NDArray::from_bytes(&t.shape, t.dtype, &t.data).unwrap();
+                call(&c, "set_input", |b| {
+                    b.int(k as i64).object(x.into_any());
+                })
+                .unwrap();
+            }
+            call(&c, "run", |_| {}).unwrap();
+            let RetValue::Object(o) = call(&c, "get_output", |b| {
+                b.int(0);
+            })
+            .unwrap() else {
+                panic!("no output")
+            };
+            assert_eq!(o.downcast_ref::<NDArray>().unwrap().to_vec(), f.outputs[0].data, "{}: remove_params", f.name);
             // An index past the inputs, and get_input: the array set_input wrote, None for a name
             // the model does not have.
             let n = f.inputs.len() as i64;
