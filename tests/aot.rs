@@ -306,4 +306,21 @@ fn a_factorys_params_are_its_executors_inputs() {
         c.device(DLDevice::CPU);
     });
     assert!(e.unwrap_err().to_string().contains("no input 'stray'"));
+    // Arguments that are not (module, name, [name, array]...): errors.
+    for n in [1, 3] {
+        let mut a = ArgsBuilder::new();
+        a.object(lib.imports()[0].clone().into_any());
+        if n == 3 {
+            a.str("default").str("lonely");
+        }
+        let e = create.call(&a.args()).unwrap_err().to_string();
+        assert!(e.contains("takes (module, module_name"), "{e}");
+    }
+    // Memory: the USMP build's constant pool once per model, each executor's own pools.
+    let usmp = Fixture::load("aot/0.16/convnet_usmp").load_lib();
+    let RetValue::Str(text) = call(&usmp, "tvmrt.memory_usage", |_| {}).unwrap() else { panic!("memory") };
+    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(m["constant_pool"], 896, "{m}");
+    assert_eq!(m["per_executor"]["workspace_pools"], 7536, "{m}");
+    assert_eq!(m["per_executor"]["inputs"], 3 * 12 * 12 * 4, "{m}");
 }
