@@ -306,6 +306,16 @@ fn a_factorys_params_are_its_executors_inputs() {
         c.device(DLDevice::CPU);
     });
     assert!(e.unwrap_err().to_string().contains("no input 'stray'"));
+    // The CPU alone, one device: anything else is refused at creation, saying so.
+    let gpu = DLDevice { device_type: 4, device_id: 0 };
+    for devices in [vec![gpu], vec![DLDevice::CPU, DLDevice::CPU]] {
+        let e = call(&lib, "default", |c| {
+            for d in &devices {
+                c.device(*d);
+            }
+        });
+        assert!(e.unwrap_err().to_string().contains("cpu(0) alone"), "{devices:?}");
+    }
     // Arguments that are not (module, name, [name, array]...): errors.
     for n in [1, 3] {
         let mut a = ArgsBuilder::new();
