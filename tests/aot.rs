@@ -316,16 +316,23 @@ fn a_factorys_params_are_its_executors_inputs() {
         });
         assert!(e.unwrap_err().to_string().contains("cpu(0) alone"), "{devices:?}");
     }
-    // Arguments that are not (module, name, [name, array]...): errors.
-    for n in [1, 3] {
+    // Arguments that are not (module, name, [name, array]...): errors; (module, name) alone: a
+    // factory without params.
+    for n in [0, 1, 3] {
         let mut a = ArgsBuilder::new();
-        a.object(lib.imports()[0].clone().into_any());
+        if n > 0 {
+            a.object(lib.imports()[0].clone().into_any());
+        }
         if n == 3 {
             a.str("default").str("lonely");
         }
         let e = create.call(&a.args()).unwrap_err().to_string();
         assert!(e.contains("takes (module, module_name"), "{e}");
     }
+    let mut a = ArgsBuilder::new();
+    a.object(lib.imports()[0].clone().into_any()).str("mine");
+    let RetValue::Object(plain) = create.call(&a.args()).unwrap() else { panic!("no factory") };
+    executor(&plain.downcast::<Module>().ok().unwrap(), "mine");
     // Memory: the USMP build's constant pool once per model, each executor's own pools.
     let usmp = Fixture::load("aot/0.16/convnet_usmp").load_lib();
     let RetValue::Str(text) = call(&usmp, "tvmrt.memory_usage", |_| {}).unwrap() else { panic!("memory") };
