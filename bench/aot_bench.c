@@ -6,42 +6,14 @@
  *   aot_bench memory DIR K      resident kB: after one executor has run, then per executor for
  *                               K executors (each run once), "FIRST PER_EXTRA"
  */
-#define _GNU_SOURCE
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include <tvm/runtime/c_runtime_api.h>
-
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    if ((x) != 0) {                                                                  \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, TVMGetLastError()); \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 static long resident_kb(void) {
-  FILE* f = fopen("/proc/self/status", "r");
-  char line[256];
-  long v = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmRSS:", 6)) v = atol(line + 6);
-  if (f) fclose(f);
-  return v;
+  long rss, data;
+  vm_kb(&rss, &data);
+  return rss;
 }
 
 static TVMFunctionHandle fn(TVMModuleHandle m, const char* name) {
@@ -110,11 +82,11 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 10; i++) call0(run);
     double* t = malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) {
-      double start = now_us();
+      double start = now_ns();
       call0(run);
-      t[i] = now_us() - start;
+      t[i] = (now_ns() - start) / 1e3;
     }
-    qsort(t, (size_t)n, sizeof(double), cmp);
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
     printf("%.2f\n", t[n / 2]);
     return 0;
   }

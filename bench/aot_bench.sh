@@ -18,7 +18,7 @@ for m in mlp_aot mlp_aot_usmp mlp_graph resnet18_aot resnet18_aot_usmp resnet18_
 done
 cargo build --release --quiet
 mkdir -p target/bench
-cc -O2 -o target/bench/aot_bench bench/aot_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" \
+cc -O2 -o target/bench/aot_bench bench/aot_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" -ldl \
   -L target/release -ltvm_runtime
 ours=$repo/target/release
 . bench/lib.sh

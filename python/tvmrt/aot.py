@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import struct
 import threading
-import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -17,7 +16,7 @@ import numpy as np
 from . import _ffi, _fork, _tensors, errors
 from ._artifacts import LIBRARY_NAMES, PathLike, TensorInfo
 from .plugins import load_plugins
-from .profiling import BenchmarkResult
+from .profiling import BenchmarkResult, time_runs
 
 # How the factory's entry appears in a module blob: its type key as a dmlc string.
 _BLOB_MARK = struct.pack("<Q", len(b"AotExecutorFactory")) + b"AotExecutorFactory"
@@ -204,17 +203,9 @@ class AOTModel:
         arrays = self._feed(args, named, False)
         ex = self._take()
         try:
-            for _ in range(warmup):
-                ex.run(arrays, 0)
-            results = []
-            for _ in range(repeat):
-                start = time.perf_counter()
-                for _ in range(number):
-                    ex.run(arrays, 0)
-                results.append((time.perf_counter() - start) / number)
+            return time_runs(lambda: ex.run(arrays, 0), repeat, number, warmup)
         finally:
             self._give_back(ex)
-        return BenchmarkResult(results)
 
     def close(self) -> None:
         with self._lock:

@@ -14,7 +14,6 @@ import hashlib
 import json
 import struct
 import threading
-import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from . import _ffi, _fork, _tensors, errors
 from ._artifacts import LIBRARY_NAMES, PathLike, TensorInfo
 from ._devices import device_of
 from .plugins import load_plugins
-from .profiling import BenchmarkResult, Report
+from .profiling import BenchmarkResult, Report, time_runs
 
 VM_MAGIC = 0xD225DE2F4214151D
 # How a VMExecutable entry appears in a module blob: its type key as a dmlc string.
@@ -338,15 +337,7 @@ class VMModel:
         """Seconds per run (inputs given as to :meth:`run`), measured from Python."""
         arrays = self._feed(args, named, False)
         vm = self._vm()
-        for _ in range(warmup):
-            vm.run(self.function, arrays)
-        results = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(number):
-                vm.run(self.function, arrays)
-            results.append((time.perf_counter() - start) / number)
-        return BenchmarkResult(results)
+        return time_runs(lambda: vm.run(self.function, arrays), repeat, number, warmup)
 
     def profile(self, *args: Any, **named: Any) -> Report:
         """Profiles a run as TVM's profiler VM does (three warm-up runs, then every kernel and

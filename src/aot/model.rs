@@ -25,9 +25,7 @@ impl Model {
             .ok_or_else(|| Error::attribute(format!("the AOT artefact's library has no entry function '{entry}'")))?;
         Ok(Model { meta, main })
     }
-}
 
-impl Model {
     /// The entry's tensors and pools, as JSON.
     pub fn describe(&self) -> serde_json::Value {
         let infos = |ts: &[super::metadata::TensorInfo]| -> Vec<serde_json::Value> {
