@@ -1,0 +1,109 @@
+//! A model as Triton serves it: its builds, loaded once and shared by every instance, the spec
+//! its config and its artefact agree on, and the pool of activation arenas its runs draw from.
+
+use crate::config::{self, Spec};
+use crate::engine::Build;
+use serde_json::Value;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use tvm_runtime::dlpack::DLDevice;
+use tvm_runtime::executor::pool::ArenaPool;
+use tvm_runtime::{Error, Result};
+
+pub struct TvmModel {
+    pub name: String,
+    pub builds: Vec<Build>,
+    pub spec: Spec,
+    pub device: DLDevice,
+    /// The graph builds' activation arenas: as many as runs in flight, at most one per instance,
+    /// each of the largest build's size.
+    pub pool: Option<Arc<ArenaPool>>,
+    /// Kernel threads per run.
+    pub threads: usize,
+    /// Rows a run of each build takes (fixed builds with a batch axis; else 1).
+    pub batches: Vec<usize>,
+    /// What a run of each build costs (seconds), measured by the first instance.
+    pub costs: OnceLock<Vec<f64>>,
+}
+
+/// Kernel threads per instance: the config's `num_threads` parameter, else the cores shared out
+/// among the instances (at least one each).
+fn threads_for(config: &Value) -> Result<usize> {
+    if let Some(t) = config::parameter(config, "num_threads") {
+        return t
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| Error::value(format!("parameter num_threads '{t}': a count of 1 or more")));
+    }
+    let cores = tvm_runtime::backend::thread_pool::max_concurrency().max(1);
+    Ok((cores / config::instance_count(config)).max(1))
+}
+
+impl TvmModel {
+    /// Loads the builds in `version_dir` and reconciles `config` with them, first filling in what
+    /// it leaves out when `auto_complete` (the returned flag says whether it changed).
+    pub fn load(name: &str, version_dir: &Path, config: &mut Value, auto_complete: bool) -> Result<(TvmModel, bool)> {
+        let device = DLDevice::CPU;
+        let mut builds: Vec<Build> = Vec::new();
+        for (build_name, dir) in crate::artefact::builds(version_dir)? {
+            let b = Build::load(&build_name, &dir, device, builds.first())?;
+            builds.push(b);
+        }
+        if builds.iter().any(|b| b.fixed) && builds.iter().any(|b| !b.fixed) {
+            return Err(Error::value(format!(
+                "{}: a Relay VM build beside graph or AOT builds; a VM model runs any batch on its own",
+                version_dir.display()
+            )));
+        }
+        if !builds[0].fixed && builds.len() > 1 {
+            return Err(Error::value(format!(
+                "{}: {} Relay VM builds; one executable serves every shape it accepts",
+                version_dir.display(),
+                builds.len()
+            )));
+        }
+        let changed = auto_complete && config::auto_complete(config, &builds)?;
+        let spec = config::reconcile(config, &builds)?;
+        let batches = builds
+            .iter()
+            .map(|b| if spec.max_batch_size > 0 { config::build_batch(b).map_or(1, |n| n.max(1) as usize) } else { 1 })
+            .collect();
+        let pool = if builds.iter().any(|b| b.kind() == "graph executor") {
+            Some(ArenaPool::new(device, config::instance_count(config))?)
+        } else {
+            None
+        };
+        let threads = threads_for(config)?;
+        let model =
+            TvmModel { name: name.to_string(), builds, spec, device, pool, threads, batches, costs: OnceLock::new() };
+        Ok((model, changed))
+    }
+
+    /// One line for the log: what was loaded and how it is shared.
+    pub fn describe(&self) -> String {
+        let builds: Vec<String> = self
+            .builds
+            .iter()
+            .zip(&self.batches)
+            .map(|(b, n)| {
+                if self.spec.max_batch_size > 0 && b.fixed {
+                    format!("{} (batch {n})", b.name)
+                } else {
+                    b.name.clone()
+                }
+            })
+            .collect();
+        format!(
+            "model '{}': {} build(s) of a {} model [{}], max_batch_size {}, {} kernel thread(s) per instance; \
+             every instance shares one copy of the weights",
+            self.name,
+            self.builds.len(),
+            self.builds[0].kind(),
+            builds.join(", "),
+            self.spec.max_batch_size,
+            self.threads
+        )
+    }
+}
