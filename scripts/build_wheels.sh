@@ -67,11 +67,11 @@ for arch in $arches; do
   env "CXXFLAGS_${triple//-/_}=$flags" "CARGO_TARGET_${upper}_LINKER=$repo/scripts/wheel/zig-gcc" \
     TVMRT_ZIG_TARGET="$arch-linux-gnu.$glibc" \
     TVM_RT_CXX_STATIC="$cxx_lib" TVMRT_EXPORT_DYNAMIC=all CARGO_TARGET_DIR="$repo/target/zig" \
-    cargo zigbuild --release --target "$triple.$glibc" -p tvm-runtime -p tvmrt
+    cargo zigbuild --release --target "$triple.$glibc" -p tvm-runtime -p tvmrt -p triton-tvm
   built=$repo/target/zig/$triple/release
   # What the wheel promises, checked before it is made: nothing newer than glibc 2.28, and no
   # C++ library asked of the system.
-  for f in "$built/libtvm_runtime.so" "$built/tvmrt"; do
+  for f in "$built/libtvm_runtime.so" "$built/tvmrt" "$built/libtriton_tvm.so"; do
     newest=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)
     [ "$(printf '%s\nGLIBC_%s\n' "$newest" "$glibc" | sort -V | tail -1)" = "GLIBC_$glibc" ] \
       || { echo "$f asks for $newest" >&2; exit 1; }
@@ -82,6 +82,16 @@ done
 echo "== packaging"
 rm -rf "$repo/target/wheels-raw"
 mkdir -p "$out"
+# The Triton backend, as Triton's backend folder wants it: untar into the server's backends
+# directory (e.g. /opt/tritonserver/backends) and a model's `backend: "tvm"` finds it.
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' triton/Cargo.toml | head -1)
+for arch in $arches; do
+  stage=$repo/target/triton-archive/$arch
+  rm -rf "$stage" && mkdir -p "$stage/tvm"
+  cp "$repo/target/zig/$arch-unknown-linux-gnu/release/libtriton_tvm.so" "$stage/tvm/"
+  tar -czf "$out/triton-tvm-backend-$version-linux-$arch.tar.gz" -C "$stage" tvm
+  echo "   triton-tvm-backend-$version-linux-$arch.tar.gz: $(du -k "$out/triton-tvm-backend-$version-linux-$arch.tar.gz" | cut -f1) KiB (tvm/libtriton_tvm.so, glibc $glibc)"
+done
 for arch in $arches; do
   CARGO_BUILD_TARGET=$arch-unknown-linux-gnu TVMRT_PREBUILT_DIR=$repo/target/zig/$arch-unknown-linux-gnu/release \
     "$tools/bin/pip" wheel -q ./python --no-deps --no-build-isolation -w "$repo/target/wheels-raw"

@@ -5,7 +5,8 @@
 # build with its C++ host, the differential test, the README's snippets and docs' recipes, TVM's
 # own Python package driving this runtime under pytest, the CMake install matrix, the release
 # wheels (scripts/build_wheels.sh, then scripts/test_wheel.sh and, under qemu,
-# scripts/test_wheel_aarch64.sh), Ray Serve (scripts/test_serve.sh) and the aarch64 suite under qemu
+# scripts/test_wheel_aarch64.sh), Ray Serve (scripts/test_serve.sh), the Triton backend in a real
+# Triton server (scripts/test_triton.sh) and the aarch64 suite under qemu
 # (scripts/aarch64.sh). Installs what is missing (cmake, valgrind, pocl,
 # cross compilers and qemu via apt; TVM's wheel and a Python venv via pip; the Rust target via rustup).
 #
@@ -124,6 +125,8 @@ stage "the x86_64 wheel, checked, installed into fresh venvs (3.9 and 3.13, nump
 TVMRT_WHEEL=$(ls dist/tvmrt-*-manylinux_2_28_x86_64.whl | tail -1) scripts/test_wheel.sh
 stage "its Ray Serve module (tvmrt[serve]) on a local Ray instance and on two Ray nodes, all on 127.0.0.1"
 scripts/test_serve.sh
+stage "the Triton backend (its release archive) in a real Triton server: HTTP, gRPC, shared memory, batching, load cycles"
+scripts/test_triton.sh
 stage "aarch64: cross-built with GNU ld (exporting what x86_64's default link does), the C and C++ suites under qemu-aarch64"
 scripts/aarch64.sh
 if [ "$wheel_arches" = x86_64 ]; then

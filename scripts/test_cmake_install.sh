@@ -28,7 +28,8 @@ for gen in "${generators[@]}"; do
     fi
     lib=$dir/stage/lib/libtvm_runtime.so
     for f in "$lib" "$dir/stage/bin/tvmrt" "$dir/stage/include/tvm_runtime.h" "$dir/stage/include/tvm_runtime.hpp" \
-      "$dir/stage/lib/cmake/tvm_runtime_rs/tvm_runtime_rsConfig.cmake" "$dir/stage/lib/pkgconfig/tvm_runtime.pc"; do
+      "$dir/stage/lib/cmake/tvm_runtime_rs/tvm_runtime_rsConfig.cmake" "$dir/stage/lib/pkgconfig/tvm_runtime.pc" \
+      "$dir/stage/backends/tvm/libtriton_tvm.so"; do
       [ -e "$f" ] || { echo "not installed: $f" >&2; exit 1; }
     done
     if readelf -S "$lib" | grep -q '\.debug_'; then

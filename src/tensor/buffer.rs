@@ -94,6 +94,18 @@ impl FileMap {
         &self.path
     }
 
+    /// Gives the file's pages back to the page cache: this process's page tables forget them, and
+    /// only the pages read afterwards come back (on first touch, from the cache). After a load
+    /// has read every byte (a prepared file's weights are checked against their digest), the
+    /// weights no kernel reads (those only the folded operators derived from) then cost this
+    /// process no resident memory. The bytes never change: the mapping is private and read-only,
+    /// so it holds no page of its own to lose.
+    pub fn release_resident(&self) {
+        // SAFETY: the mapping made in `open`, of `len` bytes; MADV_DONTNEED on a read-only private
+        // file mapping only drops page-table entries (there are no private pages to discard).
+        unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_DONTNEED) };
+    }
+
     /// Whether `p` points into the mapping.
     pub fn contains(&self, p: *const u8) -> bool {
         let (lo, hi) = (self.ptr.as_ptr() as usize, self.ptr.as_ptr() as usize + self.len);

@@ -15,7 +15,7 @@ use tvm_runtime::executor::GraphExecutor;
 use tvm_runtime::module::Module;
 use tvm_runtime::object::{AnyObject, ObjRef};
 use tvm_runtime::packed::{ArgsBuilder, ArrayObj, RetValue, StringObj};
-use tvm_runtime::tensor::NDArray;
+use tvm_runtime::tensor::{FileMap, NDArray};
 use tvm_runtime::vm::objects::AdtObj;
 use tvm_runtime::{Error, Result};
 
@@ -31,13 +31,29 @@ pub struct Build {
     pub fixed: bool,
     /// Whether `inputs` and `outputs` were recorded (a `.meta`) rather than known from the build.
     pub recorded: bool,
+    /// Something the log should say about how the build was loaded.
+    pub note: Option<String>,
     engine: Engine,
 }
 
 enum Engine {
-    Graph { lib: ObjRef<Module>, graph_json: String, factory: bool, holder: ObjRef<Module>, shared: Option<Vec<u8>> },
-    Vm { exe: ObjRef<Module> },
-    Aot { factory: ObjRef<Module>, module_name: String },
+    Graph {
+        lib: ObjRef<Module>,
+        graph_json: String,
+        factory: bool,
+        holder: ObjRef<Module>,
+        /// Names of the weights runners bind to the holder's (a params file loaded, not mapped).
+        shared: Option<Vec<u8>>,
+        /// The prepared file every runner maps (its derived weights read in place by each).
+        mapped: Option<Arc<FileMap>>,
+    },
+    Vm {
+        exe: ObjRef<Module>,
+    },
+    Aot {
+        factory: ObjRef<Module>,
+        module_name: String,
+    },
 }
 
 /// An instance's executor of a build.
@@ -74,13 +90,20 @@ fn graph_exec(m: &ObjRef<Module>) -> &GraphExecutor {
 }
 
 impl Build {
-    /// Loads the artefact in `dir` for `device`; a graph build shares `weights_from`'s weights
-    /// where names and shapes agree (the other builds of one model).
-    pub fn load(name: &str, dir: &Path, device: DLDevice, weights_from: Option<&Build>) -> Result<Build> {
+    /// Loads the artefact in `dir` for `device`. A graph build's params file is mapped as a
+    /// prepared file when `prepare` (see `prepared.rs`), else loaded, sharing `weights_from`'s
+    /// weights where names and shapes agree (the other builds of one model).
+    pub fn load(
+        name: &str,
+        dir: &Path,
+        device: DLDevice,
+        weights_from: Option<&Build>,
+        prepare: bool,
+    ) -> Result<Build> {
         let at = |e: Error| e.context(dir.display().to_string());
         match crate::artefact::locate(dir).map_err(at)? {
             Artefact::Graph { lib, graph, params } => {
-                Build::graph(name, &lib, graph.as_deref(), params.as_deref(), device, weights_from).map_err(at)
+                Build::graph(name, &lib, graph.as_deref(), params.as_deref(), device, weights_from, prepare).map_err(at)
             }
             Artefact::Vm { lib, code, meta } => Build::vm(name, &lib, code.as_deref(), meta.as_deref()).map_err(at),
             Artefact::Aot { lib } => Build::aot(name, &lib, device).map_err(at),
@@ -94,6 +117,7 @@ impl Build {
         params: Option<&Path>,
         device: DLDevice,
         weights_from: Option<&Build>,
+        prepare: bool,
     ) -> Result<Build> {
         let lib = library(lib_path)?;
         let factory = lib.node::<Factory>();
@@ -119,7 +143,7 @@ impl Build {
             }
         };
         let ex = graph_exec(&holder);
-        let mut shared = None;
+        let (mut shared, mut note, mut mapped) = (None, None, None);
         if let Some(p) = params {
             let bytes = read(p)?;
             let names = tvm_runtime::params::parse_names(&bytes)?;
@@ -138,16 +162,26 @@ impl Build {
                 )));
             }
             let blob = crate::artefact::names_blob(&names);
-            match weights_from.and_then(|b| match &b.engine {
+            let other = weights_from.and_then(|b| match &b.engine {
                 Engine::Graph { holder, .. } => Some(holder),
                 _ => None,
-            }) {
-                // Another build of the model holds these weights: bind to them, and load only
-                // those it does not have (none, for batch variants of one network).
-                Some(other) if ex.share_params(graph_exec(other), &blob).is_ok() => {}
-                _ => ex.load_params(&bytes)?,
+            });
+            if prepare {
+                let path = crate::prepared::file_for(lib_path, &graph_json, &bytes, || {
+                    let plan = tvm_runtime::executor::plan::Plan::new(&graph_json, lib.clone(), device)?;
+                    GraphExecutor::new(plan)?.prepared_params(&bytes)
+                })?;
+                let map = crate::prepared::map(&path)?;
+                note = crate::prepared::load(ex, &map)?
+                    .map(|why| format!("{}: its prepared weights are not used ({why})", path.display()));
+                mapped = Some(map);
+            } else {
+                if other.is_none_or(|o| ex.share_params(graph_exec(o), &blob).is_err()) {
+                    // Another build of the model holds these weights: bound to them; else loaded.
+                    ex.load_params(&bytes)?;
+                }
+                shared = Some(blob);
             }
-            shared = Some(blob);
         }
         let plan = ex.plan();
         let inputs = (0..plan.num_inputs())
@@ -169,7 +203,8 @@ impl Build {
             outputs,
             fixed: true,
             recorded: false,
-            engine: Engine::Graph { lib, graph_json, factory: from_factory, holder, shared },
+            note,
+            engine: Engine::Graph { lib, graph_json, factory: from_factory, holder, shared, mapped },
         })
     }
 
@@ -199,7 +234,15 @@ impl Build {
                 (named, Vec::new(), false)
             }
         };
-        Ok(Build { name: name.to_string(), inputs, outputs, fixed: false, recorded, engine: Engine::Vm { exe } })
+        Ok(Build {
+            name: name.to_string(),
+            inputs,
+            outputs,
+            fixed: false,
+            recorded,
+            note: None,
+            engine: Engine::Vm { exe },
+        })
     }
 
     fn aot(name: &str, lib_path: &Path, device: DLDevice) -> Result<Build> {
@@ -215,6 +258,7 @@ impl Build {
             outputs: Vec::new(),
             fixed: true,
             recorded: false,
+            note: None,
             engine: Engine::Aot { factory, module_name },
         };
         let Runner::Aot(ex) = build.runner(device, None)? else { unreachable!("an AOT build makes AOT runners") };
@@ -262,7 +306,7 @@ impl Build {
     /// activations from `pool`.
     pub fn runner(&self, device: DLDevice, pool: Option<&Arc<ArenaPool>>) -> Result<Runner> {
         match &self.engine {
-            Engine::Graph { lib, graph_json, factory, holder, shared } => {
+            Engine::Graph { lib, graph_json, factory, holder, shared, mapped } => {
                 let m = match lib.node::<Factory>() {
                     Some(f) if *factory => f.create_executor(lib, device)?,
                     f => {
@@ -276,7 +320,9 @@ impl Build {
                 };
                 let ex = graph_exec(&m);
                 ex.set_strict_inputs(true);
-                if let Some(names) = shared {
+                if let Some(map) = mapped {
+                    crate::prepared::load(ex, map)?;
+                } else if let Some(names) = shared {
                     ex.share_params(graph_exec(holder), names)?;
                 }
                 if let Some(pool) = pool {

@@ -79,6 +79,9 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInitialize(model: *mut api::Model) -
             handle.set_config(&config)?;
         }
         api::log(api::LOG_INFO, &loaded.describe());
+        for note in loaded.builds.iter().filter_map(|b| b.note.as_deref()) {
+            api::log(api::LOG_WARN, note);
+        }
         let state = Box::into_raw(Box::new(Arc::new(loaded)));
         // SAFETY: the model being initialised; the state is ours until ModelFinalize takes it back.
         let e = unsafe { (triton().TRITONBACKEND_ModelSetState)(model, state.cast()) };

@@ -69,7 +69,23 @@ impl Instance {
             }
             costs.push(best);
         }
-        let _ = self.model.costs.set(costs);
+        if self.model.costs.set(costs).is_ok() && self.model.builds.len() > 1 {
+            let shown: Vec<String> = self
+                .model
+                .builds
+                .iter()
+                .zip(self.model.costs.get().expect("just set"))
+                .map(|(b, c)| format!("{} {:.3} ms", b.name, c * 1e3))
+                .collect();
+            crate::api::log(
+                crate::api::LOG_INFO,
+                &format!(
+                    "model '{}': a run of each build costs {} (the batch plans follow these)",
+                    self.model.name,
+                    shown.join(", ")
+                ),
+            );
+        }
         Ok(())
     }
 

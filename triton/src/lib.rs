@@ -12,7 +12,8 @@
 //! `config` (auto-complete and the checks), `batch`, `request`, `model`, `instance`; then the
 //! faces: `handles` (Triton's objects read and written) and `entry` (the exported functions).
 //!
-//! `unsafe` lives in `api.rs`, `clock.rs`, `handles.rs` and `entry.rs`; the rest is safe code.
+//! `unsafe` lives in `api.rs`, `clock.rs`, `handles.rs`, `entry.rs` and `prepared.rs` (a file
+//! mapped); the rest is safe code.
 
 pub mod api;
 pub mod artefact;
@@ -24,5 +25,6 @@ pub mod entry;
 pub mod handles;
 pub mod instance;
 pub mod model;
+mod prepared;
 pub mod request;
 pub mod signature;

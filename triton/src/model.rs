@@ -18,7 +18,7 @@ pub struct TvmModel {
     /// The graph builds' activation arenas: as many as runs in flight, at most one per instance,
     /// each of the largest build's size.
     pub pool: Option<Arc<ArenaPool>>,
-    /// Kernel threads per run.
+    /// Kernel threads per run (0: the process's pool, see `threads_for`).
     pub threads: usize,
     /// Rows a run of each build takes (fixed builds with a batch axis; else 1).
     pub batches: Vec<usize>,
@@ -26,19 +26,19 @@ pub struct TvmModel {
     pub costs: OnceLock<Vec<f64>>,
 }
 
-/// Kernel threads per instance: the config's `num_threads` parameter, else the cores shared out
-/// among the instances (at least one each).
+/// Kernel threads per run: the config's `num_threads` parameter, else 0: the process's pool,
+/// which one run at a time launches on while the others run their kernels on their own threads
+/// (so a run alone uses every core, and N runs in flight use N threads plus the pool's).
 fn threads_for(config: &Value) -> Result<usize> {
-    if let Some(t) = config::parameter(config, "num_threads") {
-        return t
+    match config::parameter(config, "num_threads") {
+        Some(t) => t
             .trim()
             .parse::<usize>()
             .ok()
             .filter(|&n| n > 0)
-            .ok_or_else(|| Error::value(format!("parameter num_threads '{t}': a count of 1 or more")));
+            .ok_or_else(|| Error::value(format!("parameter num_threads '{t}': a count of 1 or more"))),
+        None => Ok(0),
     }
-    let cores = tvm_runtime::backend::thread_pool::max_concurrency().max(1);
-    Ok((cores / config::instance_count(config)).max(1))
 }
 
 impl TvmModel {
@@ -46,9 +46,14 @@ impl TvmModel {
     /// it leaves out when `auto_complete` (the returned flag says whether it changed).
     pub fn load(name: &str, version_dir: &Path, config: &mut Value, auto_complete: bool) -> Result<(TvmModel, bool)> {
         let device = DLDevice::CPU;
+        let prepare = match config::parameter(config, "prepare_weights").as_deref().map(str::trim) {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(other) => return Err(Error::value(format!("parameter prepare_weights '{other}': true or false"))),
+        };
         let mut builds: Vec<Build> = Vec::new();
         for (build_name, dir) in crate::artefact::builds(version_dir)? {
-            let b = Build::load(&build_name, &dir, device, builds.first())?;
+            let b = Build::load(&build_name, &dir, device, builds.first(), prepare)?;
             builds.push(b);
         }
         if builds.iter().any(|b| b.fixed) && builds.iter().any(|b| !b.fixed) {
@@ -96,14 +101,14 @@ impl TvmModel {
             })
             .collect();
         format!(
-            "model '{}': {} build(s) of a {} model [{}], max_batch_size {}, {} kernel thread(s) per instance; \
-             every instance shares one copy of the weights",
+            "model '{}' ({}): {} build(s) [{}], max_batch_size {}, kernel threads per run: {}; every instance \
+             shares one copy of the weights",
             self.name,
-            self.builds.len(),
             self.builds[0].kind(),
+            self.builds.len(),
             builds.join(", "),
             self.spec.max_batch_size,
-            self.threads
+            if self.threads == 0 { "the process's pool".to_string() } else { self.threads.to_string() }
         )
     }
 }

@@ -1,0 +1,206 @@
+//! The backend's core on the fixtures, without a server: a model's builds loaded and reconciled
+//! with configs, and execute calls whose answers are compared with what TVM computed.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use triton_tvm::instance::Instance;
+use triton_tvm::model::TvmModel;
+use triton_tvm::request::{check, Given, Incoming};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+fn f32s(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+/// A version folder in a fresh temporary folder: each (subfolder, fixture) copied in ("" for the
+/// version folder itself).
+fn version_dir(name: &str, parts: &[(&str, &str, &[&str])]) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("triton-core-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    for (sub, fixture, files) in parts {
+        let dst = root.join(sub);
+        std::fs::create_dir_all(&dst).unwrap();
+        for f in *files {
+            std::fs::copy(fixtures().join(fixture).join(f), dst.join(f)).unwrap();
+        }
+    }
+    root
+}
+
+const GRAPH: &[&str] = &["lib.so", "graph.json", "params.bin"];
+
+fn load(dir: &Path, config: &mut Value, auto: bool) -> tvm_runtime::Result<(TvmModel, bool)> {
+    tvm_runtime::init();
+    TvmModel::load("m", dir, config, auto)
+}
+
+fn batched_mlp() -> PathBuf {
+    version_dir("mlpb", &[("b1", "mlp_b1", GRAPH), ("b8", "mlp_b8", GRAPH)])
+}
+
+#[test]
+fn builds_of_two_batch_sizes_complete_the_config() {
+    let mut config = json!({"name": "m", "backend": "tvm", "instance_group": [{"count": 2, "kind": "KIND_CPU"}]});
+    let (model, changed) = load(&batched_mlp(), &mut config, true).unwrap();
+    assert!(changed);
+    assert_eq!(config["max_batch_size"], 8);
+    assert_eq!(config["input"], json!([{"name": "data", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}]));
+    assert_eq!(config["output"], json!([{"name": "output_0", "data_type": "TYPE_FP32", "dims": [10]}]));
+    assert_eq!(model.batches, vec![1, 8]);
+    assert_eq!(model.spec.max_batch_size, 8);
+    assert!(model.describe().contains("b1 (batch 1), b8 (batch 8)"), "{}", model.describe());
+    // The same config again changes nothing.
+    let (_, again) = load(&batched_mlp(), &mut config, true).unwrap();
+    assert!(!again);
+}
+
+#[test]
+fn configs_that_disagree_are_refused_naming_the_difference() {
+    let one = version_dir("mlp1", &[("", "mlp_b1", GRAPH)]);
+    let cases = [
+        (
+            json!({"input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [1, 1, 28, 28]}]}),
+            "the config's input 'x' is not an input of the model (its inputs: data)",
+        ),
+        (
+            json!({"input": [{"name": "data", "data_type": "TYPE_INT8", "dims": [1, 1, 28, 28]}]}),
+            "input 'data': the config says TYPE_INT8 but the model takes float32",
+        ),
+        (
+            json!({"input": [{"name": "data", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}]}),
+            "the config's dims [1, 28, 28] but the model takes [1, 1, 28, 28]",
+        ),
+        (
+            json!({"output": [{"name": "a", "data_type": "TYPE_FP32", "dims": [1, 10]}, {"name": "b", "data_type": "TYPE_FP32", "dims": [1]}]}),
+            "the config lists 2 output(s), the model gives 1",
+        ),
+        (
+            json!({"output": [{"name": "a", "data_type": "TYPE_FP32", "dims": [1, 11]}]}),
+            "output 0 ('a'): the config says TYPE_FP32 [1, 11], the model gives float32 [1, 10]",
+        ),
+        (json!({"parameters": {"num_threads": {"string_value": "zero"}}}), "parameter num_threads 'zero'"),
+        (
+            json!({"parameters": {"prepare_weights": {"string_value": "maybe"}}}),
+            "prepare_weights 'maybe': true or false",
+        ),
+    ];
+    for (mut config, says) in cases {
+        let e = load(&one, &mut config, true).err().unwrap().to_string();
+        assert!(e.contains(says), "{e}\nshould say: {says}");
+    }
+    // With auto-complete off, a config without inputs is refused, saying how to fix it.
+    let e = load(&one, &mut json!({}), false).err().unwrap().to_string();
+    assert!(e.contains("the config lists no inputs and auto-complete is off"), "{e}");
+    // A batch axis the build does not have.
+    let e = load(
+        &one,
+        &mut json!({"max_batch_size": 4, "input": [{"name": "data", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}]}),
+        true,
+    );
+    assert!(e.is_ok(), "a build of batch 1 under max_batch_size 4 runs rows one by one");
+}
+
+fn given<'a>(shape: &'a [i64], bytes: &'a [u8]) -> Given<'a> {
+    // Split in two pieces, as Triton may hand a tensor over.
+    let half = bytes.len() / 2;
+    Given { name: "data", wire_type: 11, shape, pieces: vec![&bytes[..half], &bytes[half..]] }
+}
+
+#[test]
+fn requests_are_gathered_onto_builds_and_answered_by_rows() {
+    let mut config = json!({});
+    let (model, _) = load(&batched_mlp(), &mut config, true).unwrap();
+    let instance = Instance::new(Arc::new(model)).unwrap();
+    let x = f32s(&fixtures().join("mlp_b8/in_0.bin"));
+    let want = f32s(&fixtures().join("mlp_b8/out_0.bin"));
+    let row_in = x.len() / 8;
+    let row_out = want.len() / 8;
+    // Requests of 1, 3, 2 and 8 rows, and one wrong among them.
+    let spans = [(0usize, 1usize), (1, 3), (4, 2), (0, 8)];
+    let shapes: Vec<[i64; 4]> = spans.iter().map(|(_, n)| [*n as i64, 1, 28, 28]).collect();
+    let bad_shape = [1i64, 1, 28, 28];
+    let short = &x[..row_in - 4];
+    let mut requests: Vec<_> = spans
+        .iter()
+        .zip(&shapes)
+        .map(|((first, n), shape)| {
+            check(
+                &instance.model.spec,
+                Incoming { inputs: vec![given(shape, &x[first * row_in..(first + n) * row_in])], requested: vec![] },
+            )
+        })
+        .collect();
+    requests
+        .insert(2, check(&instance.model.spec, Incoming { inputs: vec![given(&bad_shape, short)], requested: vec![] }));
+    let mut compute = (0, 0);
+    let answers = instance.execute(&requests, &mut compute);
+    assert!(compute.0 > 0 && compute.1 >= compute.0);
+    assert!(answers[2].as_ref().err().unwrap().to_string().contains("bytes given"));
+    for (k, (first, n)) in [0, 1, 3, 4].iter().zip(spans) {
+        let out = &answers[*k].as_ref().unwrap()[0];
+        assert_eq!(out.shape, vec![n as i64, 10]);
+        assert_eq!(out.bytes, want[first * row_out..(first + n) * row_out], "request {k}");
+    }
+}
+
+#[test]
+fn a_vm_model_runs_the_gathered_rows_at_their_own_size() {
+    let dir = version_dir("vm", &[("", "vm/0.16/mlp_dyn", &["vm.so", "model.meta"])]);
+    let mut config = json!({"max_batch_size": 16});
+    let (model, changed) = load(&dir, &mut config, true).unwrap();
+    assert!(changed);
+    assert_eq!(
+        config["output"][1],
+        json!({"name": "output_1", "data_type": "TYPE_FP32", "dims": [1], "reshape": {"shape": []}})
+    );
+    let instance = Instance::new(Arc::new(model)).unwrap();
+    let d = fixtures().join("vm/0.16/mlp_dyn");
+    let (x1, x3) = (f32s(&d.join("in_0_0.bin")), f32s(&d.join("in_1_0.bin")));
+    let (s1, s3) = ([1i64, 16], [3i64, 16]);
+    let requests = vec![
+        check(&instance.model.spec, Incoming { inputs: vec![given(&s3, &x3)], requested: vec!["output_1"] }),
+        check(&instance.model.spec, Incoming { inputs: vec![given(&s1, &x1)], requested: vec![] }),
+    ];
+    let answers = instance.execute(&requests, &mut (0, 0));
+    let a3 = answers[0].as_ref().unwrap();
+    assert_eq!((a3.len(), a3[0].index, a3[0].shape.clone()), (1, 1, vec![3]));
+    assert_eq!(a3[0].bytes, f32s(&d.join("out_1_1.bin")));
+    let a1 = answers[1].as_ref().unwrap();
+    assert_eq!(a1[0].bytes, f32s(&d.join("out_0_0.bin")));
+    assert_eq!(a1[1].bytes, f32s(&d.join("out_0_1.bin")));
+}
+
+#[test]
+fn a_vm_without_recorded_tensors_needs_them_declared() {
+    let dir = version_dir("vm-bare", &[("", "vm/0.16/mlp_dyn", &["vm.so"])]);
+    let e = load(&dir, &mut json!({"max_batch_size": 4}), true).err().unwrap().to_string();
+    assert!(e.contains("declare its inputs (data) and outputs in config.pbtxt"), "{e}");
+    let mut declared = json!({"max_batch_size": 4,
+        "input": [{"name": "data", "data_type": "TYPE_FP32", "dims": [16]}],
+        "output": [{"name": "a", "data_type": "TYPE_FP32", "dims": [8]}, {"name": "b", "data_type": "TYPE_FP32", "dims": [1], "reshape": {"shape": []}}]});
+    let (model, _) = load(&dir, &mut declared, true).unwrap();
+    assert_eq!(model.spec.outputs[1].shape, Vec::<i64>::new());
+}
+
+#[test]
+fn an_aot_artefact_and_a_broken_folder() {
+    let dir = version_dir("aot", &[("", "aot/0.16/mlp", &["lib.so"])]);
+    let (model, _) = load(&dir, &mut json!({}), true).unwrap();
+    let instance = Instance::new(Arc::new(model)).unwrap();
+    let d = fixtures().join("aot/0.16/mlp");
+    let x = f32s(&d.join("in_0.bin"));
+    let shape = [1i64, 32];
+    let answers = instance.execute(
+        &[check(&instance.model.spec, Incoming { inputs: vec![given(&shape, &x)], requested: vec![] })],
+        &mut (0, 0),
+    );
+    assert_eq!(answers[0].as_ref().unwrap()[0].bytes, f32s(&d.join("out_0.bin")));
+    let empty = version_dir("empty", &[]);
+    std::fs::create_dir_all(&empty).unwrap();
+    let e = load(&empty, &mut json!({}), true).err().unwrap().to_string();
+    assert!(e.contains("no artefact"), "{e}");
+}
