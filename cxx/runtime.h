@@ -69,6 +69,12 @@ class InternalError : public Error {
     full_message_ = s.str();
   }
   const char* what() const noexcept override { return full_message_.c_str(); }
+  // Upstream's accessors (a host compiled against its headers reads these fields inline).
+  const std::string& file() const { return file_; }
+  int lineno() const { return lineno_; }
+  const std::string& message() const { return message_; }
+  std::time_t time() const { return time_; }
+  const std::string& backtrace() const { return backtrace_; }
 
  private:
   std::string file_;

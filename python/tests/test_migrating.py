@@ -90,8 +90,11 @@ def test_benchmark_in_tvms_form():
         m.benchmark(device=TVMDevice(1), repeat=3, number=2, end_to_end=True),
     ):
         assert len(r.results) == 3 and r.mean > 0
-    with pytest.raises(tvmrt.InvalidValueError, match="runs on cpu"):
+    with pytest.raises(tvmrt.InvalidValueError, match=r"runs on cpu\(0\), not opencl\(0\)"):
         m.benchmark(TVMDevice(4), repeat=1)
+    # Every device by TVM's name for it, never by its number.
+    with pytest.raises(tvmrt.InvalidValueError, match=r"runs on cpu\(0\), not cuda\(1\)"):
+        m.benchmark(TVMDevice(2, 1), repeat=1)
     with pytest.raises(tvmrt.InvalidValueError, match="only 'run'"):
         m.benchmark(TVMDevice(1), "get_output")
     with pytest.raises(tvmrt.InvalidValueError, match="at least 1"):

@@ -36,7 +36,23 @@ INT, FLOAT, HANDLE, NULL, DTYPE, DEVICE, DLTENSOR, OBJECT, MODULE, FUNC, STR, BY
 )
 
 CPU, OPENCL = 1, 4
-DEVICE_NAMES = {CPU: "cpu", OPENCL: "opencl"}
+# TVM's names of DLPack's device types (what `tvm.device(name)` takes), for messages and reprs.
+DEVICE_NAMES = {
+    CPU: "cpu",
+    2: "cuda",
+    3: "cuda_host",
+    OPENCL: "opencl",
+    7: "vulkan",
+    8: "metal",
+    9: "vpi",
+    10: "rocm",
+    11: "rocm_host",
+    12: "ext_dev",
+    13: "cuda_managed",
+    14: "oneapi",
+    15: "webgpu",
+    16: "hexagon",
+}
 
 
 class DLDevice(ctypes.Structure):

@@ -8,6 +8,7 @@ use crate::model::TvmModel;
 use crate::request::Checked;
 use crate::signature::TensorSpec;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tvm_runtime::backend::thread_pool::with_threads;
 use tvm_runtime::object::ObjRef;
@@ -29,29 +30,60 @@ fn dup(e: &Error) -> Error {
 
 pub struct Instance {
     pub model: Arc<TvmModel>,
-    runners: Vec<Runner>,
+    /// Per build, this instance's runners ("lanes"): the first runs every request; with a batch
+    /// axis there is one per core, so the runs of one batch's plan can go side by side on cores
+    /// no other execute call is using (Triton hands a batch to one instance, which would
+    /// otherwise run it on one thread while the others' cores idle).
+    runners: Vec<Vec<Runner>>,
 }
+
+/// Execute calls in progress in this process, over every model: how many cores are taken.
+static EXECUTING: AtomicUsize = AtomicUsize::new(0);
+
+/// A run shorter than this (seconds) is not worth a thread of its own.
+const PARALLEL_RUN_FLOOR: f64 = 1e-3;
 
 /// A run's inputs: each tensor's shape and bytes, in the build's input order.
 type Feed = Vec<(Vec<i64>, Vec<u8>)>;
 
+/// A run's outputs, copied out of the runner (whose next run writes the same memory).
+struct RunOutput {
+    dtype: tvm_runtime::dlpack::DLDataType,
+    shape: Vec<i64>,
+    bytes: Vec<u8>,
+}
+
 impl Instance {
     pub fn new(model: Arc<TvmModel>) -> Result<Instance> {
-        let runners =
-            model.builds.iter().map(|b| b.runner(model.device, model.pool.as_ref())).collect::<Result<Vec<_>>>()?;
+        let lanes = if model.spec.max_batch_size > 0 && model.builds.iter().all(|b| b.fixed) {
+            tvm_runtime::backend::thread_pool::max_concurrency().max(1)
+        } else {
+            1
+        };
+        let runners = model
+            .builds
+            .iter()
+            .map(|b| (0..lanes).map(|_| b.runner(model.device, model.pool.as_ref())).collect::<Result<Vec<_>>>())
+            .collect::<Result<Vec<_>>>()?;
         let instance = Instance { model, runners };
         instance.measure()?;
         Ok(instance)
     }
 
     /// What a run of each build costs, measured once for the model (the least of a few runs on
-    /// zeros): the plan picks builds by it. Builds without fixed shapes are not compared.
+    /// zeros): the plan picks builds by it. A lone build, or one without fixed shapes, has nothing
+    /// to be compared with.
     fn measure(&self) -> Result<()> {
         if self.model.costs.get().is_some() {
             return Ok(());
         }
+        if self.model.builds.len() == 1 {
+            let _ = self.model.costs.set(vec![1.0]);
+            return Ok(());
+        }
         let mut costs = Vec::new();
-        for (b, r) in self.model.builds.iter().zip(&self.runners) {
+        for (b, lanes) in self.model.builds.iter().zip(&self.runners) {
+            let r = &lanes[0];
             if !b.fixed {
                 costs.push(1.0);
                 continue;
@@ -110,6 +142,14 @@ impl Instance {
                 buckets.entry(c.key.as_slice()).or_default().push(i);
             }
         }
+        struct Executing;
+        impl Drop for Executing {
+            fn drop(&mut self) {
+                EXECUTING.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        EXECUTING.fetch_add(1, Ordering::Relaxed);
+        let _executing = Executing;
         compute.0 = crate::clock::now_ns();
         for members in buckets.values() {
             let groups: Vec<Vec<usize>> = if self.model.spec.max_batch_size > 0 {
@@ -183,11 +223,37 @@ impl Instance {
         };
         let layout = batch::spans(&rows, &runs.iter().map(|r| r.1).collect::<Vec<_>>());
         let mut outs: Vec<Vec<(Vec<i64>, Vec<u8>)>> = reqs.iter().map(|_| Vec::new()).collect();
-        for ((build, size), spans) in runs.iter().zip(&layout) {
-            let b = &m.builds[*build];
-            let feed = self.gather(reqs, *build, *size, spans)?;
-            let results = self.run(&self.runners[*build], &b.inputs, &feed)?;
-            self.scatter(reqs, &results, *size, spans, &mut outs)?;
+        let one = |k: usize, lane: usize| -> Result<Vec<RunOutput>> {
+            let (build, size) = runs[k];
+            let feed = self.gather(reqs, build, size, &layout[k])?;
+            let outputs = self.run(&self.runners[build][lane], &m.builds[build].inputs, &feed)?;
+            Ok(outputs
+                .iter()
+                .map(|t| RunOutput { dtype: t.dtype(), shape: t.shape().to_vec(), bytes: t.to_vec() })
+                .collect())
+        };
+        let lanes = self.free_lanes(&runs);
+        let results: Vec<Result<Vec<RunOutput>>> = if lanes <= 1 {
+            (0..runs.len()).map(|k| one(k, 0)).collect()
+        } else {
+            // Lane g takes runs g, g + lanes, ...: each on its own runner of the build.
+            let count = runs.len();
+            std::thread::scope(|scope| {
+                let one = &one;
+                let handles: Vec<_> = (0..lanes)
+                    .map(|g| scope.spawn(move || (g..count).step_by(lanes).map(|k| (k, one(k, g))).collect::<Vec<_>>()))
+                    .collect();
+                let mut results: Vec<Option<Result<Vec<RunOutput>>>> = (0..count).map(|_| None).collect();
+                for h in handles {
+                    for (k, r) in h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)) {
+                        results[k] = Some(r);
+                    }
+                }
+                results.into_iter().map(|r| r.expect("every run has a lane")).collect()
+            })
+        };
+        for ((result, (_, size)), spans) in results.into_iter().zip(&runs).zip(&layout) {
+            self.scatter(reqs, &result?, *size, spans, &mut outs)?;
         }
         Ok(reqs
             .iter()
@@ -196,6 +262,20 @@ impl Instance {
                 r.outputs.iter().map(|&k| Outgoing { index: k, shape: o[k].0.clone(), bytes: o[k].1.clone() }).collect()
             })
             .collect())
+    }
+
+    /// How many of a plan's runs to put side by side: one per core that no other execute call of
+    /// the process is using, at most one per lane, and only for runs long enough to pay a thread.
+    fn free_lanes(&self, runs: &[(usize, usize)]) -> usize {
+        let lanes = self.runners.first().map_or(1, Vec::len);
+        let costs = self.model.costs.get();
+        let long = runs.iter().any(|(b, _)| costs.is_some_and(|c| c[*b] >= PARALLEL_RUN_FLOOR));
+        if runs.len() < 2 || lanes < 2 || !self.model.parallel_runs.unwrap_or(long) {
+            return 1;
+        }
+        let others = EXECUTING.load(Ordering::Relaxed).saturating_sub(1);
+        let free = tvm_runtime::backend::thread_pool::max_concurrency().saturating_sub(others);
+        free.min(lanes).min(runs.len()).max(1)
     }
 
     /// A run's inputs: the rows of `spans` laid into tensors of `size` rows (padding zeros).
@@ -228,7 +308,7 @@ impl Instance {
     fn scatter(
         &self,
         reqs: &[&Checked<'_>],
-        results: &[ObjRef<NDArray>],
+        results: &[RunOutput],
         size: usize,
         spans: &[Span],
         outs: &mut [Vec<(Vec<i64>, Vec<u8>)>],
@@ -243,22 +323,20 @@ impl Instance {
             )));
         }
         for (k, (t, want)) in results.iter().zip(&m.spec.outputs).enumerate() {
-            if t.dtype() != want.dtype {
+            if t.dtype != want.dtype {
                 return Err(Error::type_err(format!(
                     "output {k} ('{}'): the model gave {}, the config declares {}",
-                    want.name,
-                    t.dtype(),
-                    want.dtype
+                    want.name, t.dtype, want.dtype
                 )));
             }
-            let shape = t.shape();
+            let shape = &t.shape;
             if batched && shape.first() != Some(&(size as i64)) {
                 return Err(Error::value(format!(
                     "output {k} ('{}'): shape {shape:?} does not lead with the run's batch of {size}",
                     want.name
                 )));
             }
-            let bytes = t.to_vec();
+            let bytes = &t.bytes;
             let row = if batched { bytes.len() / size.max(1) } else { bytes.len() };
             for s in spans {
                 let out = &mut outs[s.request];

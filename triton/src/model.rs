@@ -24,6 +24,10 @@ pub struct TvmModel {
     pub batches: Vec<usize>,
     /// What a run of each build costs (seconds), measured by the first instance.
     pub costs: OnceLock<Vec<f64>>,
+    /// Whether a batch's runs may go side by side on idle cores: `Some(true)` always,
+    /// `Some(false)` never, `None` when they are long enough to pay a thread (the config's
+    /// `parallel_batch_runs`: always, off, auto).
+    pub parallel_runs: Option<bool>,
 }
 
 /// Kernel threads per run: the config's `num_threads` parameter, else 0: the process's pool,
@@ -76,13 +80,32 @@ impl TvmModel {
             .map(|b| if spec.max_batch_size > 0 { config::build_batch(b).map_or(1, |n| n.max(1) as usize) } else { 1 })
             .collect();
         let pool = if builds.iter().any(|b| b.kind() == "graph executor") {
-            Some(ArenaPool::new(device, config::instance_count(config))?)
+            // A run in flight per instance, and a batch's runs side by side on the idle cores.
+            let cores = tvm_runtime::backend::thread_pool::max_concurrency().max(1);
+            Some(ArenaPool::new(device, config::instance_count(config) + cores - 1)?)
         } else {
             None
         };
         let threads = threads_for(config)?;
-        let model =
-            TvmModel { name: name.to_string(), builds, spec, device, pool, threads, batches, costs: OnceLock::new() };
+        let parallel_runs = match config::parameter(config, "parallel_batch_runs").as_deref().map(str::trim) {
+            None | Some("auto") => None,
+            Some("always") => Some(true),
+            Some("off") => Some(false),
+            Some(other) => {
+                return Err(Error::value(format!("parameter parallel_batch_runs '{other}': auto, always or off")))
+            }
+        };
+        let model = TvmModel {
+            name: name.to_string(),
+            builds,
+            spec,
+            device,
+            pool,
+            threads,
+            batches,
+            costs: OnceLock::new(),
+            parallel_runs,
+        };
         Ok((model, changed))
     }
 

@@ -19,7 +19,10 @@ fn f32s(path: &Path) -> Vec<u8> {
 /// A version folder in a fresh temporary folder: each (subfolder, fixture) copied in ("" for the
 /// version folder itself).
 fn version_dir(name: &str, parts: &[(&str, &str, &[&str])]) -> PathBuf {
-    let root = std::env::temp_dir().join(format!("triton-core-{}-{name}", std::process::id()));
+    // One folder per call: tests run in parallel, and one must not rewrite files another reads.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let root = std::env::temp_dir().join(format!("triton-core-{}-{name}-{call}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     for (sub, fixture, files) in parts {
         let dst = root.join(sub);
@@ -112,15 +115,23 @@ fn given<'a>(shape: &'a [i64], bytes: &'a [u8]) -> Given<'a> {
 
 #[test]
 fn requests_are_gathered_onto_builds_and_answered_by_rows() {
-    let mut config = json!({});
+    gathered_and_answered(json!({}));
+}
+
+#[test]
+fn a_batchs_runs_side_by_side_give_the_same_answers() {
+    gathered_and_answered(json!({"parameters": {"parallel_batch_runs": {"string_value": "always"}}}));
+}
+
+fn gathered_and_answered(mut config: Value) {
     let (model, _) = load(&batched_mlp(), &mut config, true).unwrap();
     let instance = Instance::new(Arc::new(model)).unwrap();
     let x = f32s(&fixtures().join("mlp_b8/in_0.bin"));
     let want = f32s(&fixtures().join("mlp_b8/out_0.bin"));
     let row_in = x.len() / 8;
     let row_out = want.len() / 8;
-    // Requests of 1, 3, 2 and 8 rows, and one wrong among them.
-    let spans = [(0usize, 1usize), (1, 3), (4, 2), (0, 8)];
+    // Requests of 1 to 8 rows, 28 in all (more runs than a lane takes), and a wrong one among them.
+    let spans = [(0usize, 1usize), (1, 3), (4, 2), (0, 8), (0, 8), (2, 6)];
     let shapes: Vec<[i64; 4]> = spans.iter().map(|(_, n)| [*n as i64, 1, 28, 28]).collect();
     let bad_shape = [1i64, 1, 28, 28];
     let short = &x[..row_in - 4];
@@ -140,7 +151,7 @@ fn requests_are_gathered_onto_builds_and_answered_by_rows() {
     let answers = instance.execute(&requests, &mut compute);
     assert!(compute.0 > 0 && compute.1 >= compute.0);
     assert!(answers[2].as_ref().err().unwrap().to_string().contains("bytes given"));
-    for (k, (first, n)) in [0, 1, 3, 4].iter().zip(spans) {
+    for (k, (first, n)) in [0, 1, 3, 4, 5, 6].iter().zip(spans) {
         let out = &answers[*k].as_ref().unwrap()[0];
         assert_eq!(out.shape, vec![n as i64, 10]);
         assert_eq!(out.bytes, want[first * row_out..(first + n) * row_out], "request {k}");

@@ -57,7 +57,9 @@ def make_repository(root: Path) -> None:
     copy_files(FIXTURES / "mlp_b8", root / "mlpb" / "1" / "b8", graph)
     write_config(
         root / "mlpb",
-        "instance_group [{count: 2, kind: KIND_CPU}]\ndynamic_batching { max_queue_delay_microseconds: 20000 }\n",
+        "instance_group [{count: 2, kind: KIND_CPU}]\ndynamic_batching { max_queue_delay_microseconds: 20000 }\n"
+        # A batch's runs side by side, whatever they cost (the MLP's are too short for the default).
+        'parameters { key: "parallel_batch_runs" value: { string_value: "always" } }\n',
     )
     vm = FIXTURES / "vm" / "0.16" / "mlp_dyn"
     copy_files(vm, root / "vm" / "1", ["vm.so", "model.meta"])

@@ -168,19 +168,21 @@ impl VmModel {
                 self.params.join(", ")
             )));
         }
-        let mut ordered = Vec::new();
-        for p in &self.params {
-            let t = given.iter().find(|t| &t.name == p).ok_or_else(|| {
-                Error::key(format!("no value for input '{p}' (the inputs: {})", self.params.join(", ")))
-            })?;
-            ordered.push(t.clone());
-        }
+        // A name the model does not have first: a misspelt input is the likelier mistake than a
+        // missing one, and its message names both.
         if let Some(extra) = given.iter().find(|t| !self.params.contains(&t.name)) {
             return Err(Error::key(format!(
                 "no input named '{}' (the inputs: {})",
                 extra.name,
                 self.params.join(", ")
             )));
+        }
+        let mut ordered = Vec::new();
+        for p in &self.params {
+            let t = given.iter().find(|t| &t.name == p).ok_or_else(|| {
+                Error::key(format!("no value for input '{p}' (the inputs: {})", self.params.join(", ")))
+            })?;
+            ordered.push(t.clone());
         }
         Ok((ordered, None))
     }

@@ -485,7 +485,15 @@ fn a_users_mistakes_are_errors_with_exit_status_2() {
     let wrong_dtype = dir.join("dtype.npy");
     write_npy(&wrong_dtype, "<f8", &[1, 1, 28, 28], &doubles);
     let mlp = fixture("mlp_b1");
+    let rows: Vec<u8> = (0..16).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let vm_rows = dir.join("rows.npy");
+    write_npy(&vm_rows, "<f4", &[1, 16], &rows);
     let cases: Vec<(Vec<String>, &str)> = vec![
+        // A Relay VM model names the misspelt input and lists its own, as a graph model does.
+        (
+            vec!["run".into(), fixture("vm/0.16/mlp_dyn"), "--input".into(), format!("x={}", vm_rows.display())],
+            "no input named 'x' (the inputs: data)",
+        ),
         (vec!["run".into(), "/nonexistent".into()], "no operator library at /nonexistent"),
         (vec!["run".into(), mlp.clone(), "--input".into(), format!("data={}", wrong_shape.display())], "[1, 784]"),
         (
