@@ -116,6 +116,10 @@ mod tests {
         let mut all = [0u8; 8];
         assert!(copy_from_pieces(&pieces, 0, &mut all));
         assert_eq!(all, [0, 1, 2, 3, 4, 5, 6, 7]);
+        // Starting in a later piece: the earlier ones are skipped by their lengths.
+        let mut later = [0u8; 3];
+        assert!(copy_from_pieces(&pieces, 4, &mut later));
+        assert_eq!(later, [4, 5, 6]);
         let mut past = [0u8; 2];
         assert!(!copy_from_pieces(&pieces, 7, &mut past));
     }

@@ -42,13 +42,8 @@ pub fn parameter(config: &Value, key: &str) -> Option<String> {
 
 /// The instances the config asks for in all: the sum of its groups' counts (1 when it has none).
 pub fn instance_count(config: &Value) -> usize {
-    let groups = config.get("instance_group").and_then(Value::as_array);
-    match groups {
-        Some(g) if !g.is_empty() => {
-            g.iter().map(|g| g.get("count").and_then(number).map_or(1, |c| c.max(0) as usize)).sum::<usize>().max(1)
-        }
-        _ => 1,
-    }
+    let groups = config.get("instance_group").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    groups.iter().map(|g| g.get("count").and_then(number).map_or(1, |c| c.max(0) as usize)).sum::<usize>().max(1)
 }
 
 fn tensors(config: &Value, key: &str) -> Result<Vec<TensorSpec>> {
@@ -303,5 +298,8 @@ mod tests {
         assert!(dims_agree(&[3, 4], &[-1, 4]));
         assert!(!dims_agree(&[3, 5], &[3, 4]));
         assert!(!dims_agree(&[3], &[3, 4]));
+        // A size of 0 is a size, not "any".
+        assert!(!dims_agree(&[0, 4], &[3, 4]));
+        assert!(!dims_agree(&[3, 4], &[3, 0]));
     }
 }

@@ -47,7 +47,9 @@ fn batched_mlp() -> PathBuf {
 
 #[test]
 fn builds_of_two_batch_sizes_complete_the_config() {
-    let mut config = json!({"name": "m", "backend": "tvm", "instance_group": [{"count": 2, "kind": "KIND_CPU"}]});
+    // As Triton sends a config that leaves it out: max_batch_size 0.
+    let mut config = json!({"name": "m", "backend": "tvm", "max_batch_size": 0,
+                            "instance_group": [{"count": 2, "kind": "KIND_CPU"}]});
     let (model, changed) = load(&batched_mlp(), &mut config, true).unwrap();
     assert!(changed);
     assert_eq!(config["max_batch_size"], 8);
@@ -214,4 +216,43 @@ fn an_aot_artefact_and_a_broken_folder() {
     std::fs::create_dir_all(&empty).unwrap();
     let e = load(&empty, &mut json!({}), true).err().unwrap().to_string();
     assert!(e.contains("no artefact"), "{e}");
+}
+
+#[test]
+fn builds_of_one_batch_size_leave_the_batch_axis_alone() {
+    let dir = version_dir("twice", &[("a", "mlp_b1", GRAPH), ("b", "mlp_b1", GRAPH)]);
+    let mut config = json!({"max_batch_size": 0});
+    load(&dir, &mut config, true).unwrap();
+    assert_eq!(config["max_batch_size"], 0);
+    assert_eq!(config["input"][0]["dims"], json!([1, 1, 28, 28]));
+}
+
+#[test]
+fn sequence_lengths_each_run_on_their_build() {
+    let files: &[&str] = &["lib.so", "graph.json", "params.bin"];
+    let dir = version_dir("seq", &[("s8", "lstm_seq8", files), ("s16", "lstm_seq16", files)]);
+    let mut config = json!({"max_batch_size": 0});
+    let (model, _) = load(&dir, &mut config, true).unwrap();
+    // The builds differ along the sequence axis: -1 there, and no batch axis (out_1 has none).
+    assert_eq!(config["max_batch_size"], 0);
+    assert_eq!(config["input"][0]["dims"], json!([-1, 1, 8]));
+    assert_eq!(config["output"][0]["dims"], json!([-1, 1, 16]));
+    assert_eq!(config["output"][1]["dims"], json!([1, 16]));
+    let instance = Instance::new(Arc::new(model)).unwrap();
+    let (x8, x16) = (f32s(&fixtures().join("lstm_seq8/in_0.bin")), f32s(&fixtures().join("lstm_seq16/in_0.bin")));
+    let (s8, s16, s12) = ([8i64, 1, 8], [16i64, 1, 8], [12i64, 1, 8]);
+    let x12 = vec![0u8; 12 * 8 * 4];
+    let requests = vec![
+        check(&instance.model.spec, Incoming { inputs: vec![given(&s16, &x16)], requested: vec![] }),
+        check(&instance.model.spec, Incoming { inputs: vec![given(&s8, &x8)], requested: vec![] }),
+        check(&instance.model.spec, Incoming { inputs: vec![given(&s12, &x12)], requested: vec![] }),
+    ];
+    let answers = instance.execute(&requests, &mut (0, 0));
+    for (k, name) in [(0, "lstm_seq16"), (1, "lstm_seq8")] {
+        let outs = answers[k].as_ref().unwrap();
+        assert_eq!(outs[0].bytes, f32s(&fixtures().join(name).join("out_0.bin")), "{name}");
+        assert_eq!(outs[1].bytes, f32s(&fixtures().join(name).join("out_1.bin")), "{name}");
+    }
+    let e = answers[2].as_ref().err().unwrap().to_string();
+    assert!(e.contains("fit no build of the model"), "{e}");
 }
