@@ -293,6 +293,11 @@ impl Build {
         Ok(build)
     }
 
+    /// Whether it runs on graph executors (whose activations come from the model's arena pool).
+    pub fn is_graph(&self) -> bool {
+        matches!(self.engine, Engine::Graph { .. })
+    }
+
     /// The kind of artefact, as logs and messages name it.
     pub fn kind(&self) -> &'static str {
         match self.engine {

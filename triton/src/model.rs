@@ -15,8 +15,8 @@ pub struct TvmModel {
     pub builds: Vec<Build>,
     pub spec: Spec,
     pub device: DLDevice,
-    /// The graph builds' activation arenas: as many as runs in flight, at most one per instance,
-    /// each of the largest build's size.
+    /// The graph builds' activation arenas: as many as runs in flight (one per instance, and a
+    /// batch's runs side by side on idle cores), each of the largest build's size.
     pub pool: Option<Arc<ArenaPool>>,
     /// Kernel threads per run (0: the process's pool, see `threads_for`).
     pub threads: usize,
@@ -79,7 +79,7 @@ impl TvmModel {
             .iter()
             .map(|b| if spec.max_batch_size > 0 { config::build_batch(b).map_or(1, |n| n.max(1) as usize) } else { 1 })
             .collect();
-        let pool = if builds.iter().any(|b| b.kind() == "graph executor") {
+        let pool = if builds.iter().any(Build::is_graph) {
             // A run in flight per instance, and a batch's runs side by side on the idle cores.
             let cores = tvm_runtime::backend::thread_pool::max_concurrency().max(1);
             Some(ArenaPool::new(device, config::instance_count(config) + cores - 1)?)

@@ -11,7 +11,7 @@
 //! made from; it is written whole (a new file renamed over), never in place, which is what
 //! mapping it needs.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tvm_runtime::executor::GraphExecutor;
@@ -50,8 +50,6 @@ fn folder() -> Result<PathBuf> {
         None => Ok(dir),
     }
 }
-
-use std::os::unix::fs::DirBuilderExt;
 
 /// The prepared file of a build made from `lib_path`, `graph_json` and `params`, made by
 /// `prepare` when missing.
