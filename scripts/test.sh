@@ -53,10 +53,13 @@ fi
 
 if [ $quick = 1 ]; then
   stage "TVM 0.16's headers (the hhb-tvm wheel, fetched once; no venv)"
-  eval "$(scripts/tvm_env.sh --no-venv)"
+  # Captured first: a failure inside `eval "$(...)"` would not stop the script, only empty it.
+  tvm_vars=$(scripts/tvm_env.sh --no-venv)
+  eval "$tvm_vars"
 else
   stage "TVM 0.16 (hhb-tvm wheel: upstream's headers and Python package, with a venv to run it)"
-  eval "$(scripts/tvm_env.sh)"
+  tvm_vars=$(scripts/tvm_env.sh)
+  eval "$tvm_vars"
   stage "cargo fmt --check"
   cargo fmt --all -- --check
   stage "cargo clippy"

@@ -18,7 +18,9 @@ else
   cargo build --release --quiet -p triton-tvm
   backend=$repo/target/release/libtriton_tvm.so
 fi
-eval "$(scripts/triton_server.sh)"
+# Captured first, so that a failed download stops the script (inside `eval "$(...)"` it would not).
+server_vars=$(scripts/triton_server.sh)
+eval "$server_vars"
 py=$( (command -v pyenv >/dev/null && pyenv prefix 3.11 2>/dev/null | head -1) || true)
 py=${py:+$py/bin/python3}
 py=${py:-python3}

@@ -38,8 +38,10 @@ fi
 if [ "${1:-}" != "--no-venv" ] && { [ ! -x "$dir/venv/bin/python" ] || [ ! -f "$dir/venv/.complete" ]; }; then
   echo "creating the Python venv in $dir/venv" >&2
   python3 -m venv "$dir/venv"
-  "$dir/venv/bin/pip" install -q "numpy<2" decorator attrs psutil typing_extensions cloudpickle \
-    tornado scipy tqdm tflite pytest >&2
+  deps=("numpy<2" decorator attrs psutil typing_extensions cloudpickle tornado scipy tqdm tflite pytest)
+  # Once more without pip's cache when a download fails (a truncated or damaged cached wheel fails
+  # its hash check; a registry's hiccup passes on the second try).
+  "$dir/venv/bin/pip" install -q "${deps[@]}" >&2 || "$dir/venv/bin/pip" install -q --no-cache-dir "${deps[@]}" >&2
   touch "$dir/venv/.complete"
 fi
 echo "export TVM_WHEEL_DIR='$dir/unz'"
