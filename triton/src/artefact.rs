@@ -31,29 +31,18 @@ fn contains(path: &Path, mark: &[u8]) -> bool {
     std::fs::read(path).is_ok_and(|b| b.windows(mark.len()).any(|w| w == mark))
 }
 
-fn files_of(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::io(dir.display().to_string(), e))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
 fn is_library(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "so")
 }
 
 /// Whether `dir` holds an artefact (an operator library) directly.
 pub fn is_artefact_folder(dir: &Path) -> bool {
-    files_of(dir).is_ok_and(|f| f.iter().any(|p| is_library(p)))
+    rules::files_of(dir).is_ok_and(|f| f.iter().any(|p| is_library(p)))
 }
 
 /// The artefact in `dir`.
 pub fn locate(dir: &Path) -> Result<Artefact> {
-    let files = files_of(dir)?;
+    let files = rules::files_of(dir)?;
     if let Some(lib) = files.iter().find(|p| is_library(p) && contains(p, VM_MARK)) {
         return Ok(Artefact::Vm { lib: lib.clone(), code: None, meta: meta_of(&files) });
     }

@@ -4,7 +4,7 @@
 //! here, whatever happens to the others.
 
 use crate::api::{self, triton, Code};
-use crate::handles::{self, ModelHandle};
+use crate::handles::{self, check, ModelHandle};
 use crate::instance::Instance;
 use crate::model::TvmModel;
 use std::ffi::c_void;
@@ -42,11 +42,7 @@ pub unsafe extern "C" fn TRITONBACKEND_Initialize(_backend: *mut api::Backend) -
         tvm_runtime::init();
         let (mut major, mut minor) = (0u32, 0u32);
         // SAFETY: Triton's function, filling in two numbers.
-        let e = unsafe { (api.TRITONBACKEND_ApiVersion)(&mut major, &mut minor) };
-        if !e.is_null() {
-            // SAFETY: the error just returned.
-            return Err(Error::internal(unsafe { api::take_error(e) }));
-        }
+        check(unsafe { (api.TRITONBACKEND_ApiVersion)(&mut major, &mut minor) }, "Triton's API version")?;
         if major != api::API_MAJOR || minor < 10 {
             return Err(Error::value(format!(
                 "Triton's backend API is {major}.{minor}; this backend needs {}.10 or later (written for {}.{})",
@@ -84,30 +80,38 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInitialize(model: *mut api::Model) -
         }
         let state = Box::into_raw(Box::new(Arc::new(loaded)));
         // SAFETY: the model being initialised; the state is ours until ModelFinalize takes it back.
-        let e = unsafe { (triton().TRITONBACKEND_ModelSetState)(model, state.cast()) };
-        if !e.is_null() {
-            // SAFETY: never handed over: ours to drop; the error is Triton's just returned.
+        let set = check(unsafe { (triton().TRITONBACKEND_ModelSetState)(model, state.cast()) }, "the model's state");
+        if set.is_err() {
+            // SAFETY: never handed over: ours to drop.
             drop(unsafe { Box::from_raw(state) });
-            // SAFETY: the error Triton just returned.
-            return Err(Error::internal(unsafe { api::take_error(e) }));
         }
-        Ok(())
+        set
     })
+}
+
+/// The state this backend set on a model or an instance (`getter`: Triton's function reading it),
+/// if any: a model or instance whose initialisation failed has none.
+///
+/// # Safety
+/// `handle` is a model or instance (as `getter` takes) this backend initialised and has not
+/// finalised.
+unsafe fn state_of<T>(
+    getter: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> *mut api::Error,
+    handle: *mut c_void,
+) -> Result<Option<*mut T>> {
+    let mut state: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the caller's handle, of the kind `getter` reads.
+    check(unsafe { getter(handle, &mut state) }, "the backend's state")?;
+    Ok((!state.is_null()).then_some(state.cast()))
 }
 
 /// The model's state, as `ModelInitialize` set it.
 ///
 /// # Safety
-/// `model` is a model this backend initialised and has not finalised.
+/// As for [`state_of`].
 unsafe fn model_state(model: *mut api::Model) -> Result<Option<*mut Arc<TvmModel>>> {
-    let mut state: *mut c_void = std::ptr::null_mut();
-    // SAFETY: the caller's model.
-    let e = unsafe { (triton().TRITONBACKEND_ModelState)(model, &mut state) };
-    if !e.is_null() {
-        // SAFETY: the error just returned.
-        return Err(Error::internal(unsafe { api::take_error(e) }));
-    }
-    Ok((!state.is_null()).then_some(state.cast()))
+    // SAFETY: the caller's promise.
+    unsafe { state_of(triton().TRITONBACKEND_ModelState, model) }
 }
 
 /// # Safety
@@ -115,9 +119,7 @@ unsafe fn model_state(model: *mut api::Model) -> Result<Option<*mut Arc<TvmModel
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ModelFinalize(model: *mut api::Model) -> *mut api::Error {
     guard("unloading the model", || {
-        // SAFETY: the caller's model; its state was a boxed Arc made by ModelInitialize, taken
-        // back once here (instances hold their own Arcs and are finalised first).
-        // A model whose initialisation failed has none.
+        // SAFETY: the caller's model. A model whose initialisation failed has no state.
         if let Some(state) = unsafe { model_state(model) }? {
             // SAFETY: the boxed Arc ModelInitialize made, taken back once here (instances hold their own).
             drop(unsafe { Box::from_raw(state) });
@@ -134,49 +136,36 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceInitialize(instance: *mut ap
         let t = triton();
         let (mut kind, mut model) = (0u32, std::ptr::null_mut());
         // SAFETY: the instance being initialised.
-        let e = unsafe { (t.TRITONBACKEND_ModelInstanceKind)(instance, &mut kind) };
-        if !e.is_null() {
-            // SAFETY: the error Triton just returned.
-            return Err(Error::internal(unsafe { api::take_error(e) }));
-        }
+        check(unsafe { (t.TRITONBACKEND_ModelInstanceKind)(instance, &mut kind) }, "the instance's kind")?;
         // KIND_GPU: this backend has no GPU runtime (OpenCL devices are chosen by the artefact).
         if kind == 2 {
             return Err(Error::value("instance_group kind KIND_GPU: the tvm backend runs on the CPU (use KIND_CPU)"));
         }
         // SAFETY: as above.
-        let e = unsafe { (t.TRITONBACKEND_ModelInstanceModel)(instance, &mut model) };
-        if !e.is_null() {
-            // SAFETY: the error Triton just returned.
-            return Err(Error::internal(unsafe { api::take_error(e) }));
-        }
+        check(unsafe { (t.TRITONBACKEND_ModelInstanceModel)(instance, &mut model) }, "the instance's model")?;
         // SAFETY: the instance's model, initialised by this backend and alive while it has instances.
         let state = unsafe { model_state(model) }?.ok_or_else(|| Error::internal("the model has no state"))?;
         // SAFETY: as above: the model's boxed Arc, alive until ModelFinalize.
         let shared = unsafe { &*state }.clone();
         let state = Box::into_raw(Box::new(Instance::new(shared)?));
         // SAFETY: the instance being initialised; the state is ours until InstanceFinalize.
-        let e = unsafe { (t.TRITONBACKEND_ModelInstanceSetState)(instance, state.cast()) };
-        if !e.is_null() {
-            // SAFETY: never handed over.
+        let set =
+            check(unsafe { (t.TRITONBACKEND_ModelInstanceSetState)(instance, state.cast()) }, "the instance's state");
+        if set.is_err() {
+            // SAFETY: never handed over: ours to drop.
             drop(unsafe { Box::from_raw(state) });
-            // SAFETY: the error Triton just returned.
-            return Err(Error::internal(unsafe { api::take_error(e) }));
         }
-        Ok(())
+        set
     })
 }
 
+/// The instance's state, as `ModelInstanceInitialize` set it.
+///
 /// # Safety
-/// `instance` is an instance this backend initialised and has not finalised.
+/// As for [`state_of`].
 unsafe fn instance_state(instance: *mut api::Instance) -> Result<Option<*mut Instance>> {
-    let mut state: *mut c_void = std::ptr::null_mut();
-    // SAFETY: the caller's instance.
-    let e = unsafe { (triton().TRITONBACKEND_ModelInstanceState)(instance, &mut state) };
-    if !e.is_null() {
-        // SAFETY: the error just returned.
-        return Err(Error::internal(unsafe { api::take_error(e) }));
-    }
-    Ok((!state.is_null()).then_some(state.cast()))
+    // SAFETY: the caller's promise.
+    unsafe { state_of(triton().TRITONBACKEND_ModelInstanceState, instance) }
 }
 
 /// # Safety
@@ -184,7 +173,7 @@ unsafe fn instance_state(instance: *mut api::Instance) -> Result<Option<*mut Ins
 #[no_mangle]
 pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceFinalize(instance: *mut api::Instance) -> *mut api::Error {
     guard("unloading an instance", || {
-        // SAFETY: the boxed Instance InstanceInitialize made, taken back once.
+        // SAFETY: the caller's instance.
         if let Some(state) = unsafe { instance_state(instance) }? {
             // SAFETY: the boxed Instance InstanceInitialize made, taken back once.
             drop(unsafe { Box::from_raw(state) });

@@ -12,7 +12,7 @@ use tvm_runtime::error::ErrorKind;
 use tvm_runtime::{Error, Result};
 
 /// The outcome of a Triton call: its error, if any, as ours (and Triton's object deleted).
-fn check(e: *mut api::Error, what: &str) -> Result<()> {
+pub(crate) fn check(e: *mut api::Error, what: &str) -> Result<()> {
     if e.is_null() {
         return Ok(());
     }

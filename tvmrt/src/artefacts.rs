@@ -12,7 +12,8 @@ pub const GRAPH_NAMES: [&str; 2] = ["graph.json", "deploy_graph.json"];
 /// Params names, in the order they are preferred; else the folder's one file of TVM's params magic.
 pub const PARAMS_NAMES: [&str; 3] = ["params.bin", "params", "deploy_param.params"];
 
-fn files_of(dir: &Path) -> Result<Vec<PathBuf>> {
+/// The files of `dir` (not its folders), in name order.
+pub fn files_of(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir.display().to_string(), e))?
         .flatten()
