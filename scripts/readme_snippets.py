@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = re.compile(
     r"(?:<!-- snippet: (run)(?:, expect: (.*?))? -->|\*\*`([^`\n]+)`\*\*)\n```[a-z]*\n(.*?)```", re.S)
 # What the run snippets leave besides the files written (the programs they build).
-BUILT = ["app", "my_model", ".venv-tvmrt", "my_vm_model", "rows5.npy"]
+BUILT = ["app", "my_model", ".venv-tvmrt", "my_vm_model", "rows5.npy", "build-install", "my_prefix", "build-example"]
 # The pages, in reading order; any other page with a snippet is an error (it would never run).
 PAGES = [
     "README.md",

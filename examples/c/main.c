@@ -1,63 +1,23 @@
 /* Runs a model TVM compiled for the graph executor, with the C API alone.
  *
- *   run_model MODEL_DIR [OTHER_BUILD_DIR...]
+ *   run_model MODEL [OTHER_BUILD...]
  *
- * MODEL_DIR holds lib.so, graph.json and params.bin (what export_library, get_graph_json and
- * save_param_dict wrote). The program asks the executor for the model's inputs beyond its weights
- * (get_input_info; get_input gives each one's shape and dtype), fills each with a fixed pattern,
- * runs, and prints every output. Each OTHER_BUILD_DIR is another build of the same network (another batch size, say):
- * its executor shares the first one's weights, one copy for all, and runs the same way. */
+ * MODEL is a model folder or an export_library file. A folder is read as the tvmrt tool and the
+ * Python package read it (common.h): the library (lib.so, deploy_lib.so, mod.so or its one .so),
+ * the graph (graph.json, deploy_graph.json, else the one the library carries: export_library of
+ * relay.build's result, the default since TVM 0.8) and the weights (params.bin, params,
+ * deploy_param.params or any one file in TVM's params format; else those the library carries). A
+ * Relay VM folder is sent to run_vm. The program asks the executor for the model's inputs beyond
+ * its weights (get_input_info; get_input gives each one's shape and dtype), fills each with a fixed
+ * pattern, runs, and prints every output. Each OTHER_BUILD is another build of the same network
+ * (another batch size, say): its executor shares the first one's weights (named by either
+ * build's params file), one copy for all, and runs the same way. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <tvm_runtime.h>
+#include <string.h>
 
-#define CHECK(call)                                                 \
-  do {                                                              \
-    if ((call) != 0) {                                              \
-      fprintf(stderr, "%s failed: %s\n", #call, TVMGetLastError()); \
-      exit(1);                                                      \
-    }                                                               \
-  } while (0)
-
-static char* slurp(const char* dir, const char* name, size_t* n) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "cannot open %s\n", path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc(*n + 1);
-  if (!buf || fread(buf, 1, *n, f) != *n) {
-    fprintf(stderr, "cannot read %s\n", path);
-    exit(1);
-  }
-  buf[*n] = 0;
-  fclose(f);
-  return buf;
-}
-
-/* Calls a global function (runtime.MapGetItem, ...) or, with m, one of a module's. */
-static TVMValue call(TVMModuleHandle m, const char* fn, TVMValue* v, int* c, int n, int* ret_code) {
-  TVMFunctionHandle f;
-  TVMValue r;
-  if (m) {
-    CHECK(TVMModGetFunction(m, fn, 0, &f));
-  } else {
-    CHECK(TVMFuncGetGlobal(fn, &f));
-  }
-  if (!f) {
-    fprintf(stderr, "no function %s\n", fn);
-    exit(1);
-  }
-  CHECK(TVMFuncCall(f, v, c, n, &r, ret_code));
-  if (m) CHECK(TVMFuncFree(f)); /* globals stay registered: their handles are not ours to free */
-  return r;
-}
+#include "common.h"
 
 /* A global that takes an object (and maybe an index): runtime.MapItems(map), runtime.ArrayGetItem(array, i). */
 static TVMValue call_obj(const char* fn, void* obj, const int64_t* index, int* ret_code) {
@@ -66,75 +26,80 @@ static TVMValue call_obj(const char* fn, void* obj, const int64_t* index, int* r
   return call(NULL, fn, v, c, index ? 2 : 1, ret_code);
 }
 
-static int64_t num_elements(const DLTensor* t) {
-  int64_t n = 1;
-  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-  return n * t->dtype.lanes;
-}
-
-static size_t element_bytes(DLDataType t) { return t.bits < 8 ? 1 : (size_t)t.bits / 8; }
-
-/* Element i of a host buffer of dtype t, as a double (what printing needs). */
-static double element(const void* data, DLDataType t, int64_t i) {
-  switch (t.code * 1000 + t.bits) {
-    case kDLFloat * 1000 + 32: return ((const float*)data)[i];
-    case kDLFloat * 1000 + 64: return ((const double*)data)[i];
-    case kDLInt * 1000 + 8: return ((const int8_t*)data)[i];
-    case kDLInt * 1000 + 16: return ((const int16_t*)data)[i];
-    case kDLInt * 1000 + 32: return ((const int32_t*)data)[i];
-    case kDLInt * 1000 + 64: return (double)((const int64_t*)data)[i];
-    case kDLUInt * 1000 + 1:
-    case kDLUInt * 1000 + 8: return ((const uint8_t*)data)[i];
-    case kDLUInt * 1000 + 16: return ((const uint16_t*)data)[i];
-    case kDLUInt * 1000 + 32: return ((const uint32_t*)data)[i];
-    case kDLUInt * 1000 + 64: return (double)((const uint64_t*)data)[i];
-    default: return 0.0 / 0.0; /* float16 and others: printed as nan */
+/* An executor of one build on the CPU, its params file (if any) read into *params and, with load,
+ * loaded (else its library's own weights, if it binds any). The library stays alive through the
+ * executor. */
+static TVMModuleHandle open_build(const char* path, TVMByteArray* params, int load) {
+  char lib_path[4096], graph_path[4096], params_path[4096];
+  int has_graph = 1, has_params = 1, rc;
+  params->data = NULL;
+  params->size = 0;
+  if (is_dir(path)) {
+    if (folder_vm_code(path, lib_path) == 0) {
+      fprintf(stderr, "%s is a Relay VM model (%s is its bytecode): run it with run_vm\n", path, lib_path);
+      exit(2);
+    }
+    int found = folder_library(path, lib_path);
+    if (found != 0) {
+      if (found == 1) fprintf(stderr, "no operator library in %s: no lib.so, deploy_lib.so, mod.so or other .so\n", path);
+      exit(1);
+    }
+    has_graph = folder_graph(path, graph_path) == 0;
+    int p = folder_params(path, params_path);
+    if (p < 0) exit(1);
+    has_params = p == 0;
+  } else {
+    FILE* f = fopen(path, "rb");
+    if (!f) {
+      fprintf(stderr, "no model at %s (a model folder or an export_library file)\n", path);
+      exit(1);
+    }
+    fclose(f);
+    snprintf(lib_path, sizeof lib_path, "%s", path); /* an export_library file: graph and weights inside */
+    has_graph = has_params = 0;
   }
-}
-
-/* Writes the pattern value of element i (small numbers every dtype holds). */
-static void fill(void* data, DLDataType t, int64_t i) {
-  double v = t.code == kDLFloat ? (double)(i % 17) / 17.0 : (double)(i % (t.bits == 1 ? 2 : 7));
-  switch (t.code * 1000 + t.bits) {
-    case kDLFloat * 1000 + 32: ((float*)data)[i] = (float)v; break;
-    case kDLFloat * 1000 + 64: ((double*)data)[i] = v; break;
-    case kDLInt * 1000 + 8: ((int8_t*)data)[i] = (int8_t)v; break;
-    case kDLInt * 1000 + 16: ((int16_t*)data)[i] = (int16_t)v; break;
-    case kDLInt * 1000 + 32: ((int32_t*)data)[i] = (int32_t)v; break;
-    case kDLInt * 1000 + 64: ((int64_t*)data)[i] = (int64_t)v; break;
-    case kDLUInt * 1000 + 16: ((uint16_t*)data)[i] = (uint16_t)v; break;
-    case kDLUInt * 1000 + 32: ((uint32_t*)data)[i] = (uint32_t)v; break;
-    case kDLUInt * 1000 + 64: ((uint64_t*)data)[i] = (uint64_t)v; break;
-    default: ((uint8_t*)data)[i * element_bytes(t)] = (uint8_t)v; /* uint8, bool; others: zero but one byte */
+  TVMModuleHandle lib, ex;
+  CHECK(TVMModLoadFromFile(lib_path, "", &lib));
+  if (has_function(lib, "vm_load_executable")) {
+    fprintf(stderr, "%s holds a Relay VM executable: run it with run_vm\n", lib_path);
+    exit(2);
   }
-}
-
-static void print_tensor(const char* label, const DLTensor* t) {
-  size_t n = (size_t)num_elements(t), bytes = n * element_bytes(t->dtype);
-  void* host = calloc(bytes ? bytes : 1, 1);
-  CHECK(TVMArrayCopyToBytes((TVMArrayHandle)t, host, bytes));
-  printf("%s [", label);
-  for (int i = 0; i < t->ndim; i++) printf(i ? ",%" PRId64 : "%" PRId64, t->shape[i]);
-  printf("]");
-  for (size_t i = 0; i < n && i < 6; i++) printf(" %.6g", element(host, t->dtype, (int64_t)i));
-  printf(n > 6 ? " ...\n" : "\n");
-  free(host);
-}
-
-/* An executor for dir's graph on the CPU; the library stays alive through the executor. */
-static TVMModuleHandle create(const char* dir) {
-  char path[4096];
-  size_t n;
-  TVMModuleHandle lib;
-  snprintf(path, sizeof path, "%s/lib.so", dir);
-  CHECK(TVMModLoadFromFile(path, "", &lib));
-  char* json = slurp(dir, "graph.json", &n);
-  TVMValue v[4] = {{.v_str = json}, {.v_handle = lib}, {.v_int64 = kDLCPU}, {.v_int64 = 0}};
-  int c[4] = {kTVMStr, kTVMModuleHandle, kTVMArgInt, kTVMArgInt}, rc;
-  TVMValue r = call(NULL, "tvm.graph_executor.create", v, c, 4, &rc);
+  /* The library's graph executor factory (relay.build's result exported whole) carries the graph
+   * and, unless they were kept out, the weights: used when the folder gives no graph, or a graph
+   * but no weights. */
+  int factory = has_function(lib, "default") && (!has_graph || !has_params);
+  if (factory) {
+    TVMValue v[2] = {{.v_int64 = kDLCPU}, {.v_int64 = 0}};
+    int c[2] = {kTVMArgInt, kTVMArgInt};
+    ex = call(lib, "default", v, c, 2, &rc).v_handle;
+  } else if (has_graph) {
+    size_t n;
+    char* json = slurp(graph_path, &n);
+    TVMValue v[4] = {{.v_str = json}, {.v_handle = lib}, {.v_int64 = kDLCPU}, {.v_int64 = 0}};
+    int c[4] = {kTVMStr, kTVMModuleHandle, kTVMArgInt, kTVMArgInt};
+    ex = call(NULL, "tvm.graph_executor.create", v, c, 4, &rc).v_handle;
+    free(json);
+  } else {
+    fprintf(stderr,
+            "%s: no graph.json or deploy_graph.json, and %s carries no graph (no graph executor factory): keep "
+            "relay.build's graph JSON beside the library\n",
+            path, lib_path);
+    exit(1);
+  }
   CHECK(TVMModFree(lib));
-  free(json);
-  return r.v_handle;
+  if (has_params) {
+    size_t n;
+    params->data = slurp(params_path, &n);
+    params->size = n;
+    if (load) {
+      TVMValue v = {.v_handle = params};
+      int c = kTVMBytes;
+      call(ex, "load_params", &v, &c, 1, &rc);
+    }
+  }
+  printf("%s: library %s, graph %s, weights %s\n", path, lib_path, factory || !has_graph ? "in the library" : graph_path,
+         has_params ? params_path : factory ? "in the library" : "none (every graph input is data)");
+  return ex;
 }
 
 /* The names of the model's inputs beyond its weights, which get_input_info lists once load_params
@@ -202,33 +167,33 @@ static void run_and_print(TVMModuleHandle ex, const char* label, char names[][25
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s MODEL_DIR [OTHER_BUILD_DIR...]\n", argv[0]);
+    fprintf(stderr, "usage: %s MODEL [OTHER_BUILD...]  (a model folder or an export_library file)\n", argv[0]);
     return 2;
   }
-  size_t n;
-  char* params = slurp(argv[1], "params.bin", &n);
-  TVMByteArray blob = {params, n};
-  TVMModuleHandle first = create(argv[1]);
-  TVMValue v[2] = {{.v_handle = &blob}};
-  int c[2] = {kTVMBytes}, rc;
-  call(first, "load_params", v, c, 1, &rc);
+  TVMByteArray blob;
+  TVMModuleHandle first = open_build(argv[1], &blob, 1);
   static char names[64][256];
-  int count = data_input_names(first, names, 64);
+  int count = data_input_names(first, names, 64), rc;
   run_and_print(first, "executor 0", names, count);
   for (int k = 2; k < argc; k++) {
-    TVMModuleHandle other = create(argv[k]);
-    /* The other build takes the first executor's weights: one copy for all. */
-    v[0].v_handle = first;
-    c[0] = kTVMModuleHandle;
-    v[1].v_handle = &blob;
-    c[1] = kTVMBytes;
-    call(other, "share_params", v, c, 2, &rc);
+    TVMByteArray own;
+    TVMModuleHandle other = open_build(argv[k], &own, 0);
+    /* The other build takes the first executor's weights, one copy for all: share_params reads
+     * which they are from a params blob's names (either build's file; a build without one keeps
+     * the weights its library binds). */
+    TVMByteArray* named = blob.data ? &blob : own.data ? &own : NULL;
+    if (named) {
+      TVMValue v[2] = {{.v_handle = first}, {.v_handle = named}};
+      int c[2] = {kTVMModuleHandle, kTVMBytes};
+      call(other, "share_params", v, c, 2, &rc);
+    }
+    free((void*)own.data);
     char label[32];
     snprintf(label, sizeof label, "executor %d", k - 1);
     run_and_print(other, label, names, count);
     CHECK(TVMModFree(other));
   }
   CHECK(TVMModFree(first));
-  free(params);
+  free((void*)blob.data);
   return 0;
 }
