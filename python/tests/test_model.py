@@ -155,6 +155,11 @@ def test_variants_share_the_weights_loaded():
     n8 = n1.variant(e8.dir)
     assert_outputs(n8.run(e8.inputs), e8.outputs, "embedded batch 8 on batch 1's weights")
     assert n8.memory_usage()["holder"]["weights_owned"] == 0
+    # Another network is no variant: the message says so, not which internal parameter differs first.
+    with pytest.raises(tvmrt.InvalidValueError, match=r"not a build of the same network as .*mlp_b1.*Model of its own"):
+        n1.variant(load("convnet").dir)
+    with pytest.raises(tvmrt.InvalidValueError, match="Relay VM model is no variant"):
+        n1.variant(FIXTURES / "vm" / "0.16" / "mlp_dyn")
 
 
 def test_prepared_params_written_and_mapped(tmp_path):

@@ -4,7 +4,10 @@ many threads on one model, memory that follows the shapes."""
 
 from __future__ import annotations
 
+import shutil
 import threading
+import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -56,6 +59,7 @@ def test_every_version_byte_equal(d):
         assert [g.tobytes() for g in m.run(*[feed[p] for p in params])] == [w.tobytes() for w in want]
 
 
+@pytest.mark.filterwarnings("ignore::tvmrt.UncheckedInputsWarning")  # models loaded without their .meta on purpose
 def test_the_split_form_and_one_file():
     d = VM / "0.19" / "mlp_dyn"
     _, cases = read_cases(d)
@@ -106,6 +110,39 @@ def test_profile_benchmark_and_errors():
         m.run(cases[0][0])
 
 
+def test_benchmark_in_every_form():
+    d = VM / "0.16" / "mlp_dyn"
+    m = tvmrt.Model(d, num_threads=1)
+    x = np.ones((2, 16), "float32")
+    for r in (
+        m.benchmark(x, repeat=2, number=1),
+        m.benchmark(data=x, repeat=2, number=1),
+        m.benchmark({"data": x}, repeat=2, number=1),
+        m.benchmark("cpu", x, func_name="main", repeat=2, number=1, min_repeat_ms=0, end_to_end=True),
+        m.benchmark(SimpleNamespace(device_type=1, device_id=0), data=x, repeat=2, number=1, cooldown_interval_ms=0),
+    ):
+        assert len(r.results) == 2 and r.mean > 0
+    with pytest.raises(tvmrt.InvalidValueError, match=r"no inputs.*benchmark\(data=\.\.\., repeat=5"):
+        m.benchmark(repeat=2)
+    with pytest.raises(tvmrt.InvalidValueError, match=r"runs on cpu\(0\), not opencl\(0\)"):
+        m.benchmark("opencl", x)
+    with pytest.raises(tvmrt.InvalidValueError, match=r"func_name 'run'.*'main'"):
+        m.benchmark(x, func_name="run")
+
+
+def test_a_model_with_no_input_types_says_how_to_give_them(tmp_path):
+    src = VM / "0.16" / "mlp_dyn"
+    for f in ("code.ro", "lib.so"):
+        shutil.copy(src / f, tmp_path / f)
+    with pytest.warns(tvmrt.UncheckedInputsWarning, match=r"no input_specs= or \.meta.*input_specs=\{'data': \(\(None"):
+        m = tvmrt.Model(tmp_path)
+    assert not m.described
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tvmrt.Model(tmp_path, input_specs={"data": ((None, 16), "float32")})
+        tvmrt.Model(src)  # its model.meta
+
+
 def test_input_specs_check_what_the_executable_cannot():
     d = VM / "0.16" / "mlp_dyn"
     m = tvmrt.Model(d, input_specs={"data": ((None, 16), "float32")})
@@ -153,6 +190,7 @@ def _without_meta(d, tmp_path):
     return bare
 
 
+@pytest.mark.filterwarnings("ignore::tvmrt.UncheckedInputsWarning")  # models loaded without their .meta on purpose
 def test_inputs_are_described_only_as_far_as_they_are_known(tmp_path):
     d = VM / "0.16" / "mlp_dyn"
     m = tvmrt.Model(d)  # the model.meta the compile route writes
@@ -179,6 +217,7 @@ def _empty_shapes():
     return out
 
 
+@pytest.mark.filterwarnings("ignore::tvmrt.UncheckedInputsWarning")  # models loaded without their .meta on purpose
 @pytest.mark.parametrize("d", DIRS, ids=lambda d: f"{d.parent.name}-{d.name}")
 def test_empty_and_0d_inputs_answer_or_fail_never_crash(d, tmp_path):
     params, cases = read_cases(d)

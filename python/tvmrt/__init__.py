@@ -24,6 +24,7 @@ from .errors import (
     InvalidValueError,
     RuntimeFailure,
     TVMRTError,
+    UncheckedInputsWarning,
 )
 from .model import Model
 from .params import load_params, save_params
@@ -52,6 +53,7 @@ __all__ = [
     "Tensor",
     "VMModel",
     "TensorInfo",
+    "UncheckedInputsWarning",
     "__version__",
     "library_path",
     "load_params",

@@ -40,3 +40,8 @@ def device_of(spec: DeviceSpec, module: _ffi.Handle | None) -> _ffi.Device:
     if name in ("opencl", "cl"):
         return _ffi.Device(_ffi.OPENCL, dev_id)
     raise errors.InvalidValueError(f"device {spec!r}: use 'auto', 'cpu', 'opencl' or 'opencl:N'")
+
+
+def looks_like_device(value: Any) -> bool:
+    """Whether a positional argument is meant as a device (a name, ours, or TVM's ``Device``)."""
+    return isinstance(value, (str, _ffi.Device)) or (hasattr(value, "device_type") and hasattr(value, "device_id"))

@@ -145,7 +145,7 @@ def _cast(arr: np.ndarray, want: np.dtype, cast: Cast, what: str) -> np.ndarray:
     if cast is True or (cast == "safe" and np.can_cast(arr.dtype, want, "safe")):
         return arr.astype(want)
     hint = f"convert it (x.astype('{want}'))" + ("" if cast == "safe" else " or pass cast=True")
-    raise errors.InvalidTypeError(f"{what} is {want}, got {arr.dtype}: {hint}")
+    raise errors.InvalidTypeError(f"{what} is {want}, got {arr.dtype}", advice=hint)
 
 
 def as_input(value: Any, want: np.dtype, name: str, cast: Cast = False) -> np.ndarray:

@@ -8,13 +8,34 @@ and a wrong dtype a ``TypeError``, each with the runtime's own message.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+from types import FrameType
+
 
 class TVMRTError(Exception):
     """The base of every error from this package."""
 
+    def __init__(self, *args: object, advice: str = "") -> None:
+        super().__init__(*args)
+        #: What to do about it in Python (``x.astype('float32')``, ``cast=True``), kept apart from
+        #: :attr:`message` so a server answers its clients (curl, Triton's) without Python advice.
+        self.advice = advice
+
+    @property
+    def message(self) -> str:
+        """What went wrong, without the Python advice."""
+        return str(self.args[0]) if self.args else ""
+
     def __str__(self) -> str:
         # KeyError would quote its message; every class here shows it as written.
-        return str(self.args[0]) if self.args else ""
+        return f"{self.message}: {self.advice}" if self.advice else self.message
+
+
+def client_message(e: BaseException) -> str:
+    """An error as a server tells its client: this package's without its Python advice."""
+    return e.message if isinstance(e, TVMRTError) else str(e)
 
 
 class InvalidKeyError(TVMRTError, KeyError):
@@ -35,6 +56,21 @@ class InvalidIndexError(TVMRTError, IndexError):
 
 class RuntimeFailure(TVMRTError, RuntimeError):
     """A failure while running: a kernel, a device, memory."""
+
+
+class UncheckedInputsWarning(UserWarning):
+    """A model whose inputs cannot be checked before it runs: a Relay VM executable records no
+    shapes or dtypes, and neither ``input_specs=`` nor a ``.meta`` gave them."""
+
+
+def warn(warning: Warning) -> None:
+    """Issues `warning` at the caller's line: the first frame outside this package."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame: FrameType | None = sys._getframe(1)
+    level = 2  # stacklevel 1 is this function, 2 its caller
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(warning, stacklevel=level)
 
 
 _BY_KIND: dict[str, type[TVMRTError]] = {

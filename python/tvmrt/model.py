@@ -235,7 +235,16 @@ class Model:
 
         fn("set_strict_inputs")(1)
         if self._source is not None:
-            fn("share_params")(self._source._weights_holder().module, self._shared_names)
+            try:
+                fn("share_params")(self._source._weights_holder().module, self._shared_names)
+            except errors.InvalidValueError as e:
+                # What share_params compared is an internal name (p0): say what it means here.
+                detail = str(e).removeprefix("share_params: ")
+                raise errors.InvalidValueError(
+                    f"{self.library_path} is not a build of the same network as {self._source.library_path}: "
+                    f"their weights differ ({detail}). A variant is another batch size or sequence length of "
+                    "one network, sharing its weights; load another network as a Model of its own"
+                ) from None
         elif holder and self._params is not None:
             if isinstance(self._params, bytes):
                 fn("load_params")(self._params)

@@ -56,6 +56,10 @@ class BenchmarkResult:
         )
 
 
+# TVM's benchmark arguments that tune its time evaluator's loop; taken, and without effect here.
+TVM_LOOP_TUNING = ("limit_zero_time_iterations", "cooldown_interval_ms", "repeats_to_cooldown")
+
+
 def time_runs(run: Callable[[], Any], repeat: int, number: int, warmup: int) -> BenchmarkResult:
     """Seconds per call of `run`, measured from Python: `warmup` calls, then `repeat` figures, each
     the mean of `number` calls."""

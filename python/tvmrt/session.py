@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from . import _ffi, _tensors, errors
-from ._devices import device_of
+from ._devices import device_of, looks_like_device
 from ._executor import Executor
-from .profiling import BenchmarkResult
+from .profiling import TVM_LOOP_TUNING, BenchmarkResult
 
 if TYPE_CHECKING:
     from .model import Model
@@ -35,16 +35,10 @@ _TVMS = (
     "cooldown_interval_ms",
     "repeats_to_cooldown",
 )
-# TVM's arguments that tune its time evaluator's loop; taken, and without effect here.
-_TVM_ONLY = ("limit_zero_time_iterations", "cooldown_interval_ms", "repeats_to_cooldown")
 _BENCHMARK_FORMS = (
     "benchmark(repeat=5, number=5, min_repeat_ms=0, end_to_end=False, warmup=1, **inputs), or TVM's "
     "benchmark(device, func_name='run', repeat=5, number=5, min_repeat_ms=None, ...)"
 )
-
-
-def _isdevice_of(value: Any) -> bool:
-    return isinstance(value, (str, _ffi.Device)) or (hasattr(value, "device_type") and hasattr(value, "device_id"))
 
 
 def benchmark_arguments(device: _ffi.Device, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,9 +49,9 @@ def benchmark_arguments(device: _ffi.Device, args: Sequence[Any], kwargs: Mappin
     args = list(args)
     named = dict(kwargs)
     order: tuple[str, ...] = _OURS
-    if (args and _isdevice_of(args[0])) or "device" in named or "dev" in named:
+    if (args and looks_like_device(args[0])) or "device" in named or "dev" in named:
         order = _TVMS
-        given = args.pop(0) if args and _isdevice_of(args[0]) else named.pop("device", named.pop("dev", None))
+        given = args.pop(0) if args and looks_like_device(args[0]) else named.pop("device", named.pop("dev", None))
         try:
             dev = device_of(given, None)
         except (errors.TVMRTError, ValueError, TypeError):
@@ -73,7 +67,7 @@ def benchmark_arguments(device: _ffi.Device, args: Sequence[Any], kwargs: Mappin
         if name in named:
             raise errors.InvalidValueError(f"benchmark: {name} given twice")
         named[name] = value
-    for name in _TVM_ONLY:
+    for name in TVM_LOOP_TUNING:
         named.pop(name, None)
     if named.get("min_repeat_ms") is None:
         named["min_repeat_ms"] = 0

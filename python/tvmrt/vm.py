@@ -23,9 +23,9 @@ import numpy as np
 
 from . import _ffi, _fork, _tensors, errors
 from ._artifacts import LIBRARY_NAMES, PathLike, TensorInfo
-from ._devices import device_of
+from ._devices import device_of, looks_like_device
 from .plugins import load_plugins
-from .profiling import BenchmarkResult, Report, time_runs
+from .profiling import TVM_LOOP_TUNING, BenchmarkResult, Report, time_runs
 
 VM_MAGIC = 0xD225DE2F4214151D
 # How a VMExecutable entry appears in a module blob: its type key as a dmlc string.
@@ -198,6 +198,11 @@ class VMModel:
         **unused: Any,
     ) -> None:
         load_plugins(plugins)
+        if unused.get("share_weights_with") is not None:
+            raise errors.InvalidValueError(
+                f"{path or lib}: a Relay VM model is no variant of a graph model; its executable runs every "
+                "batch size and sequence length itself, so load it as a Model of its own"
+            )
         bad = sorted(k for k, v in unused.items() if v not in (None, False))
         if bad:
             raise errors.InvalidValueError(f"a Relay VM model takes no {', '.join(bad)} (graph-executor options)")
@@ -243,6 +248,17 @@ class VMModel:
         self.outputs: list[TensorInfo] = recorded[1] if recorded is not None else []
         self.weights: list[TensorInfo] = []
         _VM(self)  # made once now: a missing kernel or device is an error at load
+        if not self.described:
+            example = ", ".join(f"{p!r}: ((None, ...), 'float32')" for p in self.params)
+            errors.warn(
+                errors.UncheckedInputsWarning(
+                    f"{art.lib}: the executable records no input shapes or dtypes, and no input_specs= or .meta "
+                    "gives them, so inputs are checked only by what the kernels check (a wrong size along a fixed "
+                    f"axis is read as it lies, as by upstream's runtime): give input_specs={{{example}}} with the "
+                    "model's shapes (None where an axis varies) to have every input checked and described "
+                    "(docs/dynamic-shapes.md)"
+                )
+            )
         _fork.track(self)
 
     @property
@@ -333,8 +349,40 @@ class VMModel:
 
     __call__ = run
 
-    def benchmark(self, *args: Any, repeat: int = 5, number: int = 5, warmup: int = 1, **named: Any) -> BenchmarkResult:
-        """Seconds per run (inputs given as to :meth:`run`), measured from Python."""
+    def benchmark(
+        self,
+        *args: Any,
+        repeat: int = 5,
+        number: int = 5,
+        warmup: int = 1,
+        min_repeat_ms: int | None = None,
+        end_to_end: bool = False,
+        func_name: str | None = None,
+        **named: Any,
+    ) -> BenchmarkResult:
+        """Seconds per run, measured from Python, on the inputs given as to :meth:`run`
+        (``benchmark(x)``, ``benchmark(data=x)``). TVM's VirtualMachine form is taken too: a device
+        first (the model's), ``func_name``, and ``min_repeat_ms`` / ``end_to_end`` (every run here
+        is timed from Python, as end to end). A VM keeps no inputs between calls: without them, the
+        error says what to pass."""
+        if args and looks_like_device(args[0]):
+            given = device_of(args[0], None)
+            if given != self.device:
+                raise errors.InvalidValueError(f"benchmark: the model runs on {self.device}, not {given}")
+            args = args[1:]
+        if func_name is not None and func_name != self.function:
+            raise errors.InvalidValueError(
+                f"benchmark: func_name {func_name!r}: this model times {self.function!r} (function= at load)"
+            )
+        for name in TVM_LOOP_TUNING:
+            named.pop(name, None)
+        del min_repeat_ms, end_to_end
+        if not args and not named and self.params:
+            example = ", ".join(f"{p}=..." for p in self.params)
+            raise errors.InvalidValueError(
+                f"benchmark: no inputs; a VM keeps none between calls, so give them as run takes them: "
+                f"benchmark({example}, repeat=5, number=5)"
+            )
         arrays = self._feed(args, named, False)
         vm = self._vm()
         return time_runs(lambda: vm.run(self.function, arrays), repeat, number, warmup)

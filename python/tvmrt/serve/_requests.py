@@ -117,7 +117,7 @@ def as_rows(spec: InputSpec, value: Any, limits: Limits) -> np.ndarray:
         else:
             arr = _tensors.as_input(value, spec.dtype, spec.name, cast="safe")
     except (errors.InvalidTypeError, errors.InvalidValueError) as e:
-        raise BadRequest(str(e)) from None
+        raise BadRequest(errors.client_message(e)) from None
     check_header(spec, spec.name, arr.dtype, arr.shape, limits)
     return arr
 

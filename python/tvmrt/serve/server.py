@@ -320,7 +320,14 @@ class ModelServer:
             self.prepared = path
             removed = _prepared.remove_unused(path.parent, keep=path)
             if removed:
-                logger.info("tvmrt: removed prepared files no replica uses: %s", ", ".join(removed))
+                logger.info(
+                    "tvmrt: removed %d prepared-params file(s) of yours that no replica had held for %d s, from %s "
+                    "(models no longer served here; prepared_dir= or TVMRT_PREPARED_DIR puts them elsewhere): %s",
+                    len(removed),
+                    _prepared.UNUSED_FOR,
+                    path.parent,
+                    ", ".join(removed),
+                )
         except errors.TVMRTError as e:
             logger.warning("tvmrt: no prepared-params file (%s): each replica loads the weights", e)
 
@@ -658,9 +665,9 @@ class ModelServer:
         except BadRequest as e:
             return Response(_protocol.error(str(e)), status_code=e.status, media_type="application/json")
         except errors.RuntimeFailure as e:
-            return Response(_protocol.error(str(e)), status_code=500, media_type="application/json")
+            return Response(_protocol.error(errors.client_message(e)), status_code=500, media_type="application/json")
         except (errors.TVMRTError, ValueError, TypeError, KeyError, RecursionError) as e:
-            return Response(_protocol.error(str(e)), status_code=400, media_type="application/json")
+            return Response(_protocol.error(errors.client_message(e)), status_code=400, media_type="application/json")
         kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
         try:
             body = await self._body(request)
@@ -681,7 +688,7 @@ class ModelServer:
         except BadRequest as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
         except (errors.TVMRTError, ValueError, TypeError, KeyError, RecursionError) as e:
-            return JSONResponse({"error": str(e)}, status_code=400)
+            return JSONResponse({"error": errors.client_message(e)}, status_code=400)
         outputs = self.postprocess(answer.outputs, inputs)
         if kind == NPY and len(outputs) == 1:
             buf = io.BytesIO()
