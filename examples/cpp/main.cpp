@@ -3,11 +3,13 @@
 //
 //   run_model_cpp MODEL_DIR [OTHER_BUILD_DIR...]
 //
-// MODEL_DIR holds lib.so, graph.json and params.bin. The model's inputs beyond its weights (names
+// MODEL_DIR holds lib.so, graph.json and params.bin (a folder of any other form: examples/c's
+// run_model reads every one the tool reads, and run_vm a Relay VM). The model's inputs beyond its weights (names
 // from input_names(); shapes and dtypes from get_input) are filled with a fixed pattern, the model
 // runs, and every output is printed. Each OTHER_BUILD_DIR (another batch size, say) shares the first
 // executor's weights, one copy for all, and takes turns with it in one activation arena.
 #include <cstdio>
+#include <filesystem>
 #include <tvm_runtime.hpp>
 
 // Calls f with a typed pointer to the array's host copy, for the dtypes a model's tensors have.
@@ -66,6 +68,16 @@ static void run_and_print(const tvmrt::GraphExecutor& ex, const std::string& lab
               (long long)m.activations_shared);
 }
 
+// The three files this example reads, or an error saying which is missing and what reads the rest.
+static void check_folder(const std::string& dir) {
+  for (const char* name : {"lib.so", "graph.json", "params.bin"}) {
+    if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / name)) {
+      throw tvmrt::Error(dir + " has no " + name + ": this example wants relay.build's three files (lib.so, " +
+                         "graph.json, params.bin); examples/c's run_model reads every folder form, run_vm a Relay VM");
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s MODEL_DIR [OTHER_BUILD_DIR...]\n", argv[0]);
@@ -73,9 +85,11 @@ int main(int argc, char** argv) {
   }
   try {
     auto load = [](const std::string& dir) {
+      check_folder(dir);
       return tvmrt::GraphExecutor::create(tvmrt::GraphExecutor::read_file(dir + "/graph.json"),
                                           tvmrt::Module::load(dir + "/lib.so"));
     };
+    check_folder(argv[1]);
     std::string params = tvmrt::GraphExecutor::read_file(std::string(argv[1]) + "/params.bin");
     tvmrt::GraphExecutor first = load(argv[1]);
     first.load_params(params);
