@@ -25,7 +25,9 @@ except ImportError:  # setuptools < 70.1
     from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
 
 HERE = Path(__file__).parent.resolve()
-REPO = HERE.parent
+# The Rust workspace: inside the source archive (rust/, scripts/build_release.sh puts it there),
+# else beside the package, as in a clone.
+REPO = HERE / "rust" if (HERE / "rust" / "Cargo.toml").is_file() else HERE.parent
 # Where the tool is staged for setuptools' scripts (the wheel's .data/scripts: on PATH once installed).
 STAGED_TOOL = Path("build") / "rust" / "tvmrt"
 # The library keeps upstream's file name (TVM's own Python finds it by that name in
@@ -37,15 +39,16 @@ SONAME = "libtvmrt_runtime.so"
 
 def cargo_version() -> str:
     if not (REPO / "Cargo.toml").is_file():
-        # An sdist alone: its own record of the version (the build then says what it needs).
+        # The package's folder without the workspace: its own record of the version, if any (the
+        # build then says what it needs).
         info = HERE / "PKG-INFO"
         found = re.search(r"^Version:\s*(\S+)", info.read_text(), re.M) if info.is_file() else None
         return found.group(1) if found else "0+unknown"
     text = (REPO / "Cargo.toml").read_text()
-    package = text.split("[package]", 1)[1].split("\n[", 1)[0]
-    m = re.search(r'^version\s*=\s*"([^"]+)"', package, re.M)
+    section = text.split("[workspace.package]", 1)[1].split("\n[", 1)[0] if "[workspace.package]" in text else ""
+    m = re.search(r'^version\s*=\s*"([^"]+)"', section, re.M)
     if not m:
-        raise RuntimeError("no [package] version in Cargo.toml")
+        raise RuntimeError("no [workspace.package] version in Cargo.toml")
     return m.group(1)
 
 
@@ -69,6 +72,7 @@ tvmrt: cannot build the runtime library here: {why}.
 
 Two ways to get tvmrt:
   - a release wheel, which needs nothing else (Linux x86_64 or aarch64, glibc 2.28+, CPython 3.9 to 3.13):
+      pip install tvmrt                   (from the first release on), or a wheel file:
       pip install tvmrt-<version>-py3-none-manylinux_2_28_<arch>.whl
   - a build from a clone of the repository (the Rust workspace beside python/), which needs Rust
     1.82 or later (https://rustup.rs: curl --proto '=https' -sSf https://sh.rustup.rs | sh) and a
@@ -79,7 +83,8 @@ Two ways to get tvmrt:
 
 def check_can_build() -> None:
     """Fails at once, saying what to do, where the library cannot be built (no workspace, as in
-    an sdist alone; no cargo; no C++ compiler), rather than minutes later with a raw error."""
+    a copy of the package's folder alone; no cargo; no C++ compiler), rather than minutes later
+    with a raw error."""
     if not (REPO / "Cargo.toml").is_file() or not (REPO / "src").is_dir():
         why = f"the Rust sources are not beside this package ({REPO} holds no Cargo.toml)"
     elif shutil.which("cargo") is None:

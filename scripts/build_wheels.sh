@@ -84,7 +84,7 @@ rm -rf "$repo/target/wheels-raw"
 mkdir -p "$out"
 # The Triton backend, as Triton's backend folder wants it: untar into the server's backends
 # directory (e.g. /opt/tritonserver/backends) and a model's `backend: "tvm"` finds it.
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' triton/Cargo.toml | head -1)
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 for arch in $arches; do
   stage=$repo/target/triton-archive/$arch
   rm -rf "$stage" && mkdir -p "$stage/tvm"

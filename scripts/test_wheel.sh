@@ -7,6 +7,8 @@
 #   scripts/test_wheel.sh              everything
 #   scripts/test_wheel.sh --one        the newest Python only (quicker)
 #   TVMRT_WHEEL=dist/...whl scripts/test_wheel.sh    a wheel built before (scripts/build_wheels.sh)
+#   TVMRT_SDIST=dist/tvmrt-<version>.tar.gz           also the source archive, built by pip in a fresh
+#                                                     venv (scripts/build_release.sh makes it)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -40,6 +42,10 @@ else
   "$out/build-venv/bin/pip" wheel -q ./python --no-deps -w "$out/dist"
 fi
 wheel=$(ls "$out"/dist/tvmrt-*.whl)
+# python/README.md's first example, as a user copies it.
+awk '/^\*\*`example.py`\*\*$/ {f = 1; next} f && /^```python$/ {on = 1; next} on && /^```$/ {exit} on' \
+  python/README.md > "$out/example.py"
+grep -q "tvmrt.Model" "$out/example.py"
 echo "   $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB"
 # What is in it: the library stripped (no debug sections), the tool, the package typed.
 "$out/build-venv/bin/python" - "$wheel" <<'EOF'
@@ -95,9 +101,25 @@ for c in "${combos[@]}"; do
   (cd "$out" && env -u TVMRT_LIBRARY -u PYTHONPATH PATH="$venv/bin:$PATH" TVM_PYTHON="$TVM_PYTHON" \
     TVM_WHEEL_DIR="$TVM_WHEEL_DIR" TVMRT_TEST_PLUGIN="${TVMRT_TEST_PLUGIN:-$repo/build/libtvmrt_test_plugin.so}" \
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests")
+  # python/README.md's first example as written, from the repository's root, with nothing but the
+  # venv and the system's own tools on PATH: no Rust, no compiler needed.
+  (cd "$repo" && env -i HOME="$HOME" PATH="$venv/bin:/usr/bin:/bin" sh -c \
+    '! command -v cargo >/dev/null || echo "   NOTE: cargo is in /usr/bin here"; python "$1"' _ "$out/example.py" \
+    | tee "$out/example.log")
+  grep -q "^\[TensorInfo('data', float32\[1, 1, 28, 28\])\] (1, 10)$" "$out/example.log"
   ran=$((ran + 1))
 done
 [ $ran -gt 0 ] || { echo "no Python to test the wheel with" >&2; exit 1; }
+
+if [ -n "${TVMRT_SDIST:-}" ]; then
+  echo "== the source archive $(basename "$TVMRT_SDIST"): pip builds it in a fresh venv (cargo, as on a platform no wheel fits)"
+  venv=$out/venv-sdist
+  "$builder" -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  # Its own target folder: the archive's workspace is another path than this clone's.
+  CARGO_TARGET_DIR=$repo/target/sdist-build "$venv/bin/pip" install -q "$TVMRT_SDIST"
+  (cd "$repo" && "$venv/bin/python" "$out/example.py" && "$venv/bin/tvmrt" --version)
+fi
 
 echo "== building from source where it cannot be done: a message saying what to do, at once"
 # No cargo on PATH (a clone on a machine without Rust), then the package's folder alone (an sdist).

@@ -215,6 +215,18 @@ fn help_and_version_go_to_stdout_and_succeed() {
     assert_eq!((code, out.trim()), (0, concat!("tvmrt ", env!("CARGO_PKG_VERSION"))));
 }
 
+/// One version everywhere: the changelog's newest entry and the CMake package say the workspace's
+/// (the Python package reads it from Cargo.toml, and its tests compare it with `tvmrt --version`).
+#[test]
+fn the_changelog_and_cmake_say_the_workspace_version() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap();
+    let newest = changelog.lines().find_map(|l| l.strip_prefix("## ")).expect("an entry");
+    assert_eq!(newest.split_whitespace().next(), Some(env!("CARGO_PKG_VERSION")), "{newest}");
+    let cmake = std::fs::read_to_string(root.join("CMakeLists.txt")).unwrap();
+    assert!(cmake.contains("project(tvm_runtime_rs VERSION ${TVM_RT_VERSION}"), "CMake reads Cargo.toml's version");
+}
+
 #[test]
 fn counts_below_one_extra_arguments_and_foreign_options_are_usage_errors() {
     let mlp = fixture("mlp_b1");
