@@ -120,6 +120,7 @@ def test_benchmark_in_every_form():
         m.benchmark({"data": x}, repeat=2, number=1),
         m.benchmark("cpu", x, func_name="main", repeat=2, number=1, min_repeat_ms=0, end_to_end=True),
         m.benchmark(SimpleNamespace(device_type=1, device_id=0), data=x, repeat=2, number=1, cooldown_interval_ms=0),
+        m.benchmark(x, device="cpu", repeat=2, number=1),
     ):
         assert len(r.results) == 2 and r.mean > 0
     with pytest.raises(tvmrt.InvalidValueError, match=r"no inputs.*benchmark\(data=\.\.\., repeat=5"):

@@ -365,11 +365,12 @@ class VMModel:
         first (the model's), ``func_name``, and ``min_repeat_ms`` / ``end_to_end`` (every run here
         is timed from Python, as end to end). A VM keeps no inputs between calls: without them, the
         error says what to pass."""
-        if args and looks_like_device(args[0]):
-            given = device_of(args[0], None)
+        named_device = [named.pop(k) for k in ("device", "dev") if k in named]
+        if named_device or (args and looks_like_device(args[0])):
+            given = device_of(named_device[0] if named_device else args[0], None)
             if given != self.device:
                 raise errors.InvalidValueError(f"benchmark: the model runs on {self.device}, not {given}")
-            args = args[1:]
+            args = args if named_device else args[1:]
         if func_name is not None and func_name != self.function:
             raise errors.InvalidValueError(
                 f"benchmark: func_name {func_name!r}: this model times {self.function!r} (function= at load)"
