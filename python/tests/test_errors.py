@@ -150,3 +150,18 @@ def test_a_prepared_file_whose_weights_changed_is_refused(tmp_path):
     plain.write_bytes(tvmrt.save_params(tvmrt.load_params(flipped)))
     x = np.zeros(model.inputs[0].shape, "float32")
     assert tvmrt.Model(d, params=plain).run(x)[0].shape == model.run(x)[0].shape
+
+
+def test_messages_keep_python_advice_apart_and_lose_only_the_class_prefix():
+    from tvmrt import errors
+
+    e = errors.InvalidTypeError("input 'x' is float32, got float64", advice="convert it")
+    assert (str(e), e.message, e.advice) == ("input 'x' is float32, got float64: convert it", e.args[0], "convert it")
+    assert errors.client_message(e) == "input 'x' is float32, got float64"
+    assert errors.client_message(ValueError("plain")) == "plain"
+    assert str(errors.InvalidKeyError("no input named 'q'")) == "no input named 'q'"  # not quoted, as KeyError's
+    # The runtime's C API puts its class first: only that prefix goes.
+    got = errors.from_runtime("InternalError: KeyError: no input named 'q'", "KeyError")
+    assert type(got) is errors.InvalidKeyError and got.message == "KeyError: no input named 'q'"
+    assert errors.from_runtime("TVMError: x: y", "").message == "x: y"
+    assert errors.from_runtime("InternalErrorx: y", "").message == "InternalErrorx: y"

@@ -4,7 +4,9 @@ many threads on one model, memory that follows the shapes."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import threading
 import warnings
 from types import SimpleNamespace
@@ -135,9 +137,19 @@ def test_a_model_with_no_input_types_says_how_to_give_them(tmp_path):
     src = VM / "0.16" / "mlp_dyn"
     for f in ("code.ro", "lib.so"):
         shutil.copy(src / f, tmp_path / f)
-    with pytest.warns(tvmrt.UncheckedInputsWarning, match=r"no input_specs= or \.meta.*input_specs=\{'data': \(\(None"):
+    said_so = r"no input_specs= or \.meta.*input_specs=\{'data': \(\(None"
+    with pytest.warns(tvmrt.UncheckedInputsWarning, match=said_so) as said:
+        here = sys._getframe().f_lineno + 1
         m = tvmrt.Model(tmp_path)
     assert not m.described
+    # Said at the caller's line, through Model's dispatch or directly (under mutmut, whose
+    # trampolines are frames of their own between the caller and the package, it cannot be).
+    located = "MUTANT_UNDER_TEST" not in os.environ
+    assert not located or [(w.filename, w.lineno) for w in said] == [(__file__, here)]
+    with pytest.warns(tvmrt.UncheckedInputsWarning) as said:
+        here = sys._getframe().f_lineno + 1
+        tvmrt.VMModel(tmp_path)
+    assert not located or [(w.filename, w.lineno) for w in said] == [(__file__, here)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tvmrt.Model(tmp_path, input_specs={"data": ((None, 16), "float32")})
