@@ -123,8 +123,14 @@ def test_benchmark_in_every_form():
         m.benchmark("cpu", x, func_name="main", repeat=2, number=1, min_repeat_ms=0, end_to_end=True),
         m.benchmark(SimpleNamespace(device_type=1, device_id=0), data=x, repeat=2, number=1, cooldown_interval_ms=0),
         m.benchmark(x, device="cpu", repeat=2, number=1),
+        m.benchmark(x, dev="cpu", repeat=2, number=1),
     ):
         assert len(r.results) == 2 and r.mean > 0
+    # TVM's defaults, and figures of runs (a run costs microseconds; timing nothing, nanoseconds).
+    run_time = min(m.benchmark(x, repeat=1, number=1).mean for _ in range(3))
+    assert len(m.benchmark(x).results) == 5 and run_time > 1e-6
+    with pytest.raises(tvmrt.InvalidTypeError, match="float32, got float64"):
+        m.benchmark(x.astype("float64"))  # inputs as run takes them: no cast
     with pytest.raises(tvmrt.InvalidValueError, match=r"no inputs.*benchmark\(data=\.\.\., repeat=5"):
         m.benchmark(repeat=2)
     with pytest.raises(tvmrt.InvalidValueError, match=r"runs on cpu\(0\), not opencl\(0\)"):
