@@ -1,8 +1,11 @@
 """Builds the wheel: the runtime library and the `tvmrt` tool from the Rust workspace one level up
 (`cargo build --release`, or prebuilt ones from TVMRT_PREBUILT_DIR), stripped, beside the Python
-package. The package calls the library through ctypes, so one wheel serves CPython 3.9 to 3.13
-(free-threaded builds too): its tag is py3-none-<platform>. The version is the workspace's
-(Cargo.toml)."""
+package, and `tvmrt._fast` (tvmrt/_fast.c: a request's call made from C, over CPython's stable
+ABI for 3.9 and later). The package calls the library through ctypes where that module cannot
+load (free-threaded builds, PyPy), so one wheel serves CPython 3.9 to 3.13 and those too: its tag
+stays py3-none-<platform>. The module is optional where the package is built from source (no
+Python headers: ctypes alone, said in the build's output); TVMRT_REQUIRE_FAST_CALLS=1, as the
+release build sets, makes it required. The version is the workspace's (Cargo.toml)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from distutils.command.build_scripts import build_scripts  # setuptools ships di
 from pathlib import Path
 from typing import ClassVar
 
-from setuptools import Command, setup
+from setuptools import Command, Extension, setup
 from setuptools.command.build import build
 from setuptools.dist import Distribution
 
@@ -175,7 +178,8 @@ class BinaryDistribution(Distribution):
 
 
 class BdistWheel(bdist_wheel):
-    """py3-none-<platform>: the package has no extension module, only the library it loads."""
+    """py3-none-<platform>: the package's extension module is optional (see the top), and the
+    library it loads is the same for every interpreter."""
 
     def finalize_options(self):
         super().finalize_options()
@@ -189,8 +193,17 @@ class BdistWheel(bdist_wheel):
         return "py3", "none", plat
 
 
+FAST_CALLS = Extension(
+    "tvmrt._fast",
+    ["tvmrt/_fast.c"],
+    py_limited_api=True,  # the file defines Py_LIMITED_API (3.9) itself
+    extra_compile_args=["-O2"],
+    optional=os.environ.get("TVMRT_REQUIRE_FAST_CALLS") != "1",
+)
+
 setup(
     version=cargo_version(),
+    ext_modules=[FAST_CALLS],
     cmdclass={"build_rust": BuildRust, "build": Build, "build_scripts": BuildScripts, "bdist_wheel": BdistWheel},
     distclass=BinaryDistribution,
     scripts=[str(STAGED_TOOL)],

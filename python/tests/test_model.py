@@ -261,3 +261,77 @@ def test_request_cost_reports_the_request_the_run_and_their_difference():
     assert c["overhead"] == pytest.approx(c["request"] - c["run"])
     with pytest.raises(tvmrt.InvalidValueError):
         m.request_cost(repeat=0, **f.inputs)
+
+
+def test_run_into_writes_the_outputs_given():
+    f = load("multi_io")
+    m = tvmrt.Model(f.dir)
+    outs = [t.empty() for t in m.outputs]
+    got = m.run_into(outs, f.inputs)
+    assert all(g is o for g, o in zip(got, outs))
+    assert_outputs(outs, f.outputs, "run_into")
+    # Every form run takes; each call writes the same arrays again.
+    for o in outs:
+        o.fill(0)
+    m.run_into(outs, **f.inputs)
+    assert_outputs(outs, f.outputs, "run_into by keyword")
+    with pytest.raises(tvmrt.InvalidValueError, match=r"run_into takes a list of 7 output arrays"):
+        m.run_into(outs[:-1], f.inputs)
+    bad = list(outs)
+    bad[0] = np.empty(outs[0].shape, "float64")
+    said = r"output 'output_0' is float32\[2, 3\]: run_into takes a writable, C-contiguous numpy array"
+    with pytest.raises(tvmrt.InvalidValueError, match=said):
+        m.run_into(bad, f.inputs)
+    bad[0] = np.empty(outs[0].shape, outs[0].dtype)
+    bad[0].flags.writeable = False
+    with pytest.raises(tvmrt.InvalidValueError, match="writable"):
+        m.run_into(bad, f.inputs)
+
+
+def test_the_compiled_call_and_ctypes_give_the_same_bytes(monkeypatch):
+    from tvmrt import _ffi
+
+    f = load("multi_io")
+    fast = tvmrt.Model(f.dir)
+    monkeypatch.setattr(_ffi, "_fast", None)
+    slow = tvmrt.Model(f.dir)
+    assert slow._thread_session()._ex().fused((0,))[1] is None
+    for a, b in zip(fast.run(f.inputs), slow.run(f.inputs)):
+        assert a.tobytes() == b.tobytes()
+    assert_outputs(slow.run(f.inputs), f.outputs, "by ctypes")
+
+
+def test_the_plainest_request_and_everything_else_give_the_same_answers():
+    f = load("multi_io")
+    m = tvmrt.Model(f.dir)
+    want = m.run(f.inputs)
+    names = list(f.inputs)
+    # Keywords in another order, a dict, ONNX Runtime's form: the same outputs.
+    for got in (
+        m.run(**{k: f.inputs[k] for k in reversed(names)}),
+        m.run(dict(f.inputs)),
+        m.run(None, dict(f.inputs)),
+        m.run_into([t.empty() for t in m.outputs], **f.inputs),
+    ):
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+    # Arrays the compiled call cannot take as they are go the general way, to the same answer:
+    # a strided view, a read-only array, another dtype with cast=True.
+    x = names[0]
+    strided = np.ascontiguousarray(np.repeat(f.inputs[x][..., None], 2, axis=-1))[..., 0]
+    assert not strided.flags.c_contiguous
+    frozen = f.inputs[x].copy()
+    frozen.flags.writeable = False
+    for v in (strided, frozen):
+        got = m.run(**{**f.inputs, x: v})
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+    # An input left out keeps what this thread set before; a fresh thread has none.
+    partial = m.run(**{k: f.inputs[k] for k in names[1:]})
+    assert [g.tobytes() for g in partial] == [w.tobytes() for w in want]
+    fresh = tvmrt.Model(f.dir)
+    with pytest.raises(tvmrt.InvalidKeyError, match="inputs never set"):
+        fresh.run(**{k: f.inputs[k] for k in names[1:]})
+    # A read-only output array is refused, never written.
+    outs = [t.empty() for t in m.outputs]
+    outs[0].flags.writeable = False
+    with pytest.raises(tvmrt.InvalidValueError, match="writable"):
+        m.run_into(outs, **f.inputs)

@@ -43,6 +43,17 @@ class TensorInfo:
             raise errors.InvalidValueError(f"{self.name!r}: its shape is not known (give input_specs=)")
         return self.shape
 
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy dtype of the tensor (TVM's ``uint1`` is ``bool``; ``bfloat16`` is ml_dtypes')."""
+        from ._tensors import np_dtype
+
+        return np_dtype(self.dtype)
+
+    def empty(self) -> np.ndarray:
+        """A new array of the tensor's shape and dtype (for :meth:`tvmrt.Model.run_into`)."""
+        return np.empty(self.dims, self.numpy_dtype)
+
 
 @dataclass
 class Artefacts:

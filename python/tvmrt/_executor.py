@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
@@ -22,9 +22,9 @@ class Slot:
     """An input or output of an executor as a prepared call: a DLTensor of the tensor's shape and
     dtype over the caller's array, handed to ``set_input`` / ``get_output`` with its index."""
 
-    __slots__ = ("call", "dtype", "name", "shape", "shape_array", "tensor")
+    __slots__ = ("call", "dtype", "fast", "name", "shape", "shape_array", "tensor")
 
-    def __init__(self, fn: _ffi.Function, index: int, info: TensorInfo) -> None:
+    def __init__(self, fn: _ffi.Function, index: int, info: TensorInfo, written: bool) -> None:
         self.name = info.name
         self.shape = info.dims
         self.dtype = _tensors.np_dtype(info.dtype)
@@ -38,10 +38,20 @@ class Slot:
         self.call = _ffi.PreparedCall(fn, [_ffi.INT, _ffi.DLTENSOR])
         self.call.values[0].v_int64 = index
         self.call.values[1].v_handle = ctypes.addressof(t)
+        self.fast = self.call.bound([t], 0 if written else 1)
 
     def put(self, arr: np.ndarray) -> None:
         """Calls with `arr` (of this slot's shape and dtype, contiguous) as the tensor; `arr` is
         the caller's, alive for the whole call."""
+        if self.fast is not None:
+            try:
+                status = self.fast(arr)
+            except (BufferError, ValueError, TypeError):  # no buffer (bfloat16...): by ctypes
+                pass
+            else:
+                if status != 0:
+                    raise _ffi.lib().last_error()
+                return
         self.tensor.data = _tensors.address(arr)
         try:
             self.call()
@@ -55,6 +65,7 @@ class Executor:
     __slots__ = (
         "__weakref__",
         "_fused",
+        "_quick",
         "_get_input",
         "_get_output",
         "_run",
@@ -83,10 +94,13 @@ class Executor:
         )
         self.run_call = _ffi.PreparedCall(self._run, [])
         self._run_into = fn("tvmrt.run_into")
-        # Prepared one-call requests, by the inputs they set (usually one: every data input).
-        self._fused: dict[tuple[int, ...], _ffi.PreparedCall] = {}
-        self.inputs = [Slot(self._set, i, t) for i, t in enumerate(model._all_inputs)]
-        self.outputs = [Slot(self._get_output, i, t) for i, t in enumerate(model.outputs)]
+        # Prepared one-call requests, by the inputs they set (usually one: every data input):
+        # by ctypes, and bound to the arrays from C where tvmrt._fast is there.
+        self._fused: dict[tuple[int, ...], tuple[_ffi.PreparedCall, Any]] = {}
+        # The plan of each set of input names run(name=array, ...) gives (see quick).
+        self._quick: dict[tuple[str, ...], tuple[frozenset[int], Callable[..., Any]] | None] = {}
+        self.inputs = [Slot(self._set, i, t, False) for i, t in enumerate(model._all_inputs)]
+        self.outputs = [Slot(self._get_output, i, t, True) for i, t in enumerate(model.outputs)]
         # The data inputs not set yet: a run before every one was set is refused.
         self.unset = set(model._data_input_indices)
         # The owners of the arrays handed out without a copy: while one lives, this executor's
@@ -116,11 +130,12 @@ class Executor:
             raise errors.InvalidKeyError(f"inputs never set: {', '.join(missing)}")
         self.run_call()
 
-    def fused(self, indices: tuple[int, ...]) -> _ffi.PreparedCall:
+    def fused(self, indices: tuple[int, ...]) -> tuple[_ffi.PreparedCall, Any]:
         """``tvmrt.run_into`` prepared for the inputs `indices` and every output, over the slots'
-        tensors: a request is then one call into the library."""
-        call = self._fused.get(indices)
-        if call is None:
+        tensors: a request is then one call into the library (and the same from C, taking the
+        input arrays then the output arrays, where it can be)."""
+        fused = self._fused.get(indices)
+        if fused is None:
             n_out = len(self.outputs)
             codes = [_ffi.INT] + [_ffi.INT, _ffi.DLTENSOR] * len(indices) + [_ffi.DLTENSOR] * n_out
             call = _ffi.PreparedCall(self._run_into, codes)
@@ -130,19 +145,43 @@ class Executor:
                 call.values[2 + 2 * k].v_handle = ctypes.addressof(self.inputs[i].tensor)
             for k, slot in enumerate(self.outputs):
                 call.values[1 + 2 * len(indices) + k].v_handle = ctypes.addressof(slot.tensor)
-            self._fused[indices] = call
-        return call
+            ins = [self.inputs[i] for i in indices]
+            tensors = [slot.tensor for slot in ins] + [slot.tensor for slot in self.outputs]
+            plan = (
+                np.ndarray,
+                np.empty,
+                tuple(slot.dtype for slot in ins),
+                tuple(slot.shape for slot in ins),
+                tuple(slot.dtype for slot in self.outputs),
+                tuple(slot.shape for slot in self.outputs),
+            )
+            fused = self._fused[indices] = (call, call.bound(tensors, len(indices), plan))
+        return fused
 
-    def run_into(self, arrays: dict[int, np.ndarray]) -> list[np.ndarray]:
+    def run_into(self, arrays: dict[int, np.ndarray], outs: list[np.ndarray] | None = None) -> list[np.ndarray]:
         """Sets the inputs `arrays` (by index; each of its slot's shape and dtype, contiguous),
-        runs, and returns every output, copied out: one call into the library. Every array is
-        alive for the whole call."""
-        missing = self.unset.difference(arrays)
-        if missing:
-            names = [self.model._all_inputs[i].name for i in sorted(missing)]
-            raise errors.InvalidKeyError(f"inputs never set: {', '.join(names)}")
-        call = self.fused(tuple(arrays))
-        outs = [np.empty(slot.shape, dtype=slot.dtype) for slot in self.outputs]
+        runs, and returns every output, copied out (into `outs`, each its slot's shape and dtype,
+        contiguous and writable, when given): one call into the library. Every array is alive for
+        the whole call."""
+        if self.unset:
+            missing = self.unset.difference(arrays)
+            if missing:
+                names = [self.model._all_inputs[i].name for i in sorted(missing)]
+                raise errors.InvalidKeyError(f"inputs never set: {', '.join(names)}")
+        call, fast = self.fused(tuple(arrays))
+        if outs is None:
+            outs = [np.empty(slot.shape, dtype=slot.dtype) for slot in self.outputs]
+        if fast is not None:
+            try:
+                status = fast(*arrays.values(), *outs)
+            except (BufferError, ValueError, TypeError):  # no buffer (bfloat16...): by ctypes
+                pass
+            else:
+                if status != 0:
+                    raise _ffi.lib().last_error()
+                if self.unset:
+                    self.unset.difference_update(arrays)
+                return outs
         try:
             for i, arr in arrays.items():
                 self.inputs[i].tensor.data = _tensors.address(arr)
@@ -156,6 +195,42 @@ class Executor:
                 slot.tensor.data = None
         self.unset.difference_update(arrays)
         return outs
+
+    def quick(self, named: Mapping[str, Any], outs: list[np.ndarray] | None = None) -> list[np.ndarray] | None:
+        """The request `run(name=array, ...)` (or `run_into`) when it is the plainest one: inputs by
+        name, each a numpy array of its slot's dtype and shape, every input not set before among
+        them, and the compiled call there. Its outputs (in `outs` when given, which the caller
+        checked), or None for the general path, which also says what is wrong with the rest. The
+        compiled call refuses, before it runs, an array that is not C-contiguous or an output
+        that is read-only: then None too."""
+        names = tuple(named)
+        if names in self._quick:
+            plan = self._quick[names]
+        else:
+            plan = self._quick[names] = self._quick_plan(names)
+        if plan is None:
+            return None
+        indices, request = plan
+        if self.unset and not self.unset <= indices:
+            return None
+        got = request(tuple(named.values()), outs)
+        if type(got) is list:
+            if self.unset:
+                self.unset -= indices
+            return got
+        if got is None:
+            return None
+        raise _ffi.lib().last_error()
+
+    def _quick_plan(self, names: tuple[str, ...]) -> tuple[frozenset[int], Callable[..., Any]] | None:
+        by_name = self.model._input_indices
+        if len(set(names)) != len(names) or any(k not in by_name for k in names):
+            return None
+        indices = tuple(by_name[k] for k in names)
+        _, fast = self.fused(indices)
+        if fast is None:
+            return None
+        return frozenset(indices), fast.request
 
     def output(self, index: int, copy: bool) -> np.ndarray:
         slot = self.outputs[index]

@@ -18,6 +18,16 @@ from typing import Any, Callable, Sequence
 
 from . import errors
 
+try:
+    # A request's call made from C (the buffer protocol instead of ctypes' per-array costs); not
+    # there when the package was built without Python's headers, and unloadable where the stable
+    # ABI is not (free-threaded builds, PyPy): then every call goes through ctypes.
+    from . import _fast  # type: ignore[attr-defined]
+except ImportError:
+    _fast = None
+if os.environ.get("TVMRT_NO_FAST_CALLS") == "1":  # for comparing the two, and testing the ctypes path
+    _fast = None
+
 # Packed-call type codes (c_runtime_api.h).
 INT, FLOAT, HANDLE, NULL, DTYPE, DEVICE, DLTENSOR, OBJECT, MODULE, FUNC, STR, BYTES, NDARRAY = (
     0,
@@ -260,6 +270,35 @@ class PreparedCall:
     def __call__(self) -> None:
         if self._raw(*self._args) != 0:
             raise lib().last_error()
+
+    def bound(self, tensors: Sequence[ctypes.Structure], written: int, plan: tuple[Any, ...] = ()) -> Any:
+        """This call made from C (``tvmrt._fast``) with `tensors` (DLTensors among its arguments)
+        bound to the arrays given at each call, in order, those from index `written` on written
+        into: ``bound(arrays...)`` returns the status (raising BufferError, ValueError or
+        TypeError, before the call, for an array without a C-contiguous buffer, or a read-only
+        one to write). With `plan` (numpy's ndarray and empty, the inputs' dtypes and shapes, the
+        outputs'), ``bound.request(inputs, outputs or None)`` also checks the inputs and makes
+        the outputs (see tvmrt/_fast.c). None where that module is not there; the caller keeps
+        this object and the tensors alive as long as the result."""
+        if _fast is None:
+            return None
+        fn = ctypes.cast(self._raw, ctypes.c_void_p).value
+        try:
+            call = _fast.Call(
+                fn,
+                self._args[0].value,
+                ctypes.addressof(self.values),
+                ctypes.addressof(self._codes),
+                self._args[3].value,
+                ctypes.addressof(self.ret),
+                ctypes.addressof(self.ret_code),
+                tuple(ctypes.addressof(t) for t in tensors),
+                written,
+                *([plan] if plan else []),
+            )
+        except ValueError:  # more arrays than it binds (64): by ctypes
+            return None
+        return call
 
 
 class Device:

@@ -348,9 +348,53 @@ class Model:
         ``cast=True`` (any numeric cast, as TVM's ``set_input``) or ``cast="safe"``. With
         ``copy=False`` the outputs are views of this thread's executor's outputs, valid until
         this thread's next run."""
+        if copy and cast is False:
+            got = self._quick(args, named, None)
+            if got is not None:
+                return got
         return self._thread_session().run(*args, copy=copy, cast=cast, **named)
 
     __call__ = run
+
+    def _quick(
+        self, args: tuple[Any, ...], named: dict[str, Any], outs: list[np.ndarray] | None
+    ) -> list[np.ndarray] | None:
+        """The plainest request (see Executor.quick) straight on this thread's executor, in the
+        forms that name every input given: by keyword, a dict, ONNX Runtime's (no output names),
+        or one array for a model of one input. None for everything else, which the session's
+        general path takes (and explains)."""
+        if args:
+            first = args[0]
+            if named or len(args) > 2:
+                return None
+            if len(args) == 2:
+                if first is not None or type(args[1]) is not dict:
+                    return None
+                named = args[1]
+            elif type(first) is dict:
+                named = first
+            elif type(first) is np.ndarray and len(self.inputs) == 1:
+                named = {self.inputs[0].name: first}
+            else:
+                return None
+        s: Session | None = getattr(self._local, "session", None)
+        if s is None or s._executor is None or s._weights != self._weights_version or not named:
+            return None
+        return s._executor.quick(named, outs)
+
+    def run_into(
+        self, outputs: Sequence[np.ndarray], *args: Any, cast: _tensors.Cast = False, **named: Any
+    ) -> list[np.ndarray]:
+        """As :meth:`run`, writing the outputs into `outputs` (a list of one numpy array per output,
+        in order, each of its shape and dtype, C-contiguous and writable: ``[t.empty() for t in
+        model.outputs]``) and returning them: a request that allocates nothing, as ONNX Runtime's
+        IO binding. The inputs come after, in any form :meth:`run` takes."""
+        if cast is False and type(outputs) is list:
+            # The compiled call checks each output array as it checks the inputs.
+            got = self._quick(args, named, outputs)
+            if got is not None:
+                return got
+        return self._thread_session().run_into(outputs, *args, cast=cast, **named)
 
     def set_input(
         self, key: int | str | None = None, value: Any = None, *, cast: _tensors.Cast = False, **params: Any

@@ -167,9 +167,45 @@ class Session:
     def run(self, *args: Any, copy: bool = True, cast: _tensors.Cast = False, **named: Any) -> list[np.ndarray]:
         """Sets the inputs given (others keep what was set before), runs, and returns the outputs
         (see :meth:`Model.run` for the forms the inputs may take)."""
+        return self._request(args, named, copy, cast, None)
+
+    def run_into(
+        self, outputs: Sequence[np.ndarray], *args: Any, cast: _tensors.Cast = False, **named: Any
+    ) -> list[np.ndarray]:
+        """As :meth:`run`, writing the outputs into `outputs` (see :meth:`Model.run_into`)."""
+        ex = self._ex()
+        if not isinstance(outputs, (list, tuple)) or len(outputs) != len(ex.outputs):
+            raise errors.InvalidValueError(
+                f"run_into takes a list of {len(ex.outputs)} output arrays, in order, then the inputs as run takes them"
+            )
+        for slot, out in zip(ex.outputs, outputs):
+            if not (
+                type(out) is np.ndarray
+                and out.dtype == slot.dtype
+                and out.shape == slot.shape
+                and out.flags.c_contiguous
+                and out.flags.writeable
+            ):
+                got = f"{out.dtype}{list(out.shape)}" if isinstance(out, np.ndarray) else type(out).__name__
+                raise errors.InvalidValueError(
+                    f"output {slot.name!r} is {slot.dtype}{list(slot.shape)}: run_into takes a writable, C-contiguous "
+                    f"numpy array of that (as model.outputs[i].empty() makes), not {got}"
+                )
+        return self._request(args, named, True, cast, list(outputs))
+
+    def _request(
+        self,
+        args: Sequence[Any],
+        named: Mapping[str, Any],
+        copy: bool,
+        cast: _tensors.Cast,
+        outs: list[np.ndarray] | None,
+    ) -> list[np.ndarray]:
         ex = self._ex()
         # Inputs by keyword, the usual call, need no sorting out.
         given, wanted = (named, None) if not args else feeds(self._model, args, named)
+        if outs is not None and wanted is not None:
+            raise errors.InvalidValueError("run_into writes every output: name none (ONNX Runtime's output_names)")
         if copy and given:
             # One call into the library for the whole request, when every input given is of its
             # slot's shape (another shape goes the long way, to the runtime's own refusal).
@@ -189,11 +225,15 @@ class Session:
                 if arrays[i].shape != slot.shape:
                     break
             else:
-                outs = ex.run_into(arrays)
-                return outs if wanted is None else [outs[i] for i in wanted]
+                got = ex.run_into(arrays, outs)
+                return got if wanted is None else [got[i] for i in wanted]
         for k, v in given.items():
             ex.set_input(k, v, cast)
         ex.run()
+        if outs is not None:
+            for slot, out in zip(ex.outputs, outs):
+                slot.put(out)
+            return outs
         indices = range(len(ex.outputs)) if wanted is None else wanted
         return [ex.output(i, copy) for i in indices]
 
