@@ -80,7 +80,9 @@ for arch in $arches; do
 done
 
 echo "== packaging"
-rm -rf "$repo/target/wheels-raw"
+# setuptools' own build folder too: an extension compiled there before (by the host's compiler,
+# for another glibc) would be taken as it is.
+rm -rf "$repo/target/wheels-raw" "$repo/python/build"
 mkdir -p "$out"
 # The Triton backend, as Triton's backend folder wants it: untar into the server's backends
 # directory (e.g. /opt/tritonserver/backends) and a model's `backend: "tvm"` finds it.
@@ -92,8 +94,12 @@ for arch in $arches; do
   tar -czf "$out/triton-tvm-backend-$version-linux-$arch.tar.gz" -C "$stage" tvm
   echo "   triton-tvm-backend-$version-linux-$arch.tar.gz: $(du -k "$out/triton-tvm-backend-$version-linux-$arch.tar.gz" | cut -f1) KiB (tvm/libtriton_tvm.so, glibc $glibc)"
 done
+# The package's extension module (tvmrt/_fast.c, the stable ABI of CPython 3.9) is compiled by zig
+# for the same glibc, and required here: a release wheel always has it.
 for arch in $arches; do
-  CARGO_BUILD_TARGET=$arch-unknown-linux-gnu TVMRT_PREBUILT_DIR=$repo/target/zig/$arch-unknown-linux-gnu/release \
+  CC="$repo/scripts/wheel/zigcc" LDSHARED="$repo/scripts/wheel/zigcc -shared" CFLAGS="-g0" \
+    TVMRT_ZIG_TARGET="$arch-linux-gnu.$glibc" TVMRT_REQUIRE_FAST_CALLS=1 \
+    CARGO_BUILD_TARGET=$arch-unknown-linux-gnu TVMRT_PREBUILT_DIR=$repo/target/zig/$arch-unknown-linux-gnu/release \
     "$tools/bin/pip" wheel -q ./python --no-deps --no-build-isolation -w "$repo/target/wheels-raw"
 done
 # auditwheel reads each wheel (any architecture) and says which manylinux policy it satisfies; the
@@ -102,7 +108,7 @@ done
 for w in "$repo"/target/wheels-raw/*.whl; do
   arch=$(basename "$w" .whl | sed 's/.*linux_//')
   tag=manylinux_${glibc/./_}_$arch
-  said=$("$tools/bin/auditwheel" show "$w" | tr '\n' ' ')
+  said=$("$tools/bin/auditwheel" show "$w" 2>&1 | tr '\n' ' ')
   echo "$said" | grep -q "platform tag to \"$tag\"\|following platform tag: \"$tag\"" \
     || { echo "auditwheel does not find $(basename "$w") to be $tag: $said" >&2; exit 1; }
   rm -f "$out"/tvmrt-*-"$tag".whl

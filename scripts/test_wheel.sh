@@ -69,6 +69,7 @@ sections = [name(i) for i in range(shnum)]
 assert not [s for s in sections if s.startswith(".debug")], f"debug sections left: {sections}"
 assert any(n.endswith(".data/scripts/tvmrt") for n in names), names
 assert "tvmrt/py.typed" in names
+assert "tvmrt/_fast.abi3.so" in names, "no compiled call module (tvmrt/_fast.c)"
 print(f"   library {len(data) / 1e6:.2f} MB, tool {z.getinfo([n for n in names if n.endswith('scripts/tvmrt')][0]).file_size / 1e6:.2f} MB")
 EOF
 echo "== ruff and mypy"
@@ -77,28 +78,34 @@ echo "== ruff and mypy"
 "$out/build-venv/bin/ruff" check --quiet .
 (cd python && "$out/build-venv/bin/ruff" format --check . >/dev/null && "$out/build-venv/bin/mypy" tvmrt)
 
-# (python version, numpy requirement) pairs: numpy 2 needs 3.9+ (2.0 is the last for 3.9), and
-# 3.13 has no numpy 1.x.
-combos=("3.13 numpy>=2")
+# (python version, numpy requirement, calls) triples: numpy 2 needs 3.9+ (2.0 is the last for 3.9),
+# and 3.13 has no numpy 1.x. Calls: "fast" through the wheel's compiled module (tvmrt/_fast.c),
+# "ctypes" with it left out (TVMRT_NO_FAST_CALLS=1, as where it cannot load: free-threaded
+# builds, PyPy), so both paths pass the whole suite.
+combos=("3.13 numpy>=2 fast")
 if [ $one = 0 ]; then
-  combos+=("3.9 numpy<2" "3.9 numpy>=2,<2.1")
+  combos+=("3.9 numpy<2 fast" "3.9 numpy>=2,<2.1 ctypes")
 fi
 ran=0
 for c in "${combos[@]}"; do
-  v=${c%% *}
-  req=${c#* }
+  read -r v req calls <<<"$c"
   py=$(python_of "$v")
   if [ -z "$py" ]; then
     echo "== NOTE: no Python $v here; skipped"
     continue
   fi
   venv="$out/venv-$v-${req//[^0-9a-z]/_}"
-  echo "== Python $("$py" -V 2>&1 | cut -d' ' -f2) with $req: a fresh venv, the wheel installed, pytest"
+  no_fast=0
+  [ "$calls" = ctypes ] && no_fast=1
+  echo "== Python $("$py" -V 2>&1 | cut -d' ' -f2) with $req, calls by $calls: a fresh venv, the wheel installed, pytest"
   "$py" -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q "$wheel" "$req" pytest hypothesis ml_dtypes
+  # The compiled module loads where it should, and is left out where asked.
+  (cd "$out" && TVMRT_NO_FAST_CALLS=$no_fast "$venv/bin/python" -c \
+    "import sys; from tvmrt import _ffi; sys.exit((_ffi._fast is None) != ($no_fast == 1))")
   # Outside the source tree, so the installed package is the one imported.
-  (cd "$out" && env -u TVMRT_LIBRARY -u PYTHONPATH PATH="$venv/bin:$PATH" TVM_PYTHON="$TVM_PYTHON" \
+  (cd "$out" && env -u TVMRT_LIBRARY -u PYTHONPATH PATH="$venv/bin:$PATH" TVM_PYTHON="$TVM_PYTHON" TVMRT_NO_FAST_CALLS=$no_fast \
     TVM_WHEEL_DIR="$TVM_WHEEL_DIR" TVMRT_TEST_PLUGIN="${TVMRT_TEST_PLUGIN:-$repo/build/libtvmrt_test_plugin.so}" \
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests")
   # python/README.md's first example as written, from the repository's root, with nothing but the
@@ -118,7 +125,8 @@ if [ -n "${TVMRT_SDIST:-}" ]; then
   "$venv/bin/pip" install -q --upgrade pip
   # Its own target folder: the archive's workspace is another path than this clone's.
   CARGO_TARGET_DIR=$repo/target/sdist-build "$venv/bin/pip" install -q "$TVMRT_SDIST"
-  (cd "$repo" && "$venv/bin/python" "$out/example.py" && "$venv/bin/tvmrt" --version)
+  (cd "$repo" && "$venv/bin/python" "$out/example.py" && "$venv/bin/tvmrt" --version \
+    && "$venv/bin/python" -c "from tvmrt import _ffi; print('   compiled calls:', _ffi._fast is not None)")
 fi
 
 echo "== building from source where it cannot be done: a message saying what to do, at once"

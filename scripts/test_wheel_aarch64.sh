@@ -75,6 +75,9 @@ import numpy as np
 import tvmrt
 
 assert platform.machine() == "aarch64", platform.machine()
+from tvmrt import _ffi
+
+assert _ffi._fast is not None, "the wheel's compiled call module (tvmrt/_fast.c) did not load"
 fixtures = Path(sys.argv[1])
 
 
