@@ -440,6 +440,12 @@ impl AnyObject {
         self.clone().downcast().ok()
     }
 
+    /// The object's payload as a `T`, borrowed: no count taken (where `downcast_ref` takes one).
+    pub fn payload<T: ObjectType>(&self) -> Option<&T> {
+        // SAFETY: alive while we hold a count, and so for the borrow of `self`.
+        unsafe { payload_of::<T>(self.ptr.as_ptr()) }
+    }
+
     pub fn as_c_handle(&self) -> *mut std::ffi::c_void {
         self.ptr.as_ptr().cast()
     }

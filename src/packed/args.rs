@@ -389,6 +389,24 @@ impl<'a> Args<'a> {
     }
 }
 
+/// Calls `f` with `objects` as arguments, each under its natural code (as [`ArgsBuilder::object`]),
+/// the arrays on the stack for up to 16 of them: what a VM's every primitive call passes, with no
+/// allocation. The objects are borrowed, so alive for the call.
+pub fn with_object_args<R>(objects: &[&AnyObject], f: impl FnOnce(&Args<'_>) -> R) -> R {
+    const SMALL: usize = 16;
+    if objects.len() <= SMALL {
+        let mut values = [TVMValue::NULL; SMALL];
+        let mut codes = [0i32; SMALL];
+        for (i, o) in objects.iter().enumerate() {
+            (values[i], codes[i]) = object_to_value(o);
+        }
+        f(&Args { values: &values[..objects.len()], codes: &codes[..objects.len()] })
+    } else {
+        let (values, codes): (Vec<TVMValue>, Vec<i32>) = objects.iter().map(|o| object_to_value(o)).unzip();
+        f(&Args { values: &values, codes: &codes })
+    }
+}
+
 /// Builds arguments for a call made from Rust; keeps what the values point to alive.
 #[derive(Default)]
 pub struct ArgsBuilder {

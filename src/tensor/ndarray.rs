@@ -93,8 +93,7 @@ impl NDArray {
     ) -> ObjRef<NDArray> {
         // Kernels and shape functions read `shape[0]` before they check the rank: a 0-d array's
         // shape points at a real (zero) element, as upstream's does, never at a dangling address.
-        let mut dims = vec![0i64; shape.len().max(1)].into_boxed_slice();
-        dims[..shape.len()].copy_from_slice(shape);
+        let mut dims: Box<[i64]> = if shape.is_empty() { Box::new([0]) } else { shape.into() };
         let tensor = DLTensor {
             data,
             device,
@@ -308,6 +307,11 @@ impl NDArray {
 
     pub fn copy_to_bytes(&self, out: &mut [u8]) -> Result<()> {
         raw::copy_to_bytes(self.raw(), out)
+    }
+
+    /// The first `out.len()` bytes, copied to the host.
+    pub fn copy_prefix_to_bytes(&self, out: &mut [u8]) -> Result<()> {
+        raw::copy_prefix_to_bytes(self.raw(), out)
     }
 
     /// The bytes, copied to the host.

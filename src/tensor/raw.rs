@@ -192,6 +192,30 @@ pub fn copy_to_bytes(from: RawTensor<'_>, out: &mut [u8]) -> Result<()> {
     unsafe { device::copy(from.place(), host_place(out.as_mut_ptr()), n) }
 }
 
+/// Copies the first `out.len()` bytes of the tensor to host memory (a scalar's, without copying
+/// the rest of its array).
+pub fn copy_prefix_to_bytes(from: RawTensor<'_>, out: &mut [u8]) -> Result<()> {
+    let n = from.copyable_bytes("copy to bytes")?;
+    if out.len() > n {
+        return Err(Error::value(format!("the array holds {n} bytes, {} requested", out.len())));
+    }
+    if from.t.device.device_type == crate::dlpack::kDLCPU {
+        // Host memory, read as it is (a VM reads a scalar per allocation: no device dispatch).
+        // SAFETY: the tensor's data holds `n` >= `out.len()` readable bytes from its offset (it
+        // is compact, with data: checked above); `out` is ours, and apart from the tensor.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                from.t.data.cast::<u8>().add(from.t.byte_offset as usize).cast_const(),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        return Ok(());
+    }
+    // SAFETY: as in `copy_to_bytes`, for the first `out.len()` of the tensor's `n` bytes.
+    unsafe { device::copy(from.place(), host_place(out.as_mut_ptr()), out.len()) }
+}
+
 /// Copies tensor to tensor; byte sizes must match (shapes and dtypes are not compared, as upstream).
 ///
 /// # Safety

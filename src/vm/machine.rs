@@ -12,13 +12,14 @@ use super::code::{Instr, Reg};
 use super::executable::{Constants, Program};
 use super::objects::{AdtObj, ClosureObj};
 use super::profiler::Recorder;
+use super::registers::{self, empty_register, Value};
 use super::storage::{Allocator, Pool, Pools};
 use crate::dlpack::{kDLCPU, kDLInt, DLDataType, DLDevice};
 use crate::dtype::{num_elements, tensor_bytes};
 use crate::error::{Error, Result};
 use crate::object::{AnyObject, ObjRef};
-use crate::packed::{ArgsBuilder, PackedFunc};
-use crate::tensor::{Buffer, NDArray};
+use crate::packed::{with_object_args, PackedFunc};
+use crate::tensor::NDArray;
 use std::sync::Arc;
 
 /// The registers of one invocation's frames may take this much memory unless
@@ -41,12 +42,6 @@ pub struct Device {
     pub device: DLDevice,
     pub allocator: Allocator,
     pub pool: Arc<Pool>,
-}
-
-#[derive(Clone)]
-enum Value {
-    Obj(AnyObject),
-    Storage(Arc<Buffer>),
 }
 
 struct Frame {
@@ -122,10 +117,6 @@ pub struct Machine {
 /// Tensors a caller gave for the function's outputs (`set_outputs`): the registers the outputs are
 /// allocated in, and the tensor for each.
 pub type OutputBinding = Vec<(Reg, ObjRef<NDArray>)>;
-
-fn empty_register(r: Reg) -> Error {
-    Error::value(format!("register ${r} is read before it is written"))
-}
 
 impl Machine {
     /// Makes the VM's devices from `init`'s (device, allocator) pairs: each virtual device of the
@@ -245,7 +236,7 @@ impl Machine {
                     frames.push(callee)?;
                 }
                 Instr::InvokeClosure { closure, args, dst } => {
-                    let c = self.object(&fr.regs, *closure)?.downcast::<ClosureObj>().map_err(|o| {
+                    let c = registers::object(&fr.regs, *closure)?.downcast::<ClosureObj>().map_err(|o| {
                         Error::type_err(format!("register ${closure} holds a {}, not a closure", o.type_key()))
                     })?;
                     let mut all: Vec<Value> = c.free_vars.iter().cloned().map(Value::Obj).collect();
@@ -264,12 +255,11 @@ impl Machine {
                     frames.push(self.frame(func, all.into_iter(), Some(*dst))?)?;
                 }
                 Instr::InvokePacked { packed, outputs: n_out, args } => {
-                    let values = args.iter().map(|&r| self.object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
-                    self.invoke_packed(*packed, *n_out, &values, rec)?;
+                    self.invoke_packed(*packed, *n_out, &fr.regs, args, rec)?;
                     fr.pc += 1;
                 }
                 Instr::GetField { object, index, dst } => {
-                    let adt = self.adt(&fr.regs, *object)?;
+                    let adt = registers::adt(&fr.regs, *object)?;
                     let field = adt.fields().get(*index).cloned().ok_or_else(|| {
                         Error::index(format!("field {index} of a tuple of {} fields", adt.fields().len()))
                     })?;
@@ -277,21 +267,22 @@ impl Machine {
                     fr.pc += 1;
                 }
                 Instr::GetTag { object, dst } => {
-                    let tag = self.adt(&fr.regs, *object)?.tag() as i32;
+                    let tag = registers::adt(&fr.regs, *object)?.tag() as i32;
                     let t = NDArray::from_bytes(&[1], DLDataType::new(kDLInt, 32, 1), &tag.to_le_bytes())?;
                     fr.regs[*dst] = Some(Value::Obj(self.on_host(t)?.into_any()));
                     fr.pc += 1;
                 }
                 Instr::Goto { offset } => fr.pc = (fr.pc as i64 + offset) as usize,
                 Instr::If { test, target, on_equal, otherwise } => {
-                    let equal = self.scalar(&fr.regs, *test)? as i32 == self.scalar(&fr.regs, *target)? as i32;
+                    let equal =
+                        registers::scalar(&fr.regs, *test)? as i32 == registers::scalar(&fr.regs, *target)? as i32;
                     fr.pc = (fr.pc as i64 + if equal { *on_equal } else { *otherwise }) as usize;
                 }
                 Instr::AllocTensor { storage, offset, dtype, shape, dst } => {
                     let t = match outputs.iter().find(|(r, _)| r == dst).filter(|_| depth == 1) {
                         Some((_, t)) => check_output(t, *dtype, shape)?,
                         None => {
-                            let offset = self.scalar(&fr.regs, *offset)?;
+                            let offset = registers::scalar(&fr.regs, *offset)?;
                             self.view(&fr.regs, *storage, offset, shape, *dtype, rec)?
                         }
                     };
@@ -299,25 +290,26 @@ impl Machine {
                     fr.pc += 1;
                 }
                 Instr::AllocTensorReg { storage, offset, shape, dtype, dst } => {
-                    let shape = self.shape_from(&fr.regs, *shape)?;
-                    let offset = self.scalar(&fr.regs, *offset)?;
+                    let shape = registers::shape_from(&fr.regs, *shape)?;
+                    let offset = registers::scalar(&fr.regs, *offset)?;
                     let t = self.view(&fr.regs, *storage, offset, &shape, *dtype, rec)?;
                     fr.regs[*dst] = Some(Value::Obj(t.into_any()));
                     fr.pc += 1;
                 }
                 Instr::AllocAdt { tag, fields, dst } => {
-                    let fields = fields.iter().map(|&r| self.object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
+                    let fields = fields.iter().map(|&r| registers::object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
                     fr.regs[*dst] = Some(Value::Obj(AdtObj::new(*tag, fields).into_any()));
                     fr.pc += 1;
                 }
                 Instr::AllocClosure { func, free_vars, dst } => {
-                    let free_vars = free_vars.iter().map(|&r| self.object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
+                    let free_vars =
+                        free_vars.iter().map(|&r| registers::object(&fr.regs, r)).collect::<Result<Vec<_>>>()?;
                     fr.regs[*dst] = Some(Value::Obj(ClosureObj::new(*func, free_vars).into_any()));
                     fr.pc += 1;
                 }
                 Instr::AllocStorage { size, alignment, dtype_hint, device, shape, dst } => {
                     let bytes = if shape.is_empty() {
-                        let n = self.scalar(&fr.regs, *size)?;
+                        let n = registers::scalar(&fr.regs, *size)?;
                         usize::try_from(n).map_err(|_| Error::value(format!("a storage of {n} bytes")))?
                     } else {
                         tensor_bytes(shape, *dtype_hint)?
@@ -333,15 +325,15 @@ impl Machine {
                     fr.pc += 1;
                 }
                 Instr::ShapeOf { tensor, dst } => {
-                    let t = self.tensor(&fr.regs, *tensor)?;
+                    let t = registers::tensor(&fr.regs, *tensor)?;
                     let bytes: Vec<u8> = t.shape().iter().flat_map(|d| d.to_le_bytes()).collect();
                     let s = NDArray::from_bytes(&[t.shape().len() as i64], DLDataType::new(kDLInt, 64, 1), &bytes)?;
                     fr.regs[*dst] = Some(Value::Obj(self.on_host(s)?.into_any()));
                     fr.pc += 1;
                 }
                 Instr::ReshapeTensor { tensor, shape, dst } => {
-                    let t = self.tensor(&fr.regs, *tensor)?;
-                    let shape = self.shape_from(&fr.regs, *shape)?;
+                    let t = registers::tensor(&fr.regs, *tensor)?;
+                    let shape = registers::shape_from(&fr.regs, *shape)?;
                     // Sizes from the code: a negative dimension or a count that overflows is no
                     // shape, never a wrapped count.
                     let same = matches!((num_elements(&shape), num_elements(t.shape())), (Ok(a), Ok(b)) if a == b);
@@ -353,7 +345,7 @@ impl Machine {
                     fr.pc += 1;
                 }
                 Instr::DeviceCopy { src, from, to, dst } => {
-                    let t = self.tensor(&fr.regs, *src)?;
+                    let t = registers::tensor(&fr.regs, *src)?;
                     let (from, to) = (self.devices[*from].device, self.devices[*to].device);
                     if t.device() != from {
                         return Err(Error::value(format!(
@@ -392,69 +384,57 @@ impl Machine {
         }
     }
 
-    /// Calls primitive `packed` on `args` (tuples flattened into their fields), unless its one
-    /// output is empty (a zero in its shape), as upstream skips it.
+    /// Calls primitive `packed` on the objects of registers `args` (tuples flattened into their
+    /// fields), unless its one output is empty (a zero in its shape), as upstream skips it. The
+    /// registers keep the objects alive for the call: they are passed borrowed, the arguments
+    /// built on the stack (with_object_args), so a call allocates one small list at most.
     fn invoke_packed(
         &self,
         packed: usize,
         outputs: usize,
-        args: &[AnyObject],
+        regs: &[Option<Value>],
+        args: &[Reg],
         rec: &mut Option<&mut Recorder>,
     ) -> Result<()> {
-        let mut b = ArgsBuilder::new();
-        let mut tensors = Vec::with_capacity(args.len());
-        let mut flatten = |o: &AnyObject, b: &mut ArgsBuilder| -> Result<()> {
-            let t = o.downcast_ref::<NDArray>().ok_or_else(|| {
-                Error::type_err(format!("a primitive's argument is a {}, not a tensor", o.type_key()))
-            })?;
-            tensors.push(t);
-            b.object(o.clone());
-            Ok(())
+        let tensor = |o: &AnyObject| -> Result<()> {
+            match o.payload::<NDArray>() {
+                Some(_) => Ok(()),
+                None => Err(Error::type_err(format!("a primitive's argument is a {}, not a tensor", o.type_key()))),
+            }
         };
-        for a in args {
-            match a.downcast_ref::<AdtObj>() {
-                Some(adt) => adt.fields().iter().try_for_each(|f| flatten(f, &mut b))?,
-                None => flatten(a, &mut b)?,
+        let mut objects: Vec<&AnyObject> = Vec::with_capacity(args.len());
+        for &r in args {
+            let o = registers::object_ref(regs, r)?;
+            match o.payload::<AdtObj>() {
+                Some(adt) => {
+                    for f in adt.fields() {
+                        tensor(f)?;
+                        objects.push(f);
+                    }
+                }
+                None => {
+                    tensor(o)?;
+                    objects.push(o);
+                }
             }
         }
         if outputs == 1 {
-            if let Some(last) = args.last().and_then(|a| a.downcast_ref::<NDArray>()) {
-                if last.shape().contains(&0) {
-                    return Ok(());
-                }
+            let last = args.last().map(|&r| registers::object_ref(regs, r)).transpose()?;
+            if last.and_then(|o| o.payload::<NDArray>()).is_some_and(|t| t.shape().contains(&0)) {
+                return Ok(());
             }
         }
         let kernel = &self.kernels[packed];
         let name = &self.program.primitives[packed];
-        let device = tensors.first().map_or(self.host(), |t| t.device());
+        let first = objects.first().and_then(|o| o.payload::<NDArray>());
+        let device = first.map_or(self.host(), |t| t.device());
         let started = begin(rec, device)?;
-        kernel.call(&b.args()).map_err(|e| e.context(format!("primitive {name}")))?;
+        with_object_args(&objects, |a| kernel.call(a)).map_err(|e| e.context(format!("primitive {name}")))?;
         if let (Some(r), Some(s)) = (rec.as_mut(), started) {
+            let tensors: Vec<ObjRef<NDArray>> = objects.iter().filter_map(|o| o.downcast_ref::<NDArray>()).collect();
             r.stop_call(name, device, s, &tensors, self.program.attrs_of(packed))?;
         }
         Ok(())
-    }
-
-    fn object(&self, regs: &[Option<Value>], r: Reg) -> Result<AnyObject> {
-        match &regs[r] {
-            Some(Value::Obj(o)) => Ok(o.clone()),
-            Some(Value::Storage(_)) => {
-                Err(Error::type_err(format!("register ${r} holds a storage block, not an object")))
-            }
-            None => Err(empty_register(r)),
-        }
-    }
-
-    fn tensor(&self, regs: &[Option<Value>], r: Reg) -> Result<ObjRef<NDArray>> {
-        self.object(regs, r)?
-            .downcast::<NDArray>()
-            .map_err(|o| Error::type_err(format!("register ${r} holds a {}, not a tensor", o.type_key())))
-    }
-
-    fn adt(&self, regs: &[Option<Value>], r: Reg) -> Result<ObjRef<AdtObj>> {
-        self.object(regs, r)?
-            .downcast::<AdtObj>()
-            .map_err(|o| Error::type_err(format!("register ${r} holds a {}, not a tuple", o.type_key())))
     }
 
     /// A tensor made on the host (a scalar, a shape) on the code's host device.
@@ -465,56 +445,6 @@ impl Machine {
         } else {
             NDArray::copy_of(t.raw(), host)
         }
-    }
-
-    /// A tensor's bytes on the host.
-    fn host_bytes(t: &NDArray) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; t.nbytes()];
-        t.copy_to_bytes(&mut out)?;
-        Ok(out)
-    }
-
-    /// The first element of the tensor in `r`, as an integer (upstream's `LoadScalarInt`).
-    fn scalar(&self, regs: &[Option<Value>], r: Reg) -> Result<i64> {
-        let t = self.tensor(regs, r)?;
-        let size = t.dtype().element_bytes();
-        if num_elements(t.shape()).map_or(true, |n| n < 1) || !matches!(t.dtype().bits, 1 | 8 | 16 | 32 | 64) {
-            return Err(Error::type_err(format!(
-                "register ${r} holds no integer scalar ({} {:?})",
-                t.dtype(),
-                t.shape()
-            )));
-        }
-        let bytes = Self::host_bytes(&t)?;
-        let b = &bytes[..size.max(1)];
-        let signed = t.dtype().code == kDLInt;
-        Ok(match (t.dtype().bits, signed) {
-            (1 | 8, true) => i64::from(b[0] as i8),
-            (1 | 8, false) => i64::from(b[0]),
-            (16, true) => i64::from(i16::from_le_bytes([b[0], b[1]])),
-            (16, false) => i64::from(u16::from_le_bytes([b[0], b[1]])),
-            (32, true) => i64::from(i32::from_le_bytes(b[..4].try_into().expect("4 bytes"))),
-            (32, false) => i64::from(u32::from_le_bytes(b[..4].try_into().expect("4 bytes"))),
-            _ => i64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-        })
-    }
-
-    /// The shape a 1-D int32 or int64 tensor in `r` holds.
-    fn shape_from(&self, regs: &[Option<Value>], r: Reg) -> Result<Vec<i64>> {
-        let t = self.tensor(regs, r)?;
-        let dt = t.dtype();
-        if t.shape().len() > 1 || dt.code != kDLInt || !matches!(dt.bits, 32 | 64) || dt.lanes != 1 {
-            return Err(Error::type_err(format!(
-                "register ${r}: a shape is a 1-D int32 or int64 tensor, not {dt} {:?}",
-                t.shape()
-            )));
-        }
-        let bytes = Self::host_bytes(&t)?;
-        Ok(if dt.bits == 32 {
-            bytes.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes(c.try_into().expect("4 bytes")))).collect()
-        } else {
-            bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
-        })
     }
 
     /// A tensor of `shape` and `dtype` at `offset` in the storage block in `storage`.

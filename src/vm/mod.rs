@@ -23,6 +23,7 @@ pub mod machine;
 pub mod modules;
 pub mod objects;
 pub mod profiler;
+mod registers;
 pub mod storage;
 pub mod text;
 
