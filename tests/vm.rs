@@ -322,3 +322,44 @@ fn bad_calls_are_errors() {
     .to_string();
     assert!(e.contains("Cannot find function in module"), "{e}");
 }
+
+/// A primitive's arguments are built on the stack for up to 16 objects and in lists past that:
+/// both carry every object under its natural code, in order (a VM primitive may take many).
+#[test]
+fn primitive_arguments_carry_every_object_in_order() {
+    use tvm_runtime::dlpack::kTVMNDArrayHandle;
+    use tvm_runtime::object::AnyObject;
+    use tvm_runtime::packed::with_object_args;
+    for n in [0usize, 3, 16, 17, 40] {
+        let objects: Vec<AnyObject> = (0..n)
+            .map(|i| NDArray::empty(&[i as i64 + 1], DLDataType::F32, DLDevice::CPU).unwrap().into_any())
+            .collect();
+        let refs: Vec<&AnyObject> = objects.iter().collect();
+        let shapes = with_object_args(&refs, |a| {
+            assert_eq!(a.len(), n);
+            (0..n)
+                .map(|i| {
+                    assert_eq!(a.code(i), kTVMNDArrayHandle);
+                    a.tensor(i).unwrap().shape().to_vec()
+                })
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(shapes, (0..n).map(|i| vec![i as i64 + 1]).collect::<Vec<_>>(), "{n} objects");
+    }
+}
+
+/// A scalar read copies the first bytes of a tensor alone: any prefix of its bytes, never more.
+#[test]
+fn a_prefix_of_a_tensors_bytes_reads_alone() {
+    let t = NDArray::from_bytes(&[4], DLDataType::new(0, 32, 1), &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0])
+        .unwrap();
+    let mut four = [0u8; 4];
+    t.copy_prefix_to_bytes(&mut four).unwrap();
+    assert_eq!(four, [1, 0, 0, 0]);
+    let mut all = [0u8; 16];
+    t.copy_prefix_to_bytes(&mut all).unwrap();
+    assert_eq!(all.to_vec(), t.to_vec());
+    let mut more = [0u8; 17];
+    let e = t.copy_prefix_to_bytes(&mut more).unwrap_err().to_string();
+    assert!(e.contains("holds 16 bytes, 17 requested"), "{e}");
+}
