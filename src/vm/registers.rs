@@ -101,3 +101,41 @@ pub(super) fn shape_from(regs: &[Option<Value>], r: Reg) -> Result<Vec<i64>> {
         bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dlpack::{DLDataType, DLDevice};
+
+    fn holding(t: ObjRef<NDArray>) -> Vec<Option<Value>> {
+        vec![None, Some(Value::Obj(t.into_any()))]
+    }
+
+    /// Every integer width a scalar register may hold reads as its value, sign included; an empty
+    /// tensor or a float is no integer scalar, and an empty register says so.
+    #[test]
+    fn scalars_of_every_width_read_as_their_values() {
+        let cases: [(u8, u8, &[u8], i64); 8] = [
+            (0, 8, &[0xff], -1),
+            (1, 8, &[0xff], 255),
+            (0, 16, &[0xfe, 0xff], -2),
+            (1, 16, &[0xff, 0xff], 65535),
+            (0, 32, &[0xfd, 0xff, 0xff, 0xff], -3),
+            (1, 32, &[0xff, 0xff, 0xff, 0xff], 4_294_967_295),
+            (0, 64, &[0xfc, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], -4),
+            (1, 1, &[1], 1),
+        ];
+        for (code, bits, bytes, want) in cases {
+            let t = NDArray::from_bytes(&[], DLDataType::new(code, bits, 1), bytes).unwrap();
+            assert_eq!(scalar(&holding(t), 1).unwrap(), want, "{code} {bits}");
+        }
+        // The first element of a longer tensor.
+        let t = NDArray::from_bytes(&[2], DLDataType::new(0, 32, 1), &[7, 0, 0, 0, 9, 0, 0, 0]).unwrap();
+        assert_eq!(scalar(&holding(t), 1).unwrap(), 7);
+        let empty = NDArray::empty(&[0], DLDataType::new(0, 32, 1), DLDevice::CPU).unwrap();
+        assert!(scalar(&holding(empty), 1).unwrap_err().to_string().contains("holds no integer scalar"));
+        let odd = NDArray::empty(&[1], DLDataType::new(0, 4, 1), DLDevice::CPU).unwrap();
+        assert!(scalar(&holding(odd), 1).unwrap_err().to_string().contains("holds no integer scalar"));
+        assert!(scalar(&[None], 0).unwrap_err().to_string().contains("read before it is written"));
+    }
+}
