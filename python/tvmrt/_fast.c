@@ -85,6 +85,10 @@ static PyObject* call_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
     PyErr_Format(PyExc_ValueError, "%zd arrays: at most %d", count, (int)kMaxArrays);
     return NULL;
   }
+  if (written < 0 || written > count) {
+    PyErr_Format(PyExc_ValueError, "the outputs from array %zd of %zd", written, count);
+    return NULL;
+  }
   allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
   Call* self = (Call*)alloc(type, 0);
   if (!self) return NULL;
@@ -106,7 +110,7 @@ static PyObject* call_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
   if (plan) {
     PyObject** parts[] = {&self->ndarray, &self->empty, &self->in_dtypes, &self->in_shapes, &self->out_dtypes,
                           &self->out_shapes};
-    if (PyTuple_Size(plan) != 6 || written < 0 || written > count) {
+    if (PyTuple_Size(plan) != 6) {
       PyErr_SetString(PyExc_ValueError, "Call: a plan is (ndarray, empty, in dtypes, in shapes, out dtypes, out shapes)");
       Py_DECREF(self);
       return NULL;
