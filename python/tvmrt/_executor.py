@@ -43,15 +43,8 @@ class Slot:
     def put(self, arr: np.ndarray) -> None:
         """Calls with `arr` (of this slot's shape and dtype, contiguous) as the tensor; `arr` is
         the caller's, alive for the whole call."""
-        if self.fast is not None:
-            try:
-                status = self.fast(arr)
-            except (BufferError, ValueError, TypeError):  # no buffer (bfloat16...): by ctypes
-                pass
-            else:
-                if status != 0:
-                    raise _ffi.lib().last_error()
-                return
+        if self.fast is not None and _ffi.call_bound(self.fast, arr):
+            return
         self.tensor.data = _tensors.address(arr)
         try:
             self.call()
@@ -171,17 +164,9 @@ class Executor:
         call, fast = self.fused(tuple(arrays))
         if outs is None:
             outs = [np.empty(slot.shape, dtype=slot.dtype) for slot in self.outputs]
-        if fast is not None:
-            try:
-                status = fast(*arrays.values(), *outs)
-            except (BufferError, ValueError, TypeError):  # no buffer (bfloat16...): by ctypes
-                pass
-            else:
-                if status != 0:
-                    raise _ffi.lib().last_error()
-                if self.unset:
-                    self.unset.difference_update(arrays)
-                return outs
+        if fast is not None and _ffi.call_bound(fast, *arrays.values(), *outs):
+            self.unset.difference_update(arrays)
+            return outs
         try:
             for i, arr in arrays.items():
                 self.inputs[i].tensor.data = _tensors.address(arr)

@@ -301,6 +301,19 @@ class PreparedCall:
         return call
 
 
+def call_bound(call: Callable[..., int], *arrays: Any) -> bool:
+    """Makes a call `PreparedCall.bound` made with `arrays`: True when it ran, False when an array
+    has no buffer it binds (bfloat16, say), for the caller to go by ctypes; the runtime's failure
+    raises."""
+    try:
+        status = call(*arrays)
+    except (BufferError, ValueError, TypeError):
+        return False
+    if status != 0:
+        raise lib().last_error()
+    return True
+
+
 class Device:
     """A device argument (type and ordinal)."""
 

@@ -396,26 +396,21 @@ impl Machine {
         args: &[Reg],
         rec: &mut Option<&mut Recorder>,
     ) -> Result<()> {
-        let tensor = |o: &AnyObject| -> Result<()> {
-            match o.payload::<NDArray>() {
-                Some(_) => Ok(()),
-                None => Err(Error::type_err(format!("a primitive's argument is a {}, not a tensor", o.type_key()))),
-            }
-        };
         let mut objects: Vec<&AnyObject> = Vec::with_capacity(args.len());
         for &r in args {
             let o = registers::object_ref(regs, r)?;
-            match o.payload::<AdtObj>() {
-                Some(adt) => {
-                    for f in adt.fields() {
-                        tensor(f)?;
-                        objects.push(f);
-                    }
+            let items = match o.payload::<AdtObj>() {
+                Some(adt) => adt.fields(),
+                None => std::slice::from_ref(o),
+            };
+            for item in items {
+                if item.payload::<NDArray>().is_none() {
+                    return Err(Error::type_err(format!(
+                        "a primitive's argument is a {}, not a tensor",
+                        item.type_key()
+                    )));
                 }
-                None => {
-                    tensor(o)?;
-                    objects.push(o);
-                }
+                objects.push(item);
             }
         }
         if outputs == 1 {
