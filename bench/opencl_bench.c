@@ -96,6 +96,16 @@ int main(int argc, char** argv) {
       if (i == 1) second = memory_kb();
     }
     long all = memory_kb();
+    if (getenv("VERBOSE")) { /* ours: what the first and the last executor hold */
+      TVMFunctionHandle f;
+      TVMValue r;
+      int rc;
+      for (int i = 0; i < k; i += k - 1) {
+        if (TVMModGetFunction(ex[i], "get_memory_usage", 0, &f) || !f) break;
+        CHECK(TVMFuncCall(f, NULL, NULL, 0, &r, &rc));
+        fprintf(stderr, "executor %d: %s\n", i, r.v_str);
+      }
+    }
     printf("%ld %ld %ld\n", first - base, second - first, k > 2 ? (all - second) / (k - 2) : 0);
     return 0;
   }

@@ -14,6 +14,8 @@
  *                                   from outside)
  *   vm_bench loop DIR N             the control model (x, n): one invoke running its Relay loop N
  *                                   times (a frame per iteration), in milliseconds
+ *   vm_bench case DIR N K           median microseconds of set_input + invoke on the manifest's
+ *                                   case K (every input, any dtype: the If and NMS models)
  * VM_MAP_CONSTANTS=FILE (this runtime): the constants mapped from FILE (tvmrt.map_constants).
  */
 #define _GNU_SOURCE
@@ -162,6 +164,64 @@ static DLTensor input(const char* dir, int64_t rows, int64_t* shape, int* ndim) 
   return t;
 }
 
+/* The inputs of the manifest's case K of DIR, in order, read from their files. */
+typedef struct {
+  int count;
+  DLTensor t[8];
+  int64_t shape[8][8];
+} Case;
+
+static DLDataType dtype_of(const char* name) {
+  DLDataType t = {kDLFloat, 32, 1};
+  if (!strncmp(name, "int", 3)) t.code = kDLInt, t.bits = (uint8_t)atoi(name + 3);
+  else if (!strncmp(name, "uint", 4)) t.code = kDLUInt, t.bits = (uint8_t)atoi(name + 4);
+  else if (!strncmp(name, "float", 5)) t.bits = (uint8_t)atoi(name + 5);
+  return t;
+}
+
+static void read_case(const char* dir, int k, Case* c) {
+  char path[1024], line[512];
+  snprintf(path, sizeof path, "%s/manifest.txt", dir);
+  FILE* f = fopen(path, "r");
+  int at = -1;
+  c->count = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (!strncmp(line, "case ", 5)) at = atoi(line + 5);
+    if (at != k || strncmp(line, "input ", 6) || c->count == 8) continue;
+    DLTensor* t = &c->t[c->count];
+    int64_t* shape = c->shape[c->count++];
+    strtok(line, " ");
+    strtok(NULL, " ");
+    DLDataType dtype = dtype_of(strtok(NULL, " "));
+    int ndim = atoi(strtok(NULL, " "));
+    for (int i = 0; i < ndim; i++) shape[i] = atoll(strtok(NULL, " "));
+    snprintf(path, sizeof path, "%s/%s", dir, strtok(NULL, " \n"));
+    size_t n;
+    DLTensor x = {slurp(path, &n), {kDLCPU, 0}, ndim, dtype, shape, NULL, 0};
+    *t = x;
+  }
+  if (f) fclose(f);
+  if (!c->count) {
+    fprintf(stderr, "%s: no case %d\n", dir, k);
+    exit(1);
+  }
+}
+
+static void invoke_case(TVMModuleHandle vm, TVMFunctionHandle set_input, TVMFunctionHandle inv, Case* c) {
+  TVMValue v[9], r;
+  int codes[9], rc;
+  codes[0] = kTVMStr;
+  v[0].v_str = "main";
+  for (int i = 0; i < c->count; i++) {
+    codes[i + 1] = kTVMDLTensorHandle;
+    v[i + 1].v_handle = &c->t[i];
+  }
+  CHECK(TVMFuncCall(set_input, v, codes, c->count + 1, &r, &rc));
+  CHECK(TVMFuncCall(inv, v, codes, 1, &r, &rc));
+  if (rc == kTVMNDArrayHandle) TVMArrayFree(r.v_handle);
+  else if (rc == kTVMObjectHandle) TVMObjectFree(r.v_handle);
+}
+
 static void invoke(TVMModuleHandle vm, TVMFunctionHandle set_input, TVMFunctionHandle inv, DLTensor* x) {
   TVMValue v[2], r;
   int codes[2] = {kTVMStr, kTVMDLTensorHandle}, rc;
@@ -218,6 +278,18 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; i++) {
       double s = now_us();
       invoke(vm, set_input, inv, &x);
+      t[i] = now_us() - s;
+    }
+    qsort(t, n, sizeof(double), cmp);
+    printf("%.2f\n", t[n / 2]);
+  } else if (!strcmp(mode, "case")) {
+    static Case c;
+    read_case(dir, argc > 4 ? atoi(argv[4]) : 0, &c);
+    for (int i = 0; i < 3; i++) invoke_case(vm, set_input, inv, &c);
+    double* t = malloc(n * sizeof(double));
+    for (int i = 0; i < n; i++) {
+      double s = now_us();
+      invoke_case(vm, set_input, inv, &c);
       t[i] = now_us() - s;
     }
     qsort(t, n, sizeof(double), cmp);

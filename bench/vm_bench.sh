@@ -14,7 +14,9 @@ export TOPHUB_LOCATION=NONE TVM_FFI=ctypes
 models=target/bench-models-vm
 models_cl=target/bench-models-vm-cl
 [ -f $models/resnet18/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --out $models
-[ -f $models/loop/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --only loop --out $models
+for m in loop nms; do
+  [ -f $models/$m/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --only $m --out $models
+done
 [ -f $models_cl/mlp_big_dyn/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py \
   --bench --opencl --build-only --only mlp_big_dyn --out $models_cl
 cargo build --release --quiet
@@ -39,6 +41,16 @@ done
 for n in 20000 99990; do
   OURS_ENV="TVM_NUM_THREADS=1" UPSTREAM_ENV="TVM_NUM_THREADS=1 VM_VERSION=0.16.0" alternate 1 target/bench/vm_bench loop $models/loop $n
   row "a Relay loop of $n iterations (one invoke, a frame per iteration), ms" 0
+done
+# Control flow and data-dependent shapes, where an invoke is mostly the VM's own work: the control
+# model's case 2 (n = 0: its If on the data, the loop not entered), case 0 (the If and 3 loop
+# iterations), and the NMS head (valid counts, NMS, argwhere, take: shapes known at run time).
+for c in "loop 2|relay.If on the data (control model, n = 0)" "loop 0|relay.If and 3 loop iterations (control model, n = 3)" \
+  "nms 0|NMS head (16 boxes, 15 kept)"; do
+  set -- ${c%%|*}
+  OURS_ENV="TVM_NUM_THREADS=1" UPSTREAM_ENV="TVM_NUM_THREADS=1 VM_VERSION=0.16.0" \
+    alternate 1 target/bench/vm_bench case $models/$1 2001 $2
+  row "${c#*|}, per set_input + invoke, us" 2
 done
 OURS_ENV="TVM_NUM_THREADS=1" UPSTREAM_ENV="TVM_NUM_THREADS=1 VM_VERSION=0.16.0" alternate 1 target/bench/vm_bench random $models/mlp_big_dyn 200
 row "200 invokes of random batch (1-64): resident kB after the first 20" 0

@@ -9,8 +9,9 @@
 #   bench/vm_instructions.sh
 # Cases: the dynamic MLP fixture (tests/fixtures/vm/0.16/mlp_dyn, 16-8, batch 1: the VM's own
 # work, its main a straight run of 65 instructions, the kernels a few hundred instructions) per
-# set_input + invoke, and the benchmark Relay loop (scripts/make_vm_fixtures.py --bench --only
-# loop) per iteration.
+# set_input + invoke, the benchmark Relay loop (scripts/make_vm_fixtures.py --bench --only
+# loop) per iteration, and per set_input + invoke the same control model's If with 3 iterations and
+# the NMS head (--only nms).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -18,7 +19,9 @@ command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install va
 eval "$(scripts/tvm_env.sh)"
 export TOPHUB_LOCATION=NONE TVM_FFI=ctypes
 models=target/bench-models-vm
-[ -f $models/loop/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --only loop --out $models
+for m in loop nms; do
+  [ -f $models/$m/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --only $m --out $models
+done
 cargo build --release --quiet
 mkdir -p target/bench
 cc -O2 -o target/bench/vm_bench bench/vm_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" -ldl \
@@ -47,6 +50,10 @@ for side in ours upstream; do
   count "mlp-$side-b" "$lib" latency $mlp 1200 1
   count "loop-$side-a" "$lib" loop $models/loop 2000
   count "loop-$side-b" "$lib" loop $models/loop 12000
+  count "if-$side-a" "$lib" case $models/loop 200 0
+  count "if-$side-b" "$lib" case $models/loop 1200 0
+  count "nms-$side-a" "$lib" case $models/nms 200 0
+  count "nms-$side-b" "$lib" case $models/nms 1200 0
 done
 
 python3 - "$out" <<'EOF'
@@ -79,7 +86,13 @@ def read(name):
 kinds = ["runtime", "libc", "C++ runtime", "kernels", "other"]
 print("| case | side | outside the kernels | " + " | ".join(kinds) + " |")
 print("|---|---|---|" + "---|" * len(kinds))
-for case, what, steps in (("mlp", "dynamic MLP, batch 1, per set_input + invoke", 1000), ("loop", "Relay loop, per iteration", 10000)):
+cases = (
+    ("mlp", "dynamic MLP, batch 1, per set_input + invoke", 1000),
+    ("loop", "Relay loop, per iteration", 10000),
+    ("if", "relay.If and 3 loop iterations, per set_input + invoke", 1000),
+    ("nms", "NMS head, per set_input + invoke", 1000),
+)
+for case, what, steps in cases:
     outside = {}
     for side in ("ours", "upstream"):
         a, b = read(f"{case}-{side}-a"), read(f"{case}-{side}-b")

@@ -153,7 +153,7 @@ def mlp_big_dyn():
     return f, params, [{"data": RNG.rand(n, 784).astype("float32")} for n in (1, 8)]
 
 
-BENCH_MODELS = {"resnet18": resnet18, "mlp_big_dyn": mlp_big_dyn, "loop": control}
+BENCH_MODELS = {"resnet18": resnet18, "mlp_big_dyn": mlp_big_dyn, "loop": control, "nms": nms_head}
 
 MODELS = {"mlp_dyn": mlp_dyn, "seq_dyn": seq_dyn, "nms_head": nms_head, "control": control, "conv_static": conv_static}
 # Models also written in the split form (code.ro + lib.so).

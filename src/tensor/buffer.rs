@@ -120,9 +120,15 @@ impl Drop for FileMap {
     }
 }
 
-/// Takes a buffer's memory back when its last user drops it (a pool reusing its blocks): called
-/// with a buffer over the same memory, without the hook.
-pub type ReleaseHook = Box<dyn FnOnce(Buffer) + Send + Sync>;
+/// Takes a buffer's memory back when its last user drops it (a pool reusing its blocks).
+pub trait Recycle: Send + Sync {
+    /// Called with a buffer over the same memory, without the hook.
+    fn recycle(&self, buffer: Buffer);
+}
+
+/// Where a buffer's memory goes when it drops: held weakly, so a buffer outliving its pool frees
+/// its memory itself. A clone of a reference, not an allocation per buffer.
+pub type ReleaseHook = std::sync::Weak<dyn Recycle>;
 
 /// An owned, zero-initialised block of memory: 64-byte aligned on the host, or on a device.
 pub struct Buffer {
@@ -137,8 +143,9 @@ impl Drop for Buffer {
     fn drop(&mut self) {
         // SAFETY: `backing` is taken or dropped exactly once, here, and never used after.
         let backing = unsafe { ManuallyDrop::take(&mut self.backing) };
-        if let Some(hook) = self.release.take() {
-            hook(Buffer::new(self.ptr, self.len, backing));
+        // Without a hook, or with its pool gone, the memory is freed with `backing`.
+        if let Some(pool) = self.release.take().and_then(|hook| hook.upgrade()) {
+            pool.recycle(Buffer::new(self.ptr, self.len, backing));
         }
     }
 }

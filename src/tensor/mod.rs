@@ -5,7 +5,7 @@ pub(crate) mod ndarray;
 pub mod raw;
 pub(crate) mod weight;
 
-pub use buffer::{Buffer, FileMap, ALIGNMENT};
+pub use buffer::{Buffer, FileMap, Recycle, ALIGNMENT};
 pub use ndarray::NDArray;
 pub use raw::RawTensor;
 pub use weight::{ImageForm, Weight};

@@ -13,9 +13,9 @@
 
 use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
-use crate::tensor::Buffer;
+use crate::tensor::{Buffer, Recycle};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Invocations a free block survives without being used.
 const KEEP_FOR: u64 = 4;
@@ -47,11 +47,126 @@ struct Free {
     used_at: u64,
 }
 
+/// Size classes of the small blocks (rounded to 64 bytes, up to `GRANULE`): one list each.
+const SMALL_CLASSES: usize = GRANULE / 64;
+
+/// The free blocks by size.
+struct FreeBlocks {
+    /// Small blocks, by class (`len / 64 - 1`), and which classes have any (bit per class): the
+    /// smallest that fits is a bit scan, with no search and nothing allocated when a list empties
+    /// and fills again (a VM's invocations take and give back the same small sizes every time).
+    small: Vec<Vec<Free>>,
+    small_mask: u64,
+    /// Larger blocks by size: the smallest that fits in O(log n), however many blocks are busy (a
+    /// Relay loop keeps one frame's storage busy per iteration).
+    large: BTreeMap<usize, Vec<Free>>,
+    count: usize,
+    /// No free block was last used before this invocation (a lower bound): until `KEEP_FOR`
+    /// invocations after it, none can be due for release, and an invocation's end looks at none.
+    oldest: u64,
+}
+
+impl Default for FreeBlocks {
+    fn default() -> FreeBlocks {
+        FreeBlocks {
+            small: (0..SMALL_CLASSES).map(|_| Vec::new()).collect(),
+            small_mask: 0,
+            large: BTreeMap::new(),
+            count: 0,
+            oldest: 0,
+        }
+    }
+}
+
+const _: () = assert!(SMALL_CLASSES <= 64, "a bit per small class");
+
+impl FreeBlocks {
+    /// The smallest free block of `want` bytes (a rounded size) to `2 * want`.
+    fn take(&mut self, want: usize) -> Option<Buffer> {
+        let most = want.saturating_mul(2);
+        if want <= GRANULE {
+            let (lo, hi) = (want / 64 - 1, (most / 64).min(SMALL_CLASSES) - 1);
+            let fitting = self.small_mask & (u64::MAX << lo) & (u64::MAX >> (63 - hi));
+            if fitting != 0 {
+                let class = fitting.trailing_zeros() as usize;
+                let list = &mut self.small[class];
+                let free = list.pop().expect("a class marked has blocks");
+                if list.is_empty() {
+                    self.small_mask &= !(1 << class);
+                }
+                self.count -= 1;
+                return Some(free.buffer);
+            }
+        }
+        if most <= GRANULE {
+            return None;
+        }
+        let len = *self.large.range(want.max(GRANULE + 1)..=most).next()?.0;
+        let list = self.large.get_mut(&len).expect("a size listed has blocks");
+        let free = list.pop().expect("a size listed has blocks");
+        if list.is_empty() {
+            self.large.remove(&len);
+        }
+        self.count -= 1;
+        Some(free.buffer)
+    }
+
+    fn give(&mut self, buffer: Buffer, clock: u64) {
+        if self.count == 0 {
+            self.oldest = clock;
+        }
+        self.count += 1;
+        let len = buffer.len();
+        let free = Free { buffer, used_at: clock };
+        if len <= GRANULE {
+            let class = len / 64 - 1;
+            self.small[class].push(free);
+            self.small_mask |= 1 << class;
+        } else {
+            self.large.entry(len).or_default().push(free);
+        }
+    }
+
+    /// Takes out the blocks last used more than `KEEP_FOR` invocations before `clock`.
+    fn stale(&mut self, clock: u64) -> Vec<Free> {
+        let mut gone = Vec::new();
+        if clock - self.oldest <= KEEP_FOR {
+            return gone;
+        }
+        let mut oldest = clock;
+        let mut sift = |list: &mut Vec<Free>| {
+            let mut k = 0;
+            while k < list.len() {
+                if clock - list[k].used_at > KEEP_FOR {
+                    gone.push(list.swap_remove(k));
+                } else {
+                    oldest = oldest.min(list[k].used_at);
+                    k += 1;
+                }
+            }
+            !list.is_empty()
+        };
+        for class in 0..SMALL_CLASSES {
+            if !sift(&mut self.small[class]) {
+                self.small_mask &= !(1 << class);
+            }
+        }
+        self.large.retain(|_, list| sift(list));
+        self.count -= gone.len();
+        self.oldest = oldest;
+        gone
+    }
+
+    /// (blocks, bytes)
+    fn usage(&self) -> (usize, usize) {
+        let lists = self.small.iter().chain(self.large.values());
+        lists.flatten().fold((0, 0), |(n, s), f| (n + 1, s + f.buffer.len()))
+    }
+}
+
 #[derive(Default)]
 struct State {
-    /// Free blocks by size: a request takes the smallest that fits in O(log n), however many
-    /// blocks are busy (a Relay loop keeps one frame's storage busy per iteration).
-    free: BTreeMap<usize, Vec<Free>>,
+    free: FreeBlocks,
     /// Blocks out in tensors: they come back through their release hook.
     busy_blocks: usize,
     busy_bytes: usize,
@@ -63,6 +178,8 @@ struct State {
 pub struct Pool {
     device: DLDevice,
     state: Mutex<State>,
+    /// Given to every block taken, to come back through (a weak reference to this pool).
+    home: Weak<dyn Recycle>,
 }
 
 /// What a pool holds now.
@@ -85,7 +202,11 @@ fn rounded(size: usize) -> usize {
 
 impl Pool {
     pub fn new(device: DLDevice) -> Arc<Pool> {
-        let pool = Arc::new(Pool { device, state: Mutex::new(State::default()) });
+        let pool = Arc::new_cyclic(|home: &Weak<Pool>| Pool {
+            device,
+            state: Mutex::new(State::default()),
+            home: home.clone(),
+        });
         crate::backend::fork::guard(&pool);
         pool
     }
@@ -99,7 +220,7 @@ impl Pool {
     }
 
     /// A block of at least `size` bytes, aligned to `alignment`.
-    pub fn take(self: &Arc<Self>, size: usize, alignment: i64, how: Allocator) -> Result<Arc<Buffer>> {
+    pub fn take(&self, size: usize, alignment: i64, how: Allocator) -> Result<Arc<Buffer>> {
         if !(0..=crate::tensor::ALIGNMENT as i64).contains(&alignment) {
             return Err(Error::value(format!(
                 "storage aligned to {alignment} bytes: this runtime's blocks are aligned to {}",
@@ -112,18 +233,12 @@ impl Pool {
         }
         let reused = {
             let mut st = self.state();
-            // The smallest free block that fits without wasting more than half of it.
-            let len = st.free.range(want..=want.saturating_mul(2)).next().map(|(&len, _)| len);
-            len.map(|len| {
-                let blocks = st.free.get_mut(&len).expect("a size listed has blocks");
-                let b = blocks.pop().expect("a size listed has blocks");
-                if blocks.is_empty() {
-                    st.free.remove(&len);
-                }
+            let b = st.free.take(want);
+            if let Some(b) = &b {
                 st.busy_blocks += 1;
-                st.busy_bytes += len;
-                b.buffer
-            })
+                st.busy_bytes += b.len();
+            }
+            b
         };
         let buffer = match reused {
             Some(b) => b,
@@ -136,20 +251,7 @@ impl Pool {
             }
         };
         // When the last tensor viewing the block goes, the block comes back free.
-        let pool = Arc::downgrade(self);
-        Ok(Arc::new(buffer.with_release_hook(Box::new(move |b| {
-            if let Some(pool) = pool.upgrade() {
-                pool.give_back(b);
-            }
-        }))))
-    }
-
-    fn give_back(&self, buffer: Buffer) {
-        let mut st = self.state();
-        st.busy_blocks -= 1;
-        st.busy_bytes -= buffer.len();
-        let used_at = st.clock;
-        st.free.entry(buffer.len()).or_default().push(Free { buffer, used_at });
+        Ok(Arc::new(buffer.with_release_hook(self.home.clone())))
     }
 
     /// An invocation ended: free blocks no invocation used lately go.
@@ -158,15 +260,7 @@ impl Pool {
             let mut st = self.state();
             st.clock += 1;
             let clock = st.clock;
-            let mut gone = Vec::new();
-            st.free.retain(|_, blocks| {
-                let (keep, old): (Vec<Free>, Vec<Free>) =
-                    std::mem::take(blocks).into_iter().partition(|b| clock - b.used_at <= KEEP_FOR);
-                *blocks = keep;
-                gone.extend(old);
-                !blocks.is_empty()
-            });
-            gone
+            st.free.stale(clock)
         };
         // Freed outside the lock (unmapping a large block takes a while).
         drop(gone);
@@ -180,8 +274,7 @@ impl Pool {
 
     pub fn usage(&self) -> PoolUsage {
         let st = self.state();
-        let free = st.free.iter().map(|(&len, b)| (b.len(), len * b.len()));
-        let (blocks, bytes) = free.fold((0, 0), |(n, s), (k, b)| (n + k, s + b));
+        let (blocks, bytes) = st.free.usage();
         PoolUsage {
             blocks: blocks + st.busy_blocks,
             bytes: bytes + st.busy_bytes,
@@ -210,6 +303,16 @@ impl Pools {
 
     pub fn all(&self) -> Vec<Arc<Pool>> {
         self.pools.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Recycle for Pool {
+    fn recycle(&self, buffer: Buffer) {
+        let mut st = self.state();
+        st.busy_blocks -= 1;
+        st.busy_bytes -= buffer.len();
+        let clock = st.clock;
+        st.free.give(buffer, clock);
     }
 }
 
@@ -283,5 +386,56 @@ mod tests {
         assert_eq!(pool.usage().blocks, 0);
         drop(n);
         assert!(pool.take(100, 128, Allocator::Pooled).is_err());
+    }
+
+    #[test]
+    fn the_smallest_fitting_block_is_taken_across_small_and_large_sizes() {
+        let pool = Pool::new(DLDevice::CPU);
+        let take = |size| pool.take(size, 64, Allocator::Pooled).unwrap();
+        let (a, b, c, d) = (take(3000), take(200), take(4096), take(5000));
+        assert_eq!((a.len(), b.len(), c.len(), d.len()), (3008, 256, 4096, 8192));
+        let ptrs = |x: &Arc<Buffer>| x.as_ptr() as usize;
+        let (pa, pb, pc, pd) = (ptrs(&a), ptrs(&b), ptrs(&c), ptrs(&d));
+        drop((a, b, c, d));
+        // 150 rounds to 192: the 256 block (not twice too large), not the 3008 one.
+        let e = take(150);
+        assert_eq!(ptrs(&e), pb);
+        // 1600: the 3008 block, the smallest free that fits.
+        let f = take(1600);
+        assert_eq!(ptrs(&f), pa);
+        // 1500: the 4096 block is more than twice as large, so a new block.
+        let g = take(1500);
+        assert!(![pa, pb, pc, pd].contains(&ptrs(&g)));
+        // 4000: the 4096 block; then 4096 again: the 8192 block (a large one, twice the request).
+        let (h, i) = (take(4000), take(4096));
+        assert_eq!((ptrs(&h), ptrs(&i)), (pc, pd));
+        assert_eq!(pool.usage().busy_blocks, 5);
+        drop((e, f, g, h, i));
+        assert_eq!(pool.usage(), PoolUsage { blocks: 5, bytes: 256 + 3008 + 1536 + 4096 + 8192, ..Default::default() });
+    }
+
+    #[test]
+    fn only_blocks_unused_for_keep_for_invocations_are_released() {
+        let pool = Pool::new(DLDevice::CPU);
+        let (old, recent) =
+            (pool.take(100, 64, Allocator::Pooled).unwrap(), pool.take(9000, 64, Allocator::Pooled).unwrap());
+        drop(old);
+        pool.end();
+        pool.end();
+        drop(recent);
+        for _ in 0..KEEP_FOR - 2 {
+            pool.end();
+        }
+        assert_eq!(pool.usage().blocks, 2);
+        pool.end();
+        assert_eq!(pool.usage(), PoolUsage { blocks: 1, bytes: 12_288, ..Default::default() }, "the older went");
+        let again = pool.take(9000, 64, Allocator::Pooled).unwrap();
+        drop(again);
+        for _ in 0..KEEP_FOR {
+            pool.end();
+        }
+        assert_eq!(pool.usage().blocks, 1, "used again since: kept");
+        pool.end();
+        assert_eq!(pool.usage(), PoolUsage::default());
     }
 }
