@@ -242,3 +242,57 @@ fn a_threads_texture_scratch_goes_with_it() {
     assert_eq!(held, before + 64 * 32 * 16, "the idle scratch image is kept while the thread lives");
     assert_eq!(live_bytes(lib), before, "and released when it ends");
 }
+
+/// On a device, executors of one model sharing their weights fold the weight-only operators (the
+/// derived weights held once, each arena without their results); an executor of another model
+/// sharing them (a build for another batch size) does not fold, nor makes the first fold: it would
+/// hold the derived weights for a saving it does not have. A sharer of the same model arriving
+/// makes both fold at their next run.
+#[test]
+fn on_a_device_only_sharers_of_one_model_fold() {
+    use tvm_runtime::packed::{registry, ArgsBuilder};
+    let Some(lib) = shim() else { return };
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let f = common::Fixture::load("opencl/fold_cl");
+    let library = f.load_lib();
+    let folded = |m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>| {
+        let u = common::exec(m).memory_usage();
+        (u.ops_folded, u.weights_derived)
+    };
+    let a = f.executor_without_params_on(&library, CL);
+    common::exec(&a).load_params(&f.params()).unwrap();
+    f.set_inputs(&a);
+    common::exec(&a).run().unwrap();
+    assert_eq!(folded(&a), (0, 0), "alone: not folded");
+    // Another model over the same weights: the same kernels under another node name.
+    let json = f.graph_json().replace(
+        "\"name\": \"tvmgen_default_fused_nn_dense_nn_relu\"",
+        "\"name\": \"dense_of_another_build\"",
+    );
+    assert_ne!(json, f.graph_json());
+    let mut args = ArgsBuilder::new();
+    args.str(&json).object(library.clone().into_any()).int(CL.device_type as i64).int(0);
+    let create = registry::get("tvm.graph_executor.create").unwrap();
+    let v = create.call(&args.args()).unwrap().into_object::<tvm_runtime::module::Module>().unwrap();
+    let before = live_bytes(lib);
+    common::exec(&v).share_params(common::exec(&a), &f.params()).unwrap();
+    for m in [&a, &v] {
+        f.set_inputs(m);
+        common::exec(m).run().unwrap();
+        f.check_outputs(m, "shared with another model");
+        assert_eq!(folded(m), (0, 0), "another model's sharer folds nothing");
+    }
+    let activations = common::exec(&v).memory_usage().activations;
+    assert_eq!(live_bytes(lib) - before, activations, "the other model added its activations alone");
+    // A second executor of the first model: the two of them fold, once; the other model does not.
+    let b = f.executor_without_params_on(&library, CL);
+    common::exec(&b).share_params(common::exec(&a), &f.params()).unwrap();
+    for m in [&a, &b, &v] {
+        f.set_inputs(m);
+        common::exec(m).run().unwrap();
+        f.check_outputs(m, "two of one model sharing");
+    }
+    assert_eq!(folded(&a), (1, 16 * 8 * 4));
+    assert_eq!(folded(&b), (1, 16 * 8 * 4));
+    assert_eq!(folded(&v), (0, 0));
+}

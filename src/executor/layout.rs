@@ -44,7 +44,8 @@ pub enum Folding {
     /// executor), but a lone executor would hold more than upstream's; it runs them every run, as
     /// upstream, until a second holder comes. Mapped weights are there to be shared across
     /// processes through the page cache and to load in no time; their derived results would be
-    /// memory of each process.
+    /// memory of each process. On a device the other holder must be an executor of the same
+    /// model (see `peers`).
     Shared,
     /// All of them (`set_fold_weights(1)`: a lone executor's speed, for the memory of both).
     All,

@@ -11,6 +11,7 @@ pub(crate) mod instance;
 mod kernels;
 pub mod layout;
 mod names;
+mod peers;
 pub mod plan;
 pub mod pool;
 mod report;
@@ -52,6 +53,7 @@ fn strict_inputs_default() -> bool {
 /// reads once (from the environment), so that none is being read by another thread at a fork.
 pub(crate) fn handle_forks() {
     fold::handle_forks();
+    peers::handle_forks();
     pool::default::handle_forks();
     strict_inputs_default();
     layout::keep_folded_default();

@@ -27,6 +27,7 @@ use super::bindings::{Mem, Ops};
 use super::fold;
 use super::kernels::External;
 use super::layout::{self, Folding, Home, Layout};
+use super::peers::{self, Peer};
 use super::plan::Plan;
 use crate::error::Result;
 use crate::object::ObjRef;
@@ -94,6 +95,10 @@ pub struct Instance {
     mapped_files: Vec<Arc<FileMap>>,
     /// The state to put back if the call under way fails (see `journal`).
     journal: Option<Box<Journal>>,
+    /// On a device: this executor's entry among the holders of its weights (see `peers`), and the
+    /// registry's generation when the layout was made.
+    peer: Peer,
+    peers_seen: u64,
 }
 
 impl Instance {
@@ -142,6 +147,8 @@ impl Instance {
             prepared: None,
             mapped_files: Vec::new(),
             journal: None,
+            peer: Peer::default(),
+            peers_seen: 0,
         };
         inst.refresh()?;
         Ok(inst)
@@ -253,8 +260,9 @@ impl Instance {
     #[inline(never)]
     fn prepare_now(&mut self) -> Result<()> {
         let plan = self.plan.clone();
-        let (recent, seen_shared, unfold_at) = self.recently_shared();
-        let facts = self.layout_facts(&recent);
+        let (peer_folds, peers_seen) = self.peer_folds();
+        let (recent, seen_shared, unfold_at) = self.recently_shared(peer_folds);
+        let facts = self.layout_facts(&recent, peer_folds);
         let mut layout = facts.layout(&plan, self.fold != Folding::Off)?;
         let sources = self.fold_sources(&facts.constant_slot);
         let refold = layout.folded != self.layout.folded
@@ -300,15 +308,29 @@ impl Instance {
         self.release_unneeded_textures();
         self.pool_need();
         self.holders = self.holder_counts();
-        (self.seen_shared, self.unfold_at) = (seen_shared, unfold_at);
+        (self.seen_shared, self.unfold_at, self.peers_seen) = (seen_shared, unfold_at, peers_seen);
         Ok(())
+    }
+
+    /// Whether other holders of the weights make them worth folding (`Folding::Shared`): on the
+    /// host any other holder; on a device only another executor of this model (see `peers`), with
+    /// the generation of the registry that answer is of.
+    fn peer_folds(&self) -> (bool, u64) {
+        if crate::device::is_host(self.plan.device) {
+            return (true, 0);
+        }
+        let first_weight = self.slots.iter().find_map(|m| match m {
+            SlotMemory::Weight(w) => Some(w),
+            _ => None,
+        });
+        self.peer.hold(&self.plan, first_weight.filter(|_| self.fold == Folding::Shared))
     }
 
     /// Per slot: whether its weight is to be folded because it was shared lately, though it is not
     /// now; the sightings of shared weights as of now; and when the first such kept folding runs
     /// out.
     #[allow(clippy::type_complexity)]
-    fn recently_shared(&self) -> (Vec<bool>, Vec<Option<(Weak<Weight>, Instant)>>, Option<Instant>) {
+    fn recently_shared(&self, peer_folds: bool) -> (Vec<bool>, Vec<Option<(Weak<Weight>, Instant)>>, Option<Instant>) {
         let now = Instant::now();
         let mut seen = self.seen_shared.clone();
         let mut until: Option<Instant> = None;
@@ -316,7 +338,9 @@ impl Instance {
             .map(|sid| {
                 let SlotMemory::Weight(w) = &self.slots[sid] else { return false };
                 if !self.weight_is_own(sid) {
-                    seen[sid] = Some((Arc::downgrade(w), now));
+                    if peer_folds {
+                        seen[sid] = Some((Arc::downgrade(w), now));
+                    }
                     return false;
                 }
                 match &seen[sid] {
@@ -391,16 +415,18 @@ impl Instance {
     fn holders_changed(&self) -> bool {
         self.fold == Folding::Shared
             && (self.holders.len() != self.slots.len()
-                || self.slots.iter().zip(&self.holders).any(|(m, &n)| self.holders_of(m) != n))
+                || self.slots.iter().zip(&self.holders).any(|(m, &n)| self.holders_of(m) != n)
+                || (!crate::device::is_host(self.plan.device) && peers::generation() != self.peers_seen))
     }
 
     /// What decides the layout besides the plan, from the bindings now (`recent`: per slot, a
     /// weight shared lately that folding treats as shared still).
-    fn layout_facts(&self, recent: &[bool]) -> LayoutFacts {
+    fn layout_facts(&self, recent: &[bool], peer_folds: bool) -> LayoutFacts {
         let constant_slot = (0..self.slots.len())
             .map(|sid| match &self.slots[sid] {
                 SlotMemory::Weight(w) => {
-                    self.slot_override[sid].is_none() && self.fold.folds(w, !self.weight_is_own(sid) || recent[sid])
+                    let shared = (peer_folds && !self.weight_is_own(sid)) || recent[sid];
+                    self.slot_override[sid].is_none() && self.fold.folds(w, shared)
                 }
                 _ => false,
             })
