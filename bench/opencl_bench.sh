@@ -3,9 +3,10 @@
 # built for OpenCL, on the same OpenCL device (pocl's CPU device here), under one C driver
 # (bench/opencl_bench.c), alternating the runtimes in separate processes ROUNDS times per figure;
 # prints medians, spread (min-max of the per-process figures) and ratios (ours / upstream).
-#   bench/opencl_bench.sh [ROUNDS] [all|buffers|textures]
+#   bench/opencl_bench.sh [ROUNDS] [all|buffers|textures|device]
 # (builds the benchmark models on first use, ~15 minutes; `textures`: the rows of the texture
-# builds for TVM's Adreno target only)
+# builds for TVM's Adreno target only; `device`: the device bytes of ResNet-18's executors and its
+# batch-4 variant only, two models)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -15,8 +16,12 @@ eval "$(scripts/tvm_env.sh)"
 . bench/lib.sh
 upstream=$(upstream_opencl)
 models=target/bench-models-cl
-opencl_models mlp_cl mobilenet_cl resnet18_unbound_cl_b1 resnet18_unbound_cl_b4 mobilenet_tex_cl \
-  resnet18_tex_cl_b1 resnet18_tex_cl_b4
+if [ "$part" = device ]; then
+  opencl_models resnet18_unbound_cl_b1 resnet18_unbound_cl_b4
+else
+  opencl_models mlp_cl mobilenet_cl resnet18_unbound_cl_b1 resnet18_unbound_cl_b4 mobilenet_tex_cl \
+    resnet18_tex_cl_b1 resnet18_tex_cl_b4
+fi
 cargo build --release --quiet
 mkdir -p target/bench
 cc -O2 -o target/bench/opencl_bench bench/opencl_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" \
@@ -68,19 +73,21 @@ if [ "$part" = textures ] || [ "$part" = all ]; then
     $tex_r18 2 $models/resnet18_tex_cl_b4
 fi
 [ "$part" = textures ] && exit 0
-measure "MLP latency (runtime overhead per run), us" 1 latency $models/mlp_cl 101
-measure "MobileNet latency, us" 1 latency $models/mobilenet_cl 11
-measure "ResNet-18 (unbound params) latency, a lone executor (ours: unfolded, the default), us" 1 latency \
-  $models/resnet18_unbound_cl_b1 5
-FOLD=1 measure "ResNet-18 (unbound params) latency, folding on the device (ours: TVM_RT_FOLD_WEIGHTS=1), us" 1 \
-  latency $models/resnet18_unbound_cl_b1 5
-measure "create + load_params + first run (programs built) ResNet-18, ms" 1 load $models/resnet18_unbound_cl_b1
-measure "VmData of the first ResNet-18 executor (alone), kB" 1 share $models/resnet18_unbound_cl_b1 4
-measure "VmData of the second, sharing its weights (ours: folding's results, once), kB" 2 share \
-  $models/resnet18_unbound_cl_b1 4
-measure "VmData per additional ResNet-18 executor after the second (K = 4), kB" 3 share $models/resnet18_unbound_cl_b1 4
-measure "VmData of a batch-4 build sharing the batch-1 weights, kB" 2 share $models/resnet18_unbound_cl_b1 2 \
-  $models/resnet18_unbound_cl_b4
+if [ "$part" != device ]; then
+  measure "MLP latency (runtime overhead per run), us" 1 latency $models/mlp_cl 101
+  measure "MobileNet latency, us" 1 latency $models/mobilenet_cl 11
+  measure "ResNet-18 (unbound params) latency, a lone executor (ours: unfolded, the default), us" 1 latency \
+    $models/resnet18_unbound_cl_b1 5
+  FOLD=1 measure "ResNet-18 (unbound params) latency, folding on the device (ours: TVM_RT_FOLD_WEIGHTS=1), us" 1 \
+    latency $models/resnet18_unbound_cl_b1 5
+  measure "create + load_params + first run (programs built) ResNet-18, ms" 1 load $models/resnet18_unbound_cl_b1
+  measure "VmData of the first ResNet-18 executor (alone), kB" 1 share $models/resnet18_unbound_cl_b1 4
+  measure "VmData of the second, sharing its weights (ours: folding's results, once), kB" 2 share \
+    $models/resnet18_unbound_cl_b1 4
+  measure "VmData per additional ResNet-18 executor after the second (K = 4), kB" 3 share $models/resnet18_unbound_cl_b1 4
+  measure "VmData of a batch-4 build sharing the batch-1 weights, kB" 2 share $models/resnet18_unbound_cl_b1 2 \
+    $models/resnet18_unbound_cl_b4
+fi
 
 measure_device "device bytes of the first ResNet-18 executor (alone), kB" 1 share $models/resnet18_unbound_cl_b1 4
 measure_device "device bytes of the second, sharing its weights, kB" 2 share $models/resnet18_unbound_cl_b1 4

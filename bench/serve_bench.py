@@ -6,7 +6,10 @@ once, sides alternated round by round. Prints the node's memory (the sum of the 
 PSS), requests per second and p50/p99 latency. Run by bench/serve_bench.sh (which sets up the venv
 and the models).
 
-  python serve_bench.py MODELS_DIR UPSTREAM_LIB_DIR TVM_WHEEL_DIR [ROUNDS] [SECONDS]
+  python serve_bench.py MODELS_DIR UPSTREAM_LIB_DIR TVM_WHEEL_DIR [ROUNDS] [SECONDS] [shapes|batching [NET]]
+
+`batching NET` (resnet18 or wide_mlp) compares instead, in the default shape, the batch-1 build
+alone with batching over the batch-1 and batch-8 builds (`max_batch_size=8`), and the usual way.
 """
 
 from __future__ import annotations
@@ -86,8 +89,8 @@ def pids(handle, usual: bool, want: int = REPLICAS) -> set[int]:
     return found
 
 
-def load(handle, seconds: float) -> tuple[float, float, float, int]:
-    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype("float32")
+def load(handle, seconds: float, row: tuple[int, ...]) -> tuple[float, float, float, int]:
+    x = np.random.default_rng(0).standard_normal((1, *row)).astype("float32")
     latencies: list[float] = []
     errors = [0]
     stop = time.perf_counter() + seconds
@@ -123,7 +126,15 @@ def main() -> None:
     models, upstream, wheel_dir = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
     seconds = float(sys.argv[5]) if len(sys.argv) > 5 else 20.0
-    b1 = str(models / "resnet18_unbound")
+    mode = sys.argv[6] if len(sys.argv) > 6 else "shapes"
+    net = sys.argv[7] if len(sys.argv) > 7 else "resnet18"
+    # Per network: its batch-1 and batch-8 builds (unbound params, one set of weights), a row's
+    # shape, its name in the table.
+    b1, b8, row, title = {
+        "resnet18": ("resnet18_unbound", "resnet18_unbound_b8", (3, 224, 224), "ResNet-18"),
+        "wide_mlp": ("wide_mlp", "wide_mlp_b8", (2048,), "wide MLP (2048-4096-4096-1000)"),
+    }[net]
+    b1, b8 = str(models / b1), str(models / b8)
     prepared = tempfile.mkdtemp(prefix="tvmrt-bench-prepared-")
     env = {"TVM_NUM_THREADS": "1"}
     usual_env = dict(env, TVM_FFI="ctypes", TVM_USE_RUNTIME_LIB="1", TVM_LIBRARY_PATH=upstream, PYTHONPATH=wheel_dir)
@@ -143,20 +154,29 @@ def main() -> None:
             ray_actor_options={"num_cpus": 2 / replicas},
         )
 
-    sides = {
+    shapes = {
         "tvmrt, 1 replica x 4 runs in flight": shape(1, 4),
         "tvmrt, 2 replicas x 2 runs": shape(2, 2),
         "tvmrt, 4 replicas x 1 run": shape(4, 1),
         "tvmrt, the default shape (1 replica x 2 runs here)": lambda: tvmrt.serve.deployment(
             b1, name="bench", max_batch_size=1, prepared_dir=prepared
         ),
-        "usual: TVM's Python, upstream's runtime, 4 replicas": lambda: UsualTVM.options(
-            name="bench",
-            num_replicas=REPLICAS,
-            max_ongoing_requests=8,
-            ray_actor_options={"num_cpus": 0.5, "runtime_env": {"env_vars": usual_env}},
-        ).bind(b1),
     }
+    batching = {
+        "tvmrt, the batch-1 build alone (default shape)": lambda: tvmrt.serve.deployment(
+            b1, name="bench", max_batch_size=1, prepared_dir=prepared
+        ),
+        "tvmrt, batching over the batch-1 and batch-8 builds (default shape)": lambda: tvmrt.serve.deployment(
+            [b1, b8], name="bench", max_batch_size=8, prepared_dir=prepared
+        ),
+    }
+    sides = dict(batching if mode == "batching" else shapes)
+    sides["usual: TVM's Python, upstream's runtime, 4 replicas"] = lambda: UsualTVM.options(
+        name="bench",
+        num_replicas=REPLICAS,
+        max_ongoing_requests=8,
+        ray_actor_options={"num_cpus": 0.5, "runtime_env": {"env_vars": usual_env}},
+    ).bind(b1)
     empty = serve.run(
         Empty.options(num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0.5}).bind(),
         name="bench",
@@ -171,7 +191,7 @@ def main() -> None:
             handle = serve.run(make(), name="bench", route_prefix="/bench")
             usual = name.startswith("usual")
             replica_pids = pids(handle, usual, want=REPLICAS if usual else replica_count(name))
-            rps, p50, p99, errors = load(handle, seconds)
+            rps, p50, p99, errors = load(handle, seconds, row)
             node_mb = sum(pss_mb(p) for p in replica_pids)
             results[name].append((node_mb, rps, p50, p99, errors))
             print(
@@ -181,7 +201,7 @@ def main() -> None:
             )
             serve.delete("bench")
     print()
-    print(f"| {CLIENTS} clients, ResNet-18 b1 | node memory (PSS sum), MB | requests/s | p50, ms | p99, ms | errors |")
+    print(f"| {CLIENTS} clients, {title} | node memory (PSS sum), MB | requests/s | p50, ms | p99, ms | errors |")
     print("|---|---|---|---|---|---|")
     med = {k: [statistics.median(col) for col in zip(*v)] for k, v in results.items()}
     for name, (mb, rps, p50, p99, _errors) in med.items():

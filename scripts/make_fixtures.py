@@ -236,6 +236,23 @@ def lstm(seq_len, hidden=16, inp=8, batch=1):
     return mod, params
 
 
+def wide_mlp(batch_size=1, sizes=(2048, 4096, 4096, 1000)):
+    """Dense layers whose weights (117 MB) dwarf a row's activations: at batch 1 every run streams
+    all of them from memory for one row, at batch 8 for eight (what batching pays on a CPU)."""
+    x = relay.var("data", shape=(batch_size, sizes[0]))
+    params = {}
+    rng = np.random.default_rng(11)
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        w, bias = relay.var("dense%d_weight" % i, shape=(b, a)), relay.var("dense%d_bias" % i, shape=(b,))
+        params["dense%d_weight" % i] = (rng.standard_normal((b, a)) / np.sqrt(a)).astype("float32")
+        params["dense%d_bias" % i] = np.zeros(b, "float32")
+        x = relay.nn.bias_add(relay.nn.dense(x, w), bias)
+        if i < len(sizes) - 2:
+            x = relay.nn.relu(x)
+    f = relay.Function(relay.analysis.free_vars(x), relay.nn.softmax(x))
+    return relay.transform.InferType()(tvm.IRModule.from_expr(f)), params
+
+
 def transformer(seq_len, batch=8, d=512, heads=8, ff=2048, layers=2):
     """A small transformer encoder (attention and feed-forward blocks with residuals), its weights
     graph inputs (unbound): one set serves every sequence length."""
@@ -420,6 +437,8 @@ def make_bench(outdir, only=None):
         "mobilenet_unbound_b8": unbound_batch("mobilenet", t.mobilenet.get_workload, 8),
         "squeezenet_unbound": unbound_batch("squeezenet", t.squeezenet.get_workload, 1),
         "squeezenet_unbound_b8": unbound_batch("squeezenet", t.squeezenet.get_workload, 8),
+        "wide_mlp": unbound_batch("wide_mlp", wide_mlp, 1),
+        "wide_mlp_b8": unbound_batch("wide_mlp", wide_mlp, 8),
         "chain200": chain,
         "lstm_big": lstm_big,
         # One LSTM, and one small transformer, at several sequence lengths, each sharing its weights
