@@ -42,6 +42,11 @@ for n in 20000 99990; do
   OURS_ENV="TVM_NUM_THREADS=1" UPSTREAM_ENV="TVM_NUM_THREADS=1 VM_VERSION=0.16.0" alternate 1 target/bench/vm_bench loop $models/loop $n
   row "a Relay loop of $n iterations (one invoke, a frame per iteration), ms" 0
 done
+# The VM's own work per invoke: the dynamic MLP fixture (16-8), whose kernels take a few hundred
+# instructions.
+OURS_ENV="TVM_NUM_THREADS=1" UPSTREAM_ENV="TVM_NUM_THREADS=1 VM_VERSION=0.16.0" \
+  alternate 1 target/bench/vm_bench latency tests/fixtures/vm/0.16/mlp_dyn 2001 1
+row "dynamic MLP fixture (16-8), batch 1, per set_input + invoke, us" 2
 # Control flow and data-dependent shapes, where an invoke is mostly the VM's own work: the control
 # model's case 2 (n = 0: its If on the data, the loop not entered), case 0 (the If and 3 loop
 # iterations), and the NMS head (valid counts, NMS, argwhere, take: shapes known at run time).

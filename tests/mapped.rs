@@ -168,6 +168,46 @@ fn prepared_params_map_the_derived_weights_where_their_stamp_holds() {
     std::fs::remove_file(&bad_path).unwrap();
 }
 
+/// Executors sharing the weights of one that loaded a prepared file (how the Python package and
+/// Serve run a model: a holder, and executors sharing from it) run on the file's derived weights
+/// too, at the same addresses, folded: not the weight-only operators at every run, which mapped
+/// weights alone would mean. A build of another batch size sharing them derives its own.
+#[test]
+fn sharers_of_a_prepared_holder_run_on_its_derived_weights() {
+    let f = Fixture::load("mlp_unbound_b1");
+    let lib = f.load_lib();
+    let bytes = maker(&f, &lib).prepared_params(&f.params()).unwrap();
+    let path = temp_path("mlp.shared.prepared");
+    std::fs::write(&path, &bytes).unwrap();
+    let holder = f.executor_without_params(&lib);
+    load_mapped(exec(&holder), path.to_str().unwrap()).unwrap();
+    let sharer = f.executor_without_params(&lib);
+    exec(&sharer).share_params(exec(&holder), &bytes).unwrap();
+    f.set_inputs(&sharer);
+    exec(&sharer).run().unwrap();
+    f.check_outputs(&sharer, "sharing a prepared holder's weights");
+    let (h, s) = (exec(&holder).memory_usage(), exec(&sharer).memory_usage());
+    assert_eq!((s.ops_folded, s.weights_derived), (h.ops_folded, h.weights_derived), "{s:?}");
+    assert!(s.ops_folded > 0 && s.activations < h.weights_derived, "{s:?}");
+    let derived = |m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>| {
+        let (ex, layout) = (exec(m), exec(m).layout());
+        (0..ex.plan().graph.num_entries())
+            .filter(|&e| layout.homes[e] == tvm_runtime::executor::layout::Home::Derived)
+            .map(|e| ex.entry_data(e) as usize)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(derived(&sharer), derived(&holder), "the file's derived weights, not copies");
+    // Another build (batch 8) sharing the weights: not the same model, it folds from them itself.
+    let f8 = Fixture::load("mlp_unbound_b8");
+    let m8 = f8.executor_without_params(&f8.load_lib());
+    exec(&m8).share_params(exec(&holder), &bytes).unwrap();
+    f8.set_inputs(&m8);
+    exec(&m8).run().unwrap();
+    f8.check_outputs(&m8, "a batch-8 build sharing a prepared holder's weights");
+    drop((holder, sharer, m8));
+    std::fs::remove_file(&path).unwrap();
+}
+
 /// An executor that prepares params for `f`'s graph and library.
 fn maker(f: &Fixture, lib: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>) -> GraphExecutor {
     let plan = tvm_runtime::executor::plan::Plan::new(&f.graph_json(), lib.clone(), DLDevice::CPU).unwrap();

@@ -249,6 +249,12 @@ impl GraphExecutor {
                     mine.param_names.insert(name.to_string());
                 }
             }
+            // Derived weights the other runs on from a prepared params file: this executor would
+            // not derive them itself (mapped weights are not folded unless asked), so an executor
+            // of the same model takes them as they are and runs folded too.
+            if self.plan.graph_digest == other.plan.graph_digest && theirs.runs_on_prepared() {
+                mine.adopt(theirs.derived_weights())?;
+            }
             mine.prepare_for_holders()?;
             theirs.prepare_for_holders()
         })

@@ -391,6 +391,11 @@ impl Instance {
         Ok(used)
     }
 
+    /// Whether this executor runs on the derived weights of a prepared params file it loaded.
+    pub fn runs_on_prepared(&self) -> bool {
+        self.prepared.as_deref() == Some("used") && self.derived.iter().any(Option::is_some)
+    }
+
     /// The derived weights this executor holds, per alias root.
     pub fn derived_weights(&self) -> Vec<(usize, Arc<Weight>)> {
         self.derived.iter().enumerate().filter_map(|(r, w)| w.clone().map(|w| (r, w))).collect()
