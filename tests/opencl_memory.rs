@@ -265,10 +265,9 @@ fn on_a_device_only_sharers_of_one_model_fold() {
     common::exec(&a).run().unwrap();
     assert_eq!(folded(&a), (0, 0), "alone: not folded");
     // Another model over the same weights: the same kernels under another node name.
-    let json = f.graph_json().replace(
-        "\"name\": \"tvmgen_default_fused_nn_dense_nn_relu\"",
-        "\"name\": \"dense_of_another_build\"",
-    );
+    let json = f
+        .graph_json()
+        .replace("\"name\": \"tvmgen_default_fused_nn_dense_nn_relu\"", "\"name\": \"dense_of_another_build\"");
     assert_ne!(json, f.graph_json());
     let mut args = ArgsBuilder::new();
     args.str(&json).object(library.clone().into_any()).int(CL.device_type as i64).int(0);
