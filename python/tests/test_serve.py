@@ -73,6 +73,22 @@ def check_answer(direct, x, outputs, runs):
     np.testing.assert_allclose(outputs, single, rtol=1e-5, atol=1e-6)
 
 
+def test_a_batch_waits_to_fill_only_where_a_larger_build_costs_less_per_row():
+    from tvmrt.serve.server import Build, _fill_wait
+
+    def builds(*costs: tuple[int, float]) -> list[Build]:
+        return [Build(f"b{batch}", None, batch, {}, cost) for batch, cost in costs]  # type: ignore[arg-type]
+
+    # A wide MLP: the batch-8 build costs a third per row, so a batch waits up to one batch-1 run.
+    assert _fill_wait(builds((1, 0.008), (8, 0.020))) == 0.008
+    # ResNet-18 on this CPU: more per row at batch 8; gathering rows saves nothing.
+    assert _fill_wait(builds((1, 0.058), (8, 0.627))) == 0.0
+    # Less per row, but not by a fifth: not worth a request's wait.
+    assert _fill_wait(builds((1, 0.010), (8, 0.070))) == 0.0
+    assert _fill_wait(builds((1, 0.010), (4, 0.030), (8, 0.090))) == 0.010
+    assert _fill_wait(builds((1, 0.010))) == 0.0
+
+
 def test_requests_of_random_sizes_by_handle_and_http(app, direct):
     handle, url, prepared = app
     rng = np.random.default_rng(11)

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from ray import serve
@@ -104,6 +104,20 @@ def _plan(builds: Sequence[Build], rows: int) -> list[Build]:
     return best[rows][1]
 
 
+def _fill_wait(builds: Sequence[Build]) -> float:
+    """How long a batch waits to fill while other requests are in flight: one run of the smallest
+    build (what a request queued behind a run waits anyway), when a larger build costs less per
+    row (measured); else 0, since gathering rows saves nothing: the plan would run them one by one.
+    A wide MLP on a CPU streams all its weights per run, so its batch-8 build costs a third of the
+    batch-1 build's per row, and batches fill only if the replica waits for them: requests come
+    one at a time through Serve's router, which the cores share with the runs."""
+    small = builds[0]
+    per_row = small.cost / small.batch
+    if any(b.cost / b.batch < 0.8 * per_row for b in builds[1:]):
+        return small.cost
+    return 0.0
+
+
 def fill_the_node(concurrency: int | None, num_threads: int | None) -> tuple[int, int]:
     """Runs in flight and kernel threads per run, the ones not given chosen so that together they
     fill the CPUs this process may use: a run per CPU with one kernel thread each by default
@@ -177,7 +191,7 @@ class ModelServer:
         device: str = "auto",
         params: Any = None,
         max_batch_size: int | None = None,
-        batch_wait_timeout_s: float = 0.0,
+        batch_wait_timeout_s: float | None = None,
         concurrency: int | None = None,
         num_threads: int | None = None,
         prepared_dir: str | None = None,
@@ -235,6 +249,10 @@ class ModelServer:
         self.largest = max(b.batch for b in self.builds)
         self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tvmrt-run")
         self._measure()
+        self._in_flight = 0
+        # None: wait for a batch to fill only when batching pays and requests are in flight (see
+        # `_fill_wait`); a number: that wait always, as Serve's batching does.
+        self._fill_wait = _fill_wait(self.builds) if batch_wait_timeout_s is None else None
         self.max_batch_size = max_batch_size or self.largest
         # A request larger than a batch runs as several runs of the builds (the plan): refused
         # only past this, to bound what one request holds.
@@ -245,10 +263,12 @@ class ModelServer:
         # Batches count rows, not requests; several run at once (the arena pool's concurrency).
         self._batched = serve.batch(
             max_batch_size=self.max_batch_size,
-            batch_wait_timeout_s=batch_wait_timeout_s,
+            batch_wait_timeout_s=batch_wait_timeout_s or 0.0,
             max_concurrent_batches=concurrency,
             batch_size_fn=lambda items: sum(r.rows for r in items),
         )(self._run_batch)
+        # Serve's batching takes a new wait through a setter on the function it makes.
+        self._set_batch_wait: Callable[[float], None] = self._batched.set_batch_wait_timeout_s  # type: ignore[attr-defined]
         self._metrics()
         logger.info(
             "tvmrt: %d build(s) (batch %s) on %s, weights %s, %d runs in flight of %d kernel thread(s)",
@@ -373,7 +393,14 @@ class ModelServer:
             [alone] = await loop.run_in_executor(self._threads, self._run_bucket, request.bucket, [request])
             self.m_rows.observe(request.rows)
             return alone
-        batched: Answer = await self._batched(request)
+        self._in_flight += 1
+        try:
+            if self._fill_wait is not None:
+                # Alone, a request runs at once; with others in flight it may wait for a batch.
+                self._set_batch_wait(self._fill_wait if self._in_flight > 1 else 0.0)
+            batched: Answer = await self._batched(request)
+        finally:
+            self._in_flight -= 1
         return batched
 
     def check_health(self) -> None:
