@@ -417,7 +417,8 @@ mod tests {
     fn only_blocks_unused_for_keep_for_invocations_are_released() {
         let pool = Pool::new(DLDevice::CPU);
         let (old, recent) =
-            (pool.take(100, 64, Allocator::Pooled).unwrap(), pool.take(9000, 64, Allocator::Pooled).unwrap());
+            (pool.take(100, 64, Allocator::Pooled).unwrap(), pool.take(3000, 64, Allocator::Pooled).unwrap());
+        let kept = recent.as_ptr();
         drop(old);
         pool.end();
         drop(recent);
@@ -427,8 +428,10 @@ mod tests {
         assert_eq!(pool.usage().blocks, 2);
         pool.end();
         // Unused for KEEP_FOR + 1 invocations, and for KEEP_FOR exactly: only the first goes.
-        assert_eq!(pool.usage(), PoolUsage { blocks: 1, bytes: 12_288, ..Default::default() }, "the older went");
-        let again = pool.take(9000, 64, Allocator::Pooled).unwrap();
+        assert_eq!(pool.usage(), PoolUsage { blocks: 1, bytes: 3008, ..Default::default() }, "the older went");
+        // The one kept is free to take still.
+        let again = pool.take(3000, 64, Allocator::Pooled).unwrap();
+        assert_eq!(again.as_ptr(), kept);
         drop(again);
         for _ in 0..KEEP_FOR {
             pool.end();
