@@ -10,8 +10,8 @@ eval "$(scripts/tvm_env.sh)"
 upstream=${TVM_UPSTREAM_SHARED:-$PWD/../shared/upstream}
 need=()
 case "${3:-shapes} ${4:-resnet18}" in
-  "batching wide_mlp") models=(wide_mlp wide_mlp_b8) ;;
-  batching*) models=(resnet18_unbound resnet18_unbound_b8) ;;
+  *" wide_mlp") models=(wide_mlp wide_mlp_b8) ;;
+  "batching "*) models=(resnet18_unbound resnet18_unbound_b8) ;;
   *) models=(resnet18_unbound) ;;
 esac
 for m in "${models[@]}"; do

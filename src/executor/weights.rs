@@ -251,8 +251,11 @@ impl GraphExecutor {
             }
             // Derived weights the other runs on from a prepared params file: this executor would
             // not derive them itself (mapped weights are not folded unless asked), so an executor
-            // of the same model takes them as they are and runs folded too.
-            if self.plan.graph_digest == other.plan.graph_digest && theirs.runs_on_prepared() {
+            // of the same model (graph and library, as the file's stamp) takes them as they are
+            // and runs folded too.
+            let same_build = self.plan.graph_digest == other.plan.graph_digest
+                && self.plan.library_digest() == other.plan.library_digest();
+            if same_build && theirs.runs_on_prepared() {
                 mine.adopt(theirs.derived_weights())?;
             }
             mine.prepare_for_holders()?;
