@@ -106,8 +106,9 @@ def _plan(builds: Sequence[Build], rows: int) -> list[Build]:
 
 def _fill_wait(builds: Sequence[Build]) -> float:
     """How long a batch waits to fill while other requests are in flight: one run of the smallest
-    build (what a request queued behind a run waits anyway), when a larger build costs less per
-    row (measured); else 0, since gathering rows saves nothing: the plan would run them one by one.
+    build (what a request queued behind a run waits anyway), when a larger build costs at least a
+    fifth less per row (measured); else 0, since gathering rows saves little or nothing: the plan
+    would run them one by one.
     A wide MLP on a CPU streams all its weights per run, so its batch-8 build costs a third of the
     batch-1 build's per row, and batches fill only if the replica waits for them: requests come
     one at a time through Serve's router, which the cores share with the runs."""
