@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 from ray import serve
@@ -269,7 +269,7 @@ class ModelServer:
             batch_size_fn=lambda items: sum(r.rows for r in items),
         )(self._run_batch)
         # Serve's batching takes a new wait through a setter on the function it makes.
-        self._set_batch_wait: Callable[[float], None] = self._batched.set_batch_wait_timeout_s  # type: ignore[attr-defined]
+        self._set_batch_wait: Callable[[float], None] = cast(Any, self._batched).set_batch_wait_timeout_s
         self._metrics()
         logger.info(
             "tvmrt: %d build(s) (batch %s) on %s, weights %s, %d runs in flight of %d kernel thread(s)",
