@@ -116,11 +116,7 @@ fn prepared_params_map_the_derived_weights_where_their_stamp_holds() {
     assert_eq!(usage.ops_folded, 3, "{usage:?}");
     assert!(usage.weights_derived > 0 && usage.weights_owned == 0, "{usage:?}");
     let maps = mappings_of(&path);
-    let layout = ex.layout();
-    let derived: Vec<usize> = (0..ex.plan().graph.num_entries())
-        .filter(|&e| layout.homes[e] == tvm_runtime::executor::layout::Home::Derived)
-        .map(|e| ex.entry_data(e) as usize)
-        .collect();
+    let derived = derived_addresses(ex);
     assert!(!derived.is_empty());
     for p in derived {
         assert!(maps.iter().any(|&(a, b)| (a..b).contains(&p)), "a derived weight at {p:#x} is not in the file");
@@ -189,14 +185,11 @@ fn sharers_of_a_prepared_holder_run_on_its_derived_weights() {
     let (h, s) = (exec(&holder).memory_usage(), exec(&sharer).memory_usage());
     assert_eq!((s.ops_folded, s.weights_derived), (h.ops_folded, h.weights_derived), "{s:?}");
     assert!(s.ops_folded > 0 && s.activations < h.weights_derived, "{s:?}");
-    let derived = |m: &tvm_runtime::object::ObjRef<tvm_runtime::module::Module>| {
-        let (ex, layout) = (exec(m), exec(m).layout());
-        (0..ex.plan().graph.num_entries())
-            .filter(|&e| layout.homes[e] == tvm_runtime::executor::layout::Home::Derived)
-            .map(|e| ex.entry_data(e) as usize)
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(derived(&sharer), derived(&holder), "the file's derived weights, not copies");
+    assert_eq!(
+        derived_addresses(exec(&sharer)),
+        derived_addresses(exec(&holder)),
+        "the file's derived weights, not copies"
+    );
     // Another build (batch 8) sharing the weights: not the same model, it folds from them itself.
     let f8 = Fixture::load("mlp_unbound_b8");
     let m8 = f8.executor_without_params(&f8.load_lib());
@@ -206,6 +199,15 @@ fn sharers_of_a_prepared_holder_run_on_its_derived_weights() {
     f8.check_outputs(&m8, "a batch-8 build sharing a prepared holder's weights");
     drop((holder, sharer, m8));
     std::fs::remove_file(&path).unwrap();
+}
+
+/// Where each entry `ex`'s layout keeps as a derived weight is, in entry order.
+fn derived_addresses(ex: &GraphExecutor) -> Vec<usize> {
+    let layout = ex.layout();
+    (0..ex.plan().graph.num_entries())
+        .filter(|&e| layout.homes[e] == tvm_runtime::executor::layout::Home::Derived)
+        .map(|e| ex.entry_data(e) as usize)
+        .collect()
 }
 
 /// An executor that prepares params for `f`'s graph and library.
