@@ -207,30 +207,35 @@ static void read_case(const char* dir, int k, Case* c) {
   }
 }
 
-static void invoke_case(TVMModuleHandle vm, TVMFunctionHandle set_input, TVMFunctionHandle inv, Case* c) {
+/* set_input of main's `count` (at most 8) inputs `x`, then invoke; the result freed. */
+static void invoke_with(TVMFunctionHandle set_input, TVMFunctionHandle inv, DLTensor* x, int count) {
   TVMValue v[9], r;
   int codes[9], rc;
   codes[0] = kTVMStr;
   v[0].v_str = "main";
-  for (int i = 0; i < c->count; i++) {
+  for (int i = 0; i < count; i++) {
     codes[i + 1] = kTVMDLTensorHandle;
-    v[i + 1].v_handle = &c->t[i];
+    v[i + 1].v_handle = &x[i];
   }
-  CHECK(TVMFuncCall(set_input, v, codes, c->count + 1, &r, &rc));
+  CHECK(TVMFuncCall(set_input, v, codes, count + 1, &r, &rc));
   CHECK(TVMFuncCall(inv, v, codes, 1, &r, &rc));
   if (rc == kTVMNDArrayHandle) TVMArrayFree(r.v_handle);
   else if (rc == kTVMObjectHandle) TVMObjectFree(r.v_handle);
 }
 
-static void invoke(TVMModuleHandle vm, TVMFunctionHandle set_input, TVMFunctionHandle inv, DLTensor* x) {
-  TVMValue v[2], r;
-  int codes[2] = {kTVMStr, kTVMDLTensorHandle}, rc;
-  v[0].v_str = "main";
-  v[1].v_handle = x;
-  CHECK(TVMFuncCall(set_input, v, codes, 2, &r, &rc));
-  CHECK(TVMFuncCall(inv, v, codes, 1, &r, &rc));
-  if (rc == kTVMNDArrayHandle) TVMArrayFree(r.v_handle);
-  else if (rc == kTVMObjectHandle) TVMObjectFree(r.v_handle);
+/* Median microseconds of `n` invokes with inputs `x` (after 3 to warm up). */
+static double median_us(TVMFunctionHandle set_input, TVMFunctionHandle inv, DLTensor* x, int count, int n) {
+  for (int i = 0; i < 3; i++) invoke_with(set_input, inv, x, count);
+  double* t = malloc(n * sizeof(double));
+  for (int i = 0; i < n; i++) {
+    double s = now_us();
+    invoke_with(set_input, inv, x, count);
+    t[i] = now_us() - s;
+  }
+  qsort(t, n, sizeof(double), cmp);
+  double median = t[n / 2];
+  free(t);
+  return median;
 }
 
 static size_t device_bytes(void) {
@@ -260,7 +265,7 @@ int main(int argc, char** argv) {
     DLTensor x = input(dir, 0, shape, &ndim);
     for (int k = 0; k < n; k++) {
       TVMModuleHandle vm = make_vm(exe);
-      invoke(vm, fn(vm, "set_input"), fn(vm, "invoke"), &x);
+      invoke_with(fn(vm, "set_input"), fn(vm, "invoke"), &x, 1);
       if (k == 0) first = device_bytes() - before;
     }
     size_t all = device_bytes() - before;
@@ -273,34 +278,18 @@ int main(int argc, char** argv) {
   int ndim;
   if (!strcmp(mode, "latency")) {
     DLTensor x = input(dir, argc > 4 ? atoll(argv[4]) : 0, shape, &ndim);
-    for (int i = 0; i < 3; i++) invoke(vm, set_input, inv, &x);
-    double* t = malloc(n * sizeof(double));
-    for (int i = 0; i < n; i++) {
-      double s = now_us();
-      invoke(vm, set_input, inv, &x);
-      t[i] = now_us() - s;
-    }
-    qsort(t, n, sizeof(double), cmp);
-    printf("%.2f\n", t[n / 2]);
+    printf("%.2f\n", median_us(set_input, inv, &x, 1, n));
   } else if (!strcmp(mode, "case")) {
     static Case c;
     read_case(dir, argc > 4 ? atoi(argv[4]) : 0, &c);
-    for (int i = 0; i < 3; i++) invoke_case(vm, set_input, inv, &c);
-    double* t = malloc(n * sizeof(double));
-    for (int i = 0; i < n; i++) {
-      double s = now_us();
-      invoke_case(vm, set_input, inv, &c);
-      t[i] = now_us() - s;
-    }
-    qsort(t, n, sizeof(double), cmp);
-    printf("%.2f\n", t[n / 2]);
+    printf("%.2f\n", median_us(set_input, inv, c.t, c.count, n));
   } else if (!strcmp(mode, "random")) {
     unsigned seed = 7;
     long warm = 0;
     for (int i = 0; i < n; i++) {
       seed = seed * 1103515245u + 12345u;
       DLTensor x = input(dir, 1 + (seed >> 16) % 64, shape, &ndim);
-      invoke(vm, set_input, inv, &x);
+      invoke_with(set_input, inv, &x, 1);
       free(x.data);
       if (i == 19) warm = status_kb("VmRSS:");
     }
@@ -324,7 +313,7 @@ int main(int argc, char** argv) {
     printf("%.1f\n", took / 1000.0);
   } else if (!strcmp(mode, "resident")) {
     DLTensor x = input(dir, 0, shape, &ndim);
-    invoke(vm, set_input, inv, &x);
+    invoke_with(set_input, inv, &x, 1);
     printf("ready %d\n", (int)getpid());
     fflush(stdout);
     sleep(n);
