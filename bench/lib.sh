@@ -21,6 +21,21 @@ opencl_models() {
     --out target/bench-models-cl --only "$(IFS=,; echo "${need[*]}")"
 }
 
+# vm_bench_driver: builds bench/vm_bench.c (against upstream's header, linked to this library; the
+# dynamic linker picks the runtime), the library, and the benchmark VM models both VM scripts run
+# (the control model's loop and the NMS head, on first use). Needs scripts/tvm_env.sh's environment.
+vm_bench_driver() {
+  local m
+  for m in loop nms; do
+    [ -f "target/bench-models-vm/$m/code.ro" ] || PYTHONPATH="$TVM_WHEEL_DIR" "$TVM_PYTHON" \
+      scripts/make_vm_fixtures.py --bench --only $m --out target/bench-models-vm
+  done
+  cargo build --release --quiet
+  mkdir -p target/bench
+  cc -O2 -o target/bench/vm_bench bench/vm_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" -ldl \
+    -L target/release -ltvm_runtime
+}
+
 # call_costs_driver: builds bench/call_costs.c (against upstream's header, linked to this library;
 # the dynamic linker picks the runtime), the library, and the chain-of-200-operators model it runs
 # (on first use), for bench/call_costs.sh and bench/call_instructions.sh. Needs scripts/tvm_env.sh's

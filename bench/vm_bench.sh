@@ -14,17 +14,11 @@ export TOPHUB_LOCATION=NONE TVM_FFI=ctypes
 models=target/bench-models-vm
 models_cl=target/bench-models-vm-cl
 [ -f $models/resnet18/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --out $models
-for m in loop nms; do
-  [ -f $models/$m/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --only $m --out $models
-done
 [ -f $models_cl/mlp_big_dyn/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py \
   --bench --opencl --build-only --only mlp_big_dyn --out $models_cl
-cargo build --release --quiet
-mkdir -p target/bench
-cc -O2 -o target/bench/vm_bench bench/vm_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" -ldl \
-  -L target/release -ltvm_runtime
-ours=$repo/target/release
 . bench/lib.sh
+vm_bench_driver
+ours=$repo/target/release
 upstream=$(upstream_opencl)
 
 echo "| figure | ours: median (min-max) | upstream: median (min-max) | ratio of medians |"

@@ -19,14 +19,8 @@ command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install va
 eval "$(scripts/tvm_env.sh)"
 export TOPHUB_LOCATION=NONE TVM_FFI=ctypes
 models=target/bench-models-vm
-for m in loop nms; do
-  [ -f $models/$m/code.ro ] || PYTHONPATH=$TVM_WHEEL_DIR "$TVM_PYTHON" scripts/make_vm_fixtures.py --bench --only $m --out $models
-done
-cargo build --release --quiet
-mkdir -p target/bench
-cc -O2 -o target/bench/vm_bench bench/vm_bench.c -I"$TVM_UPSTREAM_INCLUDE" -I"$TVM_DLPACK_INCLUDE" -ldl \
-  -L target/release -ltvm_runtime
 . bench/lib.sh
+vm_bench_driver
 upstream=$(upstream_opencl)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
