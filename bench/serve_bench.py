@@ -154,18 +154,17 @@ def main() -> None:
             ray_actor_options={"num_cpus": 2 / replicas},
         )
 
+    def b1_alone():
+        return tvmrt.serve.deployment(b1, name="bench", max_batch_size=1, prepared_dir=prepared)
+
     shapes = {
         "tvmrt, 1 replica x 4 runs in flight": shape(1, 4),
         "tvmrt, 2 replicas x 2 runs": shape(2, 2),
         "tvmrt, 4 replicas x 1 run": shape(4, 1),
-        "tvmrt, the default shape (1 replica x 2 runs here)": lambda: tvmrt.serve.deployment(
-            b1, name="bench", max_batch_size=1, prepared_dir=prepared
-        ),
+        "tvmrt, the default shape (1 replica x 2 runs here)": b1_alone,
     }
     batching = {
-        "tvmrt, the batch-1 build alone (default shape)": lambda: tvmrt.serve.deployment(
-            b1, name="bench", max_batch_size=1, prepared_dir=prepared
-        ),
+        "tvmrt, the batch-1 build alone (default shape)": b1_alone,
         "tvmrt, batching over the batch-1 and batch-8 builds (default shape)": lambda: tvmrt.serve.deployment(
             [b1, b8], name="bench", max_batch_size=8, prepared_dir=prepared
         ),
