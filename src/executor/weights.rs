@@ -253,9 +253,10 @@ impl GraphExecutor {
             // not derive them itself (mapped weights are not folded unless asked), so an executor
             // of the same model (graph and library, as the file's stamp) takes them as they are
             // and runs folded too.
-            let same_build = self.plan.graph_digest == other.plan.graph_digest
-                && self.plan.library_digest() == other.plan.library_digest();
-            if same_build && theirs.runs_on_prepared() {
+            if theirs.runs_on_prepared()
+                && self.plan.graph_digest == other.plan.graph_digest
+                && self.plan.library_digest() == other.plan.library_digest()
+            {
                 mine.adopt(theirs.derived_weights())?;
             }
             mine.prepare_for_holders()?;
