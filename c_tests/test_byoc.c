@@ -8,8 +8,13 @@
  * With a plug-in (a BYOC JSON backend built on upstream's JSONRuntimeBase, c_tests/cxx/plugin/
  * json_plugin.cc) loaded first, the same for an artefact holding that backend's module
  * (tests/fixtures/byoc/json): its constant reaches the backend through `__init_` too.
+ * A damaged const_loader map (the ccompiler fixture with one byte of the symbol its constants are
+ * for changed) leaves the entry uninitialised: the generated C++ then throws from the operator
+ * ("C source module hasn't been initialized"), which must come back as -1 and that message, not
+ * abort the process ("Rust cannot catch foreign exceptions").
  * usage: test_byoc FIXTURE_DIR [PLUGIN_SO] (tests/fixtures/byoc/ccompiler) */
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include "executor.h"
 
@@ -55,6 +60,61 @@ static void array_layout(void) {
   TVMFuncFree(size);
 }
 
+/* The library at `path` with the const_loader's entry for `symbol` renamed (its last byte changed),
+ * written to a new file whose name is put in `out`. Returns 0, or -1 when the entry is not found. */
+static int write_damaged_map(const char* path, const char* symbol, char* out, size_t cap) {
+  size_t size = 0, len = strlen(symbol);
+  unsigned char* bytes = read_file(path, &size);
+  if (!bytes) return -1;
+  /* The map's symbol list holds each symbol as a u64 length and its bytes. */
+  unsigned char pattern[8 + 64];
+  if (len > 64) return -1;
+  for (int i = 0; i < 8; i++) pattern[i] = (unsigned char)((uint64_t)len >> (8 * i));
+  memcpy(pattern + 8, symbol, len);
+  int found = -1;
+  for (size_t at = 0; at + 8 + len <= size; at++) {
+    if (memcmp(bytes + at, pattern, 8 + len) == 0) {
+      bytes[at + 8 + len - 1] ^= 0x01;
+      found = 0;
+      break;
+    }
+  }
+  snprintf(out, cap, "/tmp/tvmrt_byoc_damaged_%d.so", (int)getpid());
+  FILE* f = found == 0 ? fopen(out, "wb") : NULL;
+  if (f) {
+    found = fwrite(bytes, 1, size, f) == size ? 0 : -1;
+    fclose(f);
+  } else {
+    found = -1;
+  }
+  free(bytes);
+  return found;
+}
+
+static void uninitialised_entry(const char* lib_path) {
+  char damaged[128];
+  CHECK(write_damaged_map(lib_path, "tvmgen_default_ccompiler_main_0", damaged, sizeof damaged) == 0,
+        "no const_loader entry to damage in %s", lib_path);
+  TVMModuleHandle lib = NULL;
+  OK(TVMModLoadFromFile(damaged, "", &lib));
+  TVMModuleHandle gmod = lib ? create_from_factory(lib) : NULL;
+  CHECK(gmod != NULL, "no executor from the damaged library");
+  if (gmod) {
+    TVMFunctionHandle run = get_fn(gmod, "run");
+    TVMValue r;
+    int rc = 0;
+    CHECK(call(run, NULL, NULL, 0, &r, &rc) == -1, "a run whose operator throws succeeded");
+    CHECK(strstr(TVMGetLastError(), "hasn't been initialized") != NULL, "the operator's exception is lost: %s",
+          TVMGetLastError());
+    /* And the executor, like the process, lives on: the same failure again. */
+    CHECK(call(run, NULL, NULL, 0, &r, &rc) == -1, "a second run succeeded");
+    TVMFuncFree(run);
+    OK(TVMModFree(gmod));
+  }
+  if (lib) OK(TVMModFree(lib));
+  unlink(damaged);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) return 2;
   /* A plug-in the artefact needs (its module types), loaded first as a host does. */
@@ -79,6 +139,7 @@ int main(int argc, char** argv) {
     OK(TVMModFree(gmod));
   }
   OK(TVMModFree(lib));
+  if (argc == 2) uninitialised_entry(path);
   if (g_failures) return 1;
   printf("byoc ok\n");
   return 0;

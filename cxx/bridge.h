@@ -48,6 +48,12 @@ const char* tvmrt_cxx_host_module_type_key(void* obj);
 // Rebuilds / destroys the std::vector<Module> mirror of a core module's imports.
 void tvmrt_cxx_set_imports(void* vector, void* const* modules, size_t n);
 void tvmrt_cxx_drop_imports(void* vector);
+// cxx/guard.cc: an operator's or a host callback's call, a C++ exception it throws turned into -1
+// and the last error.
+int tvmrt_cxx_guarded_kernel(TVMBackendPackedCFunc func, TVMValue* args, int* codes, int num_args, TVMValue* ret,
+                             int* ret_code, void* resource);
+int tvmrt_cxx_guarded_callback(TVMPackedCFunc func, TVMValue* args, int* codes, int num_args, TVMRetValueHandle ret,
+                               void* resource);
 
 #ifdef __cplusplus
 }  // extern "C"

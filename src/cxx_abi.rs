@@ -11,7 +11,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use crate::dlpack::TVMValue;
+use crate::dlpack::{PackedCFn, TVMBackendPackedCFunc, TVMValue};
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_void};
 
@@ -68,6 +68,26 @@ extern "C" {
     fn tvmrt_cxx_set_imports(vector: *mut c_void, modules: *const *mut c_void, n: usize);
     /// Destroys the vector at `vector` (three nulls: an empty one).
     fn tvmrt_cxx_drop_imports(vector: *mut c_void);
+    /// Calls an operator of a loaded library (`cxx/guard.cc`): a C++ exception it throws, which
+    /// would abort the process on reaching a Rust frame, comes back as -1 and the last error.
+    pub(crate) fn tvmrt_cxx_guarded_kernel(
+        func: TVMBackendPackedCFunc,
+        args: *mut TVMValue,
+        codes: *mut i32,
+        num_args: i32,
+        ret: *mut TVMValue,
+        ret_code: *mut i32,
+        resource: *mut c_void,
+    ) -> i32;
+    /// Calls a host's callback, likewise.
+    pub(crate) fn tvmrt_cxx_guarded_callback(
+        func: PackedCFn,
+        args: *mut TVMValue,
+        codes: *mut i32,
+        num_args: i32,
+        ret: *mut c_void,
+        resource: *mut c_void,
+    ) -> i32;
 }
 
 /// The `std::vector<Module>` C++ hosts read as a module's `imports_` (upstream's `ModuleNode`

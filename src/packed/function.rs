@@ -130,8 +130,10 @@ impl PackedFunc {
                 let mut ret = RetValue::None;
                 // SAFETY: the arrays hold `len` valid values; `ret` outlives the call and is only
                 // written through `TVMCFuncSetReturn`, which casts the handle back to `RetValue`.
+                // The call goes through the C++ guard: a C++ host's callback may throw.
                 let rc = unsafe {
-                    func(
+                    crate::cxx_abi::tvmrt_cxx_guarded_callback(
+                        *func,
                         args.raw_values().as_ptr().cast_mut(),
                         args.raw_codes().as_ptr().cast_mut(),
                         args.len() as i32,
@@ -171,7 +173,9 @@ impl PackedFunc {
     }
 }
 
-/// Calls an operator with prepared arrays. Returns its status code.
+/// Calls an operator with prepared arrays. Returns its status code. The call goes through the C++
+/// layer's guard: library code written in C++ (BYOC entries, `__init_` functions) may throw, and a
+/// C++ exception reaching a Rust frame aborts the process; the guard returns -1 with its message.
 ///
 /// # Safety
 /// The arrays must hold `n` values valid for the operator.
@@ -184,6 +188,8 @@ pub unsafe fn call_kernel(
     ret: &mut TVMValue,
     ret_code: &mut i32,
 ) -> i32 {
-    // SAFETY: per the contract.
-    unsafe { func(values, codes, n as i32, ret, ret_code, std::ptr::null_mut()) }
+    // SAFETY: per the contract; the guard only calls `func` with these arguments.
+    unsafe {
+        crate::cxx_abi::tvmrt_cxx_guarded_kernel(func, values, codes, n as i32, ret, ret_code, std::ptr::null_mut())
+    }
 }
