@@ -48,3 +48,41 @@ def test_generated_cpp_that_needs_the_runtimes_cpp_symbols_runs():
     fx = load("byoc/ccompiler")
     [out] = tvmrt.Model(fx.dir).run(**fx.inputs)
     np.testing.assert_array_equal(out, fx.outputs[0])
+
+
+def test_a_plugin_replaced_on_disk_is_not_loaded_twice(tmp_path):
+    """A rebuild or an upgrade replaces the plug-in's file; a model made afterwards names the same
+    path. Loading the new file too would run its constructors again, registering its globals a
+    second time (upstream's registry then aborts the process): the path loaded first counts as
+    loaded, as dlopen and ctypes.CDLL treat it, and the change is said once. Run in a child
+    process: without this the child dies."""
+    import shutil
+    import subprocess
+    import sys
+
+    fx = load("byoc/plugin")
+    path = tmp_path / "plugin.so"
+    shutil.copyfile(plugin_path(), path)
+    script = f"""
+import os, shutil, sys
+import numpy as np
+sys.path[:0] = {sys.path!r}
+import tvmrt
+from conftest import load
+fx = load("byoc/plugin")
+path = {str(path)!r}
+[first] = tvmrt.Model(fx.dir, plugins=[path]).run(**fx.inputs)
+# The upgrade: a new file at the same path (a new inode, as an install writes it).
+shutil.copyfile({plugin_path()!r}, path + ".new")
+os.replace(path + ".new", path)
+for _ in range(2):
+    [again] = tvmrt.Model(fx.dir, plugins=[path]).run(**fx.inputs)
+    np.testing.assert_array_equal(again, first)
+print("alive")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=os.path.dirname(__file__)
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("alive")
+    assert done.stderr.count("was replaced since it was loaded") == 1, done.stderr

@@ -349,18 +349,68 @@ pub fn handle_forks() {
 /// constructors would register its names a second time, which upstream's registry refuses by
 /// ending the process.
 pub(crate) fn load_plugin(path: &str) -> Result<()> {
-    static LOADED: Lazy<Mutex<std::collections::HashSet<(u64, u64)>>> = Lazy::new(Default::default);
+    static LOADED: Lazy<Mutex<Plugins>> = Lazy::new(Default::default);
     let held = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let id = identity(&held.metadata().map_err(|e| Error::io(path, e))?);
     let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
-    if loaded.contains(&id) {
-        return Ok(());
+    match loaded.seen(path, id) {
+        Seen::Loaded => return Ok(()),
+        Seen::Replaced => {
+            eprintln!(
+                "tvm_runtime: the plug-in '{path}' was replaced since it was loaded; the version loaded \
+                 first stays in use (its globals are registered once per process: restart to load the new one)"
+            );
+            return Ok(());
+        }
+        Seen::New => {}
     }
     provide_runtime_soname()?;
     let lib = load(path, Some(&held))?;
     std::mem::forget(lib);
-    loaded.insert(id);
+    loaded.insert(path, id);
     Ok(())
+}
+
+/// The plug-ins loaded in this process: by the path they were loaded from (as dlopen and Python's
+/// `ctypes.CDLL` treat a path already loaded: the same library, whatever the file holds now) and by
+/// the file's identity (the same file under another path). Loading a plug-in twice runs its
+/// constructors twice, which register its globals again: upstream's registry aborts the process.
+#[derive(Default)]
+struct Plugins {
+    paths: HashMap<String, (u64, u64)>,
+    /// Paths whose replacement was reported (once each).
+    reported: std::collections::HashSet<String>,
+    files: std::collections::HashSet<(u64, u64)>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Seen {
+    New,
+    Loaded,
+    /// Loaded from this path, whose file was replaced since: reported the first time.
+    Replaced,
+}
+
+impl Plugins {
+    fn seen(&mut self, path: &str, id: (u64, u64)) -> Seen {
+        match self.paths.get(path) {
+            Some(first) if *first != id => {
+                if self.reported.insert(path.to_string()) {
+                    Seen::Replaced
+                } else {
+                    Seen::Loaded
+                }
+            }
+            Some(_) => Seen::Loaded,
+            None if self.files.contains(&id) => Seen::Loaded,
+            None => Seen::New,
+        }
+    }
+
+    fn insert(&mut self, path: &str, id: (u64, u64)) {
+        self.paths.insert(path.to_string(), id);
+        self.files.insert(id);
+    }
 }
 
 fn provide_runtime_soname() -> Result<()> {
@@ -385,4 +435,24 @@ fn provide_runtime_soname() -> Result<()> {
     }
     *provided = true;
     Ok(())
+}
+
+#[cfg(test)]
+mod plugin_tests {
+    use super::{Plugins, Seen};
+
+    #[test]
+    fn a_path_loaded_once_stays_loaded_and_a_replaced_file_is_reported_once() {
+        let mut p = Plugins::default();
+        assert_eq!(p.seen("/a/p.so", (1, 10)), Seen::New);
+        p.insert("/a/p.so", (1, 10));
+        assert_eq!(p.seen("/a/p.so", (1, 10)), Seen::Loaded);
+        // The same file under another name (a link) is the library already loaded.
+        assert_eq!(p.seen("/b/link.so", (1, 10)), Seen::Loaded);
+        // Replaced by a rebuild: kept, and said once.
+        assert_eq!(p.seen("/a/p.so", (1, 11)), Seen::Replaced);
+        assert_eq!(p.seen("/a/p.so", (1, 11)), Seen::Loaded);
+        // Another file at another path is new.
+        assert_eq!(p.seen("/a/q.so", (1, 12)), Seen::New);
+    }
 }
