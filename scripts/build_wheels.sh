@@ -96,7 +96,10 @@ for arch in $arches; do
 done
 # The package's extension module (tvmrt/_fast.c, the stable ABI of CPython 3.9) is compiled by zig
 # for the same glibc, and required here: a release wheel always has it.
+# setuptools' build folder is emptied before each architecture: build_ext skips a module whose
+# output is newer than its source, so the second wheel would carry the first one's module.
 for arch in $arches; do
+  rm -rf "$repo/python/build"
   CC="$repo/scripts/wheel/zigcc" LDSHARED="$repo/scripts/wheel/zigcc -shared" CFLAGS="-g0" \
     TVMRT_ZIG_TARGET="$arch-linux-gnu.$glibc" TVMRT_REQUIRE_FAST_CALLS=1 \
     CARGO_BUILD_TARGET=$arch-unknown-linux-gnu TVMRT_PREBUILT_DIR=$repo/target/zig/$arch-unknown-linux-gnu/release \
@@ -108,6 +111,8 @@ done
 for w in "$repo"/target/wheels-raw/*.whl; do
   arch=$(basename "$w" .whl | sed 's/.*linux_//')
   tag=manylinux_${glibc/./_}_$arch
+  # Every ELF file in it (the library, the tool, the compiled call module) is for its tag's machine.
+  scripts/wheel/check_machines.py "$w" "$arch"
   said=$("$tools/bin/auditwheel" show "$w" 2>&1 | tr '\n' ' ')
   echo "$said" | grep -q "platform tag to \"$tag\"\|following platform tag: \"$tag\"" \
     || { echo "auditwheel does not find $(basename "$w") to be $tag: $said" >&2; exit 1; }

@@ -47,6 +47,8 @@ awk '/^\*\*`example.py`\*\*$/ {f = 1; next} f && /^```python$/ {on = 1; next} on
   python/README.md > "$out/example.py"
 grep -q "tvmrt.Model" "$out/example.py"
 echo "   $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB"
+# Every ELF file in it is for this machine (a module of another machine would not load, silently).
+scripts/wheel/check_machines.py "$wheel" "$(uname -m)"
 # What is in it: the library stripped (no debug sections), the tool, the package typed.
 "$out/build-venv/bin/python" - "$wheel" <<'EOF'
 import sys, zipfile

@@ -11,6 +11,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 wheel=${1:-$(ls dist/tvmrt-*-manylinux_2_28_aarch64.whl 2>/dev/null | tail -1)}
 [ -f "$wheel" ] || { echo "no aarch64 wheel (scripts/build_wheels.sh makes it)" >&2; exit 1; }
+# Every ELF file in it is aarch64's: an x86-64 module would import as if absent, falling back to ctypes.
+scripts/wheel/check_machines.py "$wheel" aarch64
 command -v qemu-aarch64 >/dev/null || {
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq qemu-user >/dev/null

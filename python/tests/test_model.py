@@ -350,3 +350,32 @@ def test_the_plainest_request_and_everything_else_give_the_same_answers():
     outs[0].flags.writeable = False
     with pytest.raises(tvmrt.InvalidValueError, match="writable"):
         m.run_into(outs, **f.inputs)
+
+
+def test_a_compiled_call_module_that_does_not_load_is_an_error_where_required(tmp_path):
+    """A wheel whose tvmrt._fast is for another machine imports as if it had none: the package
+    then runs on ctypes, which is right for a source build without Python's headers and wrong for a
+    release wheel. TVMRT_REQUIRE_FAST_CALLS=1 makes that an ImportError naming the module."""
+    import os
+    import subprocess
+    import sys
+
+    import tvmrt as pkg
+
+    copy = tmp_path / "tvmrt"
+    shutil.copytree(os.path.dirname(pkg.__file__), copy, ignore=shutil.ignore_patterns("_fast*.so", "__pycache__"))
+    # Another machine's module: an ELF header for aarch64 on x86_64 (and x86_64 elsewhere).
+    machine = 62 if os.uname().machine == "aarch64" else 183
+    (copy / "_fast.abi3.so").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(11) + machine.to_bytes(2, "little") + bytes(44))
+    probe = "from tvmrt import _ffi; print(_ffi._fast is None)"
+
+    def run(require: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path), "TVMRT_REQUIRE_FAST_CALLS": require}
+        env.pop("TVMRT_NO_FAST_CALLS", None)
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+
+    quiet = run("0")
+    assert quiet.returncode == 0 and quiet.stdout.strip() == "True", quiet.stderr
+    loud = run("1")
+    assert loud.returncode != 0
+    assert "tvmrt._fast" in loud.stderr and "TVMRT_REQUIRE_FAST_CALLS" in loud.stderr, loud.stderr

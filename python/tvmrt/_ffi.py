@@ -23,7 +23,14 @@ try:
     # there when the package was built without Python's headers, and unloadable where the stable
     # ABI is not (free-threaded builds, PyPy): then every call goes through ctypes.
     from . import _fast  # type: ignore[attr-defined]
-except ImportError:
+except ImportError as e:
+    # A release wheel always carries the module: where it must load (the wheels' tests, a
+    # deployment that counts on it), a module that does not is an error, not a quiet fall-back.
+    if os.environ.get("TVMRT_REQUIRE_FAST_CALLS") == "1":
+        raise ImportError(
+            f"tvmrt: the compiled call module (tvmrt._fast) does not load here ({e}); "
+            "TVMRT_REQUIRE_FAST_CALLS=1 asks for it"
+        ) from e
     _fast = None
 if os.environ.get("TVMRT_NO_FAST_CALLS") == "1":  # for comparing the two, and testing the ctypes path
     _fast = None
