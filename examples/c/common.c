@@ -68,9 +68,69 @@ int64_t num_elements(const DLTensor* t) {
 
 size_t element_bytes(DLDataType t) { return t.bits < 8 ? 1 : (size_t)t.bits / 8; }
 
+/* IEEE half precision (float16) and bfloat16 to and from float, by their bits: C11 has no type for
+ * either. Rounding to nearest, ties to even; the pattern's values are exact in both anyway. */
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, frac = h & 0x3ff, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | frac << 13; /* infinity, NaN */
+  } else if (exp != 0) {
+    bits = sign | (exp + 112) << 23 | frac << 13;
+  } else if (frac == 0) {
+    bits = sign;
+  } else { /* subnormal: normalise */
+    int e = -1;
+    do {
+      frac <<= 1;
+      e++;
+    } while (!(frac & 0x400));
+    bits = sign | (uint32_t)(112 - e) << 23 | (frac & 0x3ff) << 13;
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+static uint16_t float_to_half(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  uint16_t sign = (uint16_t)((bits >> 16) & 0x8000);
+  int32_t exp = (int32_t)((bits >> 23) & 0xff) - 127 + 15;
+  uint32_t frac = bits & 0x7fffff;
+  if (((bits >> 23) & 0xff) == 0xff) return sign | 0x7c00 | (frac ? 0x200 : 0);
+  if (exp >= 0x1f) return sign | 0x7c00;
+  if (exp <= 0) {
+    if (exp < -10) return sign;
+    frac |= 0x800000;
+    uint32_t shift = (uint32_t)(14 - exp), half = frac >> shift, rest = frac & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rest > mid || (rest == mid && (half & 1))) half++;
+    return sign | (uint16_t)half;
+  }
+  uint16_t h = sign | (uint16_t)(exp << 10) | (uint16_t)(frac >> 13);
+  uint32_t rest = frac & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+  return h;
+}
+
+static float bf16_to_float(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+static uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40); /* NaN stays NaN */
+  return (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
 /* Element i of a host buffer of dtype t, as a double (what printing needs). */
 static double element(const void* data, DLDataType t, int64_t i) {
   switch (t.code * 1000 + t.bits) {
+    case kDLFloat * 1000 + 16: return half_to_float(((const uint16_t*)data)[i]);
+    case kDLBfloat * 1000 + 16: return bf16_to_float(((const uint16_t*)data)[i]);
     case kDLFloat * 1000 + 32: return ((const float*)data)[i];
     case kDLFloat * 1000 + 64: return ((const double*)data)[i];
     case kDLInt * 1000 + 8: return ((const int8_t*)data)[i];
@@ -82,13 +142,16 @@ static double element(const void* data, DLDataType t, int64_t i) {
     case kDLUInt * 1000 + 16: return ((const uint16_t*)data)[i];
     case kDLUInt * 1000 + 32: return ((const uint32_t*)data)[i];
     case kDLUInt * 1000 + 64: return (double)((const uint64_t*)data)[i];
-    default: return 0.0 / 0.0; /* float16 and others: printed as nan */
+    default: return 0.0 / 0.0; /* a dtype C cannot read (custom types): printed as nan */
   }
 }
 
 void fill(void* data, DLDataType t, int64_t i) {
-  double v = t.code == kDLFloat ? (double)(i % 17) / 17.0 : (double)(i % (t.bits == 1 ? 2 : 7));
+  int is_float = t.code == kDLFloat || t.code == kDLBfloat;
+  double v = is_float ? (double)(i % 17) / 17.0 : (double)(i % (t.bits == 1 ? 2 : 7));
   switch (t.code * 1000 + t.bits) {
+    case kDLFloat * 1000 + 16: ((uint16_t*)data)[i] = float_to_half((float)v); break;
+    case kDLBfloat * 1000 + 16: ((uint16_t*)data)[i] = float_to_bf16((float)v); break;
     case kDLFloat * 1000 + 32: ((float*)data)[i] = (float)v; break;
     case kDLFloat * 1000 + 64: ((double*)data)[i] = v; break;
     case kDLInt * 1000 + 8: ((int8_t*)data)[i] = (int8_t)v; break;

@@ -29,7 +29,8 @@ int has_function(TVMModuleHandle m, const char* fn);
 
 int64_t num_elements(const DLTensor* t);
 size_t element_bytes(DLDataType t);
-/* Writes the pattern value of element i: (i mod 17) / 17 for floats, i mod 7 for integers. */
+/* Writes the pattern value of element i: (i mod 17) / 17 for floats (float16 and bfloat16 too), i mod 7
+ * for integers, i mod 2 for bool. */
 void fill(void* data, DLDataType t, int64_t i);
 /* "label [shape] v0 v1 ... v5 ...": the tensor copied to the host and its first values. */
 void print_tensor(const char* label, const DLTensor* t);
