@@ -22,6 +22,8 @@ def test_an_aot_artefact_runs_as_any_model(name):
     assert isinstance(model, tvmrt.AOTModel)
     assert [t.shape for t in model.inputs] == [v.shape for v in fx.inputs.values()]
     assert [t.shape for t in model.outputs] == [v.shape for v in fx.outputs]
+    # Named as the metadata names them, as `tvmrt inspect`, `tvmrt run` and Triton do.
+    assert [t.name for t in model.outputs] == [f"output{k}" for k in range(len(fx.outputs))]
     for got, want in zip(model.run(**fx.inputs), fx.outputs):
         np.testing.assert_array_equal(got, want)
     [x] = fx.inputs.values()

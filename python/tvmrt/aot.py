@@ -118,7 +118,9 @@ class AOTModel:
         self.inputs: list[TensorInfo] = [info(get_name(i), get_input(i)) for i in range(num_inputs)]
         num_outputs = _ffi.method(first.module, "get_num_outputs")()
         get_output = _ffi.method(first.module, "get_output")
-        self.outputs: list[TensorInfo] = [info(f"output{k}", get_output(k)) for k in range(num_outputs)]
+        get_output_name = _ffi.method(first.module, "get_output_name")
+        #: The outputs, named as the metadata names them (``output0``...), as every face does.
+        self.outputs: list[TensorInfo] = [info(get_output_name(k), get_output(k)) for k in range(num_outputs)]
         self.weights: list[TensorInfo] = []
         self._free.append(first)
         if input_specs is not None:

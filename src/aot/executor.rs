@@ -144,6 +144,14 @@ impl ModuleNode for AotExecutor {
                 let i = ex.checked_input(Key::Index(index(a, 0)?))?;
                 Ok(ex.model.meta.inputs[i].name.as_str().into())
             },
+            // Not upstream's (its AOT executor names no outputs): the metadata's name, so every
+            // face calls an output what the compiler did.
+            "get_output_name" => |ex, a| {
+                a.expect_count("get_output_name", 1, 1)?;
+                let i = index(a, 0)?;
+                ex.checked_output(i)?;
+                Ok(ex.model.meta.outputs[i].name.as_str().into())
+            },
             "run" => |ex, _| ex.run().map(Into::into),
             "set_input_zero_copy" | "set_output_zero_copy" => {
                 |_, _| Err(Error::tvm("the AOT executor copies its inputs and outputs (no zero-copy, as upstream's)"))

@@ -121,14 +121,25 @@ pub fn build_batch(b: &Build) -> Option<i64> {
     (b.fixed && all).then_some(batch)
 }
 
-fn entry(t: &TensorSpec) -> Result<Value> {
+fn entry(t: &TensorSpec, batched: bool) -> Result<Value> {
     let data_type = config_type(t.dtype)
         .ok_or_else(|| Error::value(format!("'{}': dtype {} has no Triton type", t.name, t.dtype)))?;
     if t.shape.is_empty() {
-        // Triton wants some dims: a scalar per row is shown as [1] and reshaped to [] for the model.
-        return Ok(json!({"name": t.name, "data_type": data_type, "dims": [1], "reshape": {"shape": []}}));
+        // Triton wants some dims. A scalar per row is shown as [1] and reshaped to [] for the model;
+        // a model without a batch axis may not reshape to [] (Triton refuses scalars there), so its
+        // 0-d tensor is [1] to clients and the backend reads and answers it so (`shown_as_one`).
+        if batched {
+            return Ok(json!({"name": t.name, "data_type": data_type, "dims": [1], "reshape": {"shape": []}}));
+        }
+        return Ok(json!({"name": t.name, "data_type": data_type, "dims": [1]}));
     }
     Ok(json!({"name": t.name, "data_type": data_type, "dims": t.shape}))
+}
+
+/// Whether config dims `given` show a 0-d tensor `have` of a model without a batch axis: as [1],
+/// Triton's convention for a scalar (requests then give it as [1], and answers carry [1]).
+fn shown_as_one(given: &[i64], have: &[i64], batched: bool) -> bool {
+    !batched && have.is_empty() && given == [1]
 }
 
 /// Fills in what the config leaves out from the builds: `max_batch_size` when the builds are one
@@ -150,7 +161,7 @@ pub fn auto_complete(config: &mut Value, builds: &[Build]) -> Result<bool> {
         let known = builds[0].fixed || builds[0].recorded;
         if empty && known {
             let view = artefact_view(builds, outputs, batched)?;
-            config[key] = Value::Array(view.iter().map(entry).collect::<Result<_>>()?);
+            config[key] = Value::Array(view.iter().map(|t| entry(t, batched)).collect::<Result<_>>()?);
             changed = true;
         }
     }
@@ -166,8 +177,8 @@ fn dims_agree(given: &[i64], have: &[i64]) -> bool {
 pub fn reconcile(config: &Value, builds: &[Build]) -> Result<Spec> {
     let max_batch_size = max_batch_size(config)?;
     let batched = max_batch_size > 0;
-    let inputs = tensors(config, "input")?;
-    let outputs = tensors(config, "output")?;
+    let mut inputs = tensors(config, "input")?;
+    let mut outputs = tensors(config, "output")?;
     let first = &builds[0];
     if inputs.is_empty() {
         return Err(Error::value(if first.fixed || first.recorded {
@@ -204,7 +215,7 @@ pub fn reconcile(config: &Value, builds: &[Build]) -> Result<Spec> {
             )));
         }
     }
-    for t in &inputs {
+    for t in &mut inputs {
         let Some(have) = art_in.iter().find(|a| a.name == t.name) else {
             return Err(Error::value(format!(
                 "the config's input '{}' is not an input of the model (its inputs: {})",
@@ -221,7 +232,10 @@ pub fn reconcile(config: &Value, builds: &[Build]) -> Result<Spec> {
                     have.dtype
                 )));
             }
-            if !dims_agree(&t.shape, &have.shape) {
+            if shown_as_one(&t.shape, &have.shape, batched) {
+                // What requests are checked against is the model's own shape.
+                t.shape.clear();
+            } else if !dims_agree(&t.shape, &have.shape) {
                 return Err(Error::value(format!(
                     "input '{}': the config's dims {:?} but the model takes {:?}{}",
                     t.name,
@@ -254,8 +268,10 @@ pub fn reconcile(config: &Value, builds: &[Build]) -> Result<Spec> {
                 art_out.iter().map(TensorSpec::show).collect::<Vec<_>>().join(", ")
             )));
         }
-        for (k, (t, have)) in outputs.iter().zip(&art_out).enumerate() {
-            if have.dtype != t.dtype || !dims_agree(&t.shape, &have.shape) {
+        for (k, (t, have)) in outputs.iter_mut().zip(&art_out).enumerate() {
+            if have.dtype == t.dtype && shown_as_one(&t.shape, &have.shape, batched) {
+                t.shape.clear();
+            } else if have.dtype != t.dtype || !dims_agree(&t.shape, &have.shape) {
                 return Err(Error::value(format!(
                     "output {k} ('{}'): the config says {} {:?}, the model gives {} {:?}",
                     t.name,

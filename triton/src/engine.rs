@@ -288,7 +288,14 @@ impl Build {
         }
         for k in 0..count("get_num_outputs")? {
             let t = tensor("get_output", k)?;
-            build.outputs.push(TensorSpec::new(format!("output_{k}"), t.dtype(), t.shape().to_vec()));
+            // The metadata's name, as every other face gives it.
+            let name = match call(&ex, "get_output_name", |a| {
+                a.int(k);
+            })? {
+                RetValue::Str(s) => s,
+                other => return Err(Error::tvm(format!("get_output_name returned {other:?}"))),
+            };
+            build.outputs.push(TensorSpec::new(name, t.dtype(), t.shape().to_vec()));
         }
         Ok(build)
     }

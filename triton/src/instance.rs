@@ -259,7 +259,15 @@ impl Instance {
             .iter()
             .zip(outs)
             .map(|(r, o)| {
-                r.outputs.iter().map(|&k| Outgoing { index: k, shape: o[k].0.clone(), bytes: o[k].1.clone() }).collect()
+                r.outputs
+                    .iter()
+                    .map(|&k| {
+                        // A 0-d output (only a model without a batch axis has one) is [1] to
+                        // Triton, as its config shows it: Triton has no scalars.
+                        let shape = if o[k].0.is_empty() { vec![1] } else { o[k].0.clone() };
+                        Outgoing { index: k, shape, bytes: o[k].1.clone() }
+                    })
+                    .collect()
             })
             .collect())
     }

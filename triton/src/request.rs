@@ -46,11 +46,15 @@ pub fn check<'a>(spec: &Spec, req: Incoming<'a>) -> Result<Checked<'a>> {
     let names = || spec.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
     let mut slots: Vec<Option<Given<'a>>> = spec.inputs.iter().map(|_| None).collect();
     let mut rows: Option<(usize, &str)> = None;
-    for g in req.inputs {
+    for mut g in req.inputs {
         let Some(i) = spec.inputs.iter().position(|t| t.name == g.name) else {
             return Err(Error::key(format!("unknown input '{}' (the model's inputs: {})", g.name, names())));
         };
         let want = &spec.inputs[i];
+        // A 0-d input of a model without a batch axis comes as [1] (the config shows it so).
+        if !batched && want.shape.is_empty() && g.shape == [1] {
+            g.shape = &[];
+        }
         if slots[i].is_some() {
             return Err(Error::value(format!("input '{}' given twice", g.name)));
         }

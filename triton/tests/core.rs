@@ -256,3 +256,41 @@ fn sequence_lengths_each_run_on_their_build() {
     let e = answers[2].as_ref().err().unwrap().to_string();
     assert!(e.contains("fit no build of the model"), "{e}");
 }
+
+#[test]
+fn a_0d_tensor_of_a_model_without_a_batch_axis_is_1_to_triton() {
+    // Triton refuses empty dims, and a reshape to [] outside batching models: such a tensor is
+    // [1] in the config, in requests and in answers, and [] to the model.
+    let graph = version_dir("multi_io", &[("", "multi_io", GRAPH)]);
+    let mut config = json!({});
+    load(&graph, &mut config, true).unwrap();
+    assert_eq!(config["output"][1], json!({"name": "output_1", "data_type": "TYPE_FP32", "dims": [1]}));
+
+    // The VM's control flow: x [4], a 0-d loop count n in, and a 0-d output.
+    let dir = version_dir("control", &[("", "vm/0.16/control", &["vm.so", "model.meta"])]);
+    let mut config = json!({});
+    let (model, _) = load(&dir, &mut config, true).unwrap();
+    assert_eq!(config["input"][1], json!({"name": "n", "data_type": "TYPE_INT32", "dims": [1]}));
+    assert_eq!(config["output"][2], json!({"name": "output_2", "data_type": "TYPE_FP32", "dims": [1]}));
+    // The config read back (as Triton hands it over on load) is the model's own shapes again.
+    let (again, changed) = load(&dir, &mut config, true).unwrap();
+    assert!(!changed);
+    assert_eq!(again.spec.inputs[1].shape, Vec::<i64>::new());
+    let instance = Instance::new(Arc::new(model)).unwrap();
+    let d = fixtures().join("vm/0.16/control");
+    for case in 0..3 {
+        let x = f32s(&d.join(format!("in_{case}_0.bin")));
+        let n = f32s(&d.join(format!("in_{case}_1.bin")));
+        let inputs = vec![
+            Given { name: "x", wire_type: 11, shape: &[4], pieces: vec![&x] },
+            Given { name: "n", wire_type: 8, shape: &[1], pieces: vec![&n] },
+        ];
+        let request = check(&instance.model.spec, Incoming { inputs, requested: vec![] });
+        let answers = instance.execute(&[request], &mut (0, 0));
+        let outs = answers[0].as_ref().unwrap();
+        assert_eq!(outs[2].shape, vec![1], "case {case}");
+        for (k, out) in outs.iter().enumerate() {
+            assert_eq!(out.bytes, f32s(&d.join(format!("out_{case}_{k}.bin"))), "case {case} output {k}");
+        }
+    }
+}

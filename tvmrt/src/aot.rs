@@ -54,6 +54,7 @@ pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
         device,
         engine: Engine::Aot(module_name),
         layouts: Vec::new(),
+        output_names: Vec::new(),
     };
     let ex = executor(&m)?;
     let n = int(&ex, "get_num_inputs", |_| {})?;
@@ -77,6 +78,16 @@ pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
                     Ok((t.dtype(), t.shape().to_vec()))
                 }
                 other => Err(Error::tvm(format!("get_input returned {other:?}"))),
+            }
+        })
+        .collect::<Result<_>>()?;
+    m.output_names = (0..int(&ex, "get_num_outputs", |_| {})?)
+        .map(|k| {
+            match call(&ex, "get_output_name", |a| {
+                a.int(k);
+            })? {
+                RetValue::Str(s) => Ok(s),
+                other => Err(Error::tvm(format!("get_output_name returned {other:?}"))),
             }
         })
         .collect::<Result<_>>()?;

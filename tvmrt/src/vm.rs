@@ -32,6 +32,9 @@ pub struct VmModel {
     /// The inputs' dtypes and shapes, where the model records them (an AOT artefact's metadata;
     /// a VM executable records none).
     pub layouts: Vec<(tvm_runtime::dlpack::DLDataType, Vec<i64>)>,
+    /// The outputs' names where the model records them (an AOT artefact's metadata); else the
+    /// k-th is `output_k`, as for graph models.
+    pub output_names: Vec<String>,
 }
 
 /// What runs the model: the VM's interpreter, or an AOT executor the factory's named function
@@ -107,7 +110,7 @@ fn detect_vm(args: &ModelArgs) -> Result<Option<VmModel>> {
         Some(c) => format!("{} (Relay VM {}: {} + {})", dir.display(), e.program.version, c.display(), lib.display()),
         None => format!("{} (Relay VM {})", lib.display(), e.program.version),
     };
-    Ok(Some(VmModel { dir, label, exe, params, device, engine: Engine::Vm, layouts: Vec::new() }))
+    Ok(Some(VmModel { dir, label, exe, params, device, engine: Engine::Vm, layouts: Vec::new(), output_names: Vec::new() }))
 }
 
 fn call(m: &ObjRef<Module>, name: &str, build: impl FnOnce(&mut ArgsBuilder)) -> Result<RetValue> {
@@ -276,6 +279,9 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
     let (inputs, reference) = m.inputs(&a.data)?;
     let mut outputs = Vec::new();
     let structure = flatten(&set_and_invoke(&vm, &inputs)?, &mut outputs);
+    for (t, name) in outputs.iter_mut().zip(&m.output_names) {
+        t.name.clone_from(name);
+    }
     let (repeat, number) = (a.repeat as usize, a.number as usize);
     let warm = Instant::now();
     while warm.elapsed().as_secs_f64() < 2e-3 {

@@ -667,6 +667,12 @@ fn aot_artefacts_run_and_match_the_compilers_runtime() {
             assert_eq!(v["executor"], "AOT", "{model}");
             let outs = v["outputs"].as_array().unwrap();
             assert!(!outs.is_empty() && outs.iter().all(|o| o["matches_reference"] == true), "{model}: {outs:?}");
+            // One name per output: `run` calls each what `inspect` (the metadata) does.
+            let described = json(&["inspect", &model]);
+            let named = |v: &serde_json::Value| -> Vec<String> {
+                v.as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap().to_string()).collect()
+            };
+            assert_eq!(named(&v["outputs"]), named(&described["outputs"]), "{model}");
         }
     }
     let d = json(&["inspect", &fixture("aot/0.16/convnet_usmp")]);
