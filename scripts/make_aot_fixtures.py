@@ -2,7 +2,7 @@
 export_library), one folder per option a C++-runtime build takes: the default (constants linked
 into the library), link-params off (the weights travel in the factory), workspace alignments 64 and
 128, the unified memory planner (USMP: workspace and constant pools the executor allocates; its
-MLP's kernels store past the end of the workspace pool it plans: TVM 0.16's runtime records the
+MLP's kernels store past the end of the workspace pool it plans (src/aot/overrun.rs): TVM 0.16's runtime records the
 outputs, then aborts on its corrupted heap), and a module name other than `default`. Two small
 networks: an MLP and a conv net. Outputs from the compiler's own runtime (upstream's AotModule).
 

@@ -2,7 +2,8 @@
 # Runs every test on a fresh machine: formatting and lints, the Rust tests, the C and C++ suite under
 # CTest (also under valgrind; hosts built against upstream TVM 0.16's C and C++ headers, the C++ one
 # also run on upstream's own library), models built for OpenCL on pocl's CPU device, the old-ABI
-# build with its C++ host, the differential test, the README's snippets and docs' recipes, TVM's
+# build with its C++ host, the differential test, AOT builds of TVM's memory planner
+# (scripts/usmp_dense.sh), the README's snippets and docs' recipes, TVM's
 # own Python package driving this runtime under pytest, the CMake install matrix, the release
 # wheels (scripts/build_wheels.sh, then scripts/test_wheel.sh and, under qemu,
 # scripts/test_wheel_aarch64.sh), Ray Serve (scripts/test_serve.sh), the Triton backend in a real
@@ -119,6 +120,8 @@ stage "differential test against upstream's library (docs/DIFFERENCES.md)"
 TVM_UPSTREAM_SHARED=$upstream_dir scripts/difftest.sh 1 100 400 0123
 stage "the same, every executor of ours in a pool of activation arenas (TVM_RT_ARENA_POOL=2)"
 OURS_ENV="TVM_RT_ARENA_POOL=2" TVM_UPSTREAM_SHARED=$upstream_dir scripts/difftest.sh 101 30 400 0123
+stage "AOT artefacts of TVM's memory planner (USMP): dense networks x 3 targets, right or refused, never corrupting memory"
+scripts/usmp_dense.sh
 stage "the README's C, C++ and Python snippets, as written"
 scripts/readme_snippets.py
 stage "the recipes in docs/, as written (scripts/doc_recipes.py)"

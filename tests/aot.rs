@@ -7,12 +7,14 @@ mod common;
 
 use common::*;
 use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use tvm_runtime::aot::metadata::Metadata;
 use tvm_runtime::dlpack::{DLDataType, DLDevice};
 use tvm_runtime::library::{blob, read_module_blob, LibraryModule};
 use tvm_runtime::module::Module;
 use tvm_runtime::object::ObjRef;
-use tvm_runtime::packed::{ArgsBuilder, RetValue};
+use tvm_runtime::packed::{ArgsBuilder, PackedFunc, RetValue};
 use tvm_runtime::tensor::NDArray;
 
 #[test]
@@ -338,6 +340,67 @@ fn a_factorys_params_are_its_executors_inputs() {
     let RetValue::Str(text) = call(&usmp, "tvmrt.memory_usage", |_| {}).unwrap() else { panic!("memory") };
     let m: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(m["constant_pool"], 896, "{m}");
-    assert_eq!(m["per_executor"]["workspace_pools"], 7536, "{m}");
+    // Its pool as held: the planned 7,536 bytes, nothing written past them, the 64-byte canary.
+    assert_eq!(m["per_executor"]["workspace_pools"], 7536 + 64, "{m}");
     assert_eq!(m["per_executor"]["inputs"], 3 * 12 * 12 * 4, "{m}");
+}
+
+/// A model whose entry writes `reach` bytes (zeros) past the end of its one workspace pool of
+/// 100 bytes, as TVM's planner makes kernels do (it sizes vector buffers by their scalar element).
+fn overrunning_model(reach: Arc<AtomicUsize>) -> tvm_runtime::Result<tvm_runtime::aot::model::Model> {
+    use tvm_runtime::aot::metadata::TensorInfo;
+    let meta = Metadata {
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        workspace_pools: vec![TensorInfo { name: "pool".into(), shape: vec![100], dtype: DLDataType::new(1, 8, 1) }],
+        constants: Vec::new(),
+        constant_pool: None,
+        mod_name: "tvmgen_default".into(),
+    };
+    let main = PackedFunc::native(move |a| {
+        let pool = a.tensor(0)?;
+        let n = reach.load(Ordering::SeqCst);
+        // SAFETY: the runtime's pool block, which the test sizes (within its guard or canary).
+        unsafe { std::ptr::write_bytes(pool.data_ptr().add(100), 0, n) };
+        Ok(RetValue::None)
+    });
+    let workspace_overrun = tvm_runtime::aot::overrun::measure(&meta, &main)?;
+    Ok(tvm_runtime::aot::model::Model { meta, main, workspace_overrun })
+}
+
+#[test]
+fn what_kernels_write_past_a_planned_pool_is_measured_and_owned_and_a_canary_catches_more() {
+    tvm_runtime::init();
+    let reach = Arc::new(AtomicUsize::new(40));
+    let model = Arc::new(overrunning_model(reach.clone()).unwrap());
+    // Measured at load, rounded up to a vector store: every executor's pool has that much more.
+    assert_eq!(model.workspace_overrun, vec![64]);
+    let ex = tvm_runtime::aot::executor::AotExecutor::new(model.clone(), DLDevice::CPU).unwrap();
+    ex.run().unwrap();
+    reach.store(64, Ordering::SeqCst);
+    ex.run().unwrap();
+    // Past the bound: into the canary, which the run reports (the memory is the executor's own).
+    reach.store(65, Ordering::SeqCst);
+    let e = ex.run().unwrap_err().to_string();
+    assert!(e.contains("wrote 65 bytes past the workspace pool 'pool'"), "{e}");
+    // Nothing written past: nothing more held.
+    reach.store(0, Ordering::SeqCst);
+    assert_eq!(overrunning_model(reach.clone()).unwrap().workspace_overrun, vec![0]);
+    // Past the whole guard the load measures with: the artefact is refused, saying why.
+    reach.store(64 * 1024, Ordering::SeqCst);
+    let e = overrunning_model(reach).err().unwrap().to_string();
+    assert!(e.contains("write 65536 bytes or more past the workspace pool 'pool'") && e.contains("tir.usmp"), "{e}");
+}
+
+#[test]
+fn the_usmp_fixtures_kernels_are_given_what_they_write_past_the_plan() {
+    // TVM 0.16's MLP stores 40 bytes past its 100-byte pool (measured: 64 with the rounding); its
+    // conv net writes none.
+    for (name, want) in [("aot/0.16/mlp_usmp", 64), ("aot/0.16/convnet_usmp", 0)] {
+        let lib = Fixture::load(name).load_lib();
+        let RetValue::Str(text) = call(&lib, "tvmrt.memory_usage", |_| {}).unwrap() else { panic!("memory") };
+        let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let planned = if name.contains("mlp") { 100 } else { 7536 };
+        assert_eq!(m["per_executor"]["workspace_pools"], planned + want + 64, "{name}: {m}");
+    }
 }

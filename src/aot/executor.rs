@@ -5,27 +5,23 @@
 //! intermediates from `TVMBackendAllocWorkspace` (the backend's per-thread workspace).
 
 use super::model::Model;
-use crate::dlpack::{DLDataType, DLDevice};
+use super::overrun::{GuardedPool, CANARY_BYTES};
+use crate::dlpack::DLDevice;
 use crate::error::{Error, Result};
 use crate::module::{Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::{Args, ArgsBuilder, PackedFunc, RetValue};
-use crate::tensor::{Buffer, NDArray, RawTensor};
+use crate::tensor::{NDArray, RawTensor};
 use std::any::Any;
 use std::sync::{Arc, Mutex};
-
-/// Bytes each workspace pool gets beyond the size the metadata gives. TVM 0.16's unified memory
-/// planner sizes a pool by its buffers' bytes, while a vectorised kernel (`dense_pack`) stores a
-/// whole vector past the last buffer's end: up to 40 bytes beyond the pool, seen under valgrind on
-/// an MLP, which corrupts upstream's heap (it allocates the size as given; so does 0.16's own
-/// runtime, which aborts).
-const WORKSPACE_SLACK: usize = 256;
 
 pub struct AotExecutor {
     model: Arc<Model>,
     inputs: Vec<ObjRef<NDArray>>,
     outputs: Vec<ObjRef<NDArray>>,
-    workspaces: Vec<ObjRef<NDArray>>,
+    /// The pools USMP planned, each with the bytes its kernels were measured to write past it,
+    /// then a canary checked after every run.
+    workspaces: Vec<GuardedPool>,
     /// Held across a run and a `set_input`: the arrays are written by one at a time.
     busy: Mutex<()>,
 }
@@ -41,14 +37,10 @@ impl AotExecutor {
             .meta
             .workspace_pools
             .iter()
-            .map(|p| {
-                let bytes = crate::dtype::tensor_bytes(&p.shape, p.dtype)?;
-                let len =
-                    i64::try_from(bytes).map_err(|_| Error::value("a workspace pool beyond the address space"))?;
-                // The slack in the block, not in the shape: TVM 0.19's entry checks the pool's
-                // shape against the size it planned.
-                let block = Arc::new(Buffer::zeroed_on(device, bytes.saturating_add(WORKSPACE_SLACK))?);
-                NDArray::view_of(&block, 0, &[len], DLDataType::new(crate::dlpack::kDLUInt, 8, 1))
+            .zip(&model.workspace_overrun)
+            .map(|(p, &past)| {
+                let planned = crate::dtype::tensor_bytes(&p.shape, p.dtype)?;
+                GuardedPool::new(device, planned, past + CANARY_BYTES)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(AotExecutor { model, inputs, outputs, workspaces, busy: Mutex::new(()) })
@@ -100,11 +92,24 @@ impl AotExecutor {
         let _busy = self.lock();
         let mut args = ArgsBuilder::new();
         // The constant pool, one per model (upstream copies it into each executor), then this one's.
-        let pools = self.model.meta.constant_pool.iter().chain(&self.workspaces);
+        let pools = self.model.meta.constant_pool.iter().chain(self.workspaces.iter().map(|p| &p.tensor));
         for t in self.inputs.iter().chain(&self.outputs).chain(pools) {
             args.object(t.clone().into_any());
         }
-        self.model.main.call(&args.args()).map(|_| ())
+        self.model.main.call(&args.args())?;
+        for ((pool, info), &past) in
+            self.workspaces.iter().zip(&self.model.meta.workspace_pools).zip(&self.model.workspace_overrun)
+        {
+            let written = pool.written_past(past)?;
+            if written > 0 {
+                return Err(Error::internal(format!(
+                    "the kernels wrote {written} bytes past the workspace pool '{}', beyond the {past} bytes measured at \
+                     load (into this executor's own canary: its outputs cannot be trusted)",
+                    info.name
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@ pub mod executor;
 pub mod factory;
 pub mod metadata;
 pub mod model;
+pub mod overrun;
 
 pub use executor::AotExecutor;
 pub use factory::{AotFactory, LOADERS};

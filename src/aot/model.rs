@@ -15,6 +15,9 @@ pub struct Model {
     /// `<mod_name>___tvm_main__`: inputs, outputs, then (with USMP) the constant pool and the
     /// workspace pools, as DLTensors.
     pub main: ObjRef<PackedFunc>,
+    /// Bytes past each workspace pool its kernels write, measured at load (`overrun`): every
+    /// executor's pool has that much more, then a canary.
+    pub workspace_overrun: Vec<usize>,
 }
 
 impl Model {
@@ -23,7 +26,8 @@ impl Model {
         let entry = format!("{}___tvm_main__", meta.mod_name);
         let main = Module::get_function(code, &entry, true)?
             .ok_or_else(|| Error::attribute(format!("the AOT artefact's library has no entry function '{entry}'")))?;
-        Ok(Model { meta, main })
+        let workspace_overrun = super::overrun::measure(&meta, &main)?;
+        Ok(Model { meta, main, workspace_overrun })
     }
 
     /// The entry's tensors and pools, as JSON.
@@ -38,6 +42,8 @@ impl Model {
             "inputs": infos(&self.meta.inputs),
             "outputs": infos(&self.meta.outputs),
             "workspace_pools": infos(&self.meta.workspace_pools),
+            // Bytes past each pool its kernels write (TVM's planner sized them too small).
+            "workspace_overrun": self.workspace_overrun,
             "constants": self.meta.constants.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
         })
     }
@@ -53,7 +59,9 @@ impl Model {
             "per_executor": {
                 "inputs": bytes(&self.meta.inputs),
                 "outputs": bytes(&self.meta.outputs),
-                "workspace_pools": bytes(&self.meta.workspace_pools),
+                // As held: each pool with what its kernels write past it, and the canary.
+                "workspace_pools": bytes(&self.meta.workspace_pools)
+                    + self.workspace_overrun.iter().map(|n| n + super::overrun::CANARY_BYTES).sum::<usize>(),
             },
         })
     }
