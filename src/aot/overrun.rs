@@ -26,7 +26,7 @@ const CANARY: u8 = 0xA5;
 /// The guard after each pool while measuring: the pool's size, at least this.
 const GUARD_MIN: usize = 64 * 1024;
 /// The canary after each executor's bound, checked after every run.
-pub const CANARY_BYTES: usize = 64;
+pub(crate) const CANARY_BYTES: usize = 64;
 /// Bounds are rounded up to this (a vector store's width on the widest targets).
 const ROUND: usize = 64;
 

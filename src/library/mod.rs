@@ -45,6 +45,16 @@ impl LibraryModule {
         &*self.source
     }
 
+    /// The library's module blob (`__tvm_dev_mblob`: what `export_library` serialised beside the
+    /// code), if it has one; its pages are given back once parsed, and read from the file again
+    /// when touched.
+    pub fn module_blob(&self) -> Option<&[u8]> {
+        let addr = self.source.lookup("__tvm_dev_mblob")?;
+        // SAFETY: the symbol is the module blob (a u64 length, then the bytes) of the library,
+        // which stays loaded while this module (which `&self` borrows) lives.
+        Some(unsafe { symbols::read_blob(addr.cast()) })
+    }
+
     /// A digest of the library file's bytes as loaded (a file replaced since does not change it),
     /// for files tied to one build of it (prepared params); `None` for a library that is not a
     /// file (a system library).
@@ -185,8 +195,16 @@ fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
         unsafe { symbols::write_slot(slot, Arc::as_ptr(ctx).cast_mut().cast()) };
     }
     match source.lookup("__tvm_dev_mblob") {
-        // SAFETY: the symbol is the module blob: a u64 length followed by the bytes.
-        Some(addr) => blob::load_tree(unsafe { symbols::read_blob(addr.cast()) }, lib),
+        Some(addr) => {
+            // SAFETY: the symbol is the module blob: a u64 length followed by the bytes.
+            let bytes = unsafe { symbols::read_blob(addr.cast()) };
+            let root = blob::load_tree(bytes, lib)?;
+            // Parsed: every module copied what it keeps (a factory's weights among them, which a
+            // prepared file may replace at once), so the blob's pages, as large as the embedded
+            // weights, need not stay resident.
+            symbols::release_read_only(bytes);
+            Ok(root)
+        }
         None => Ok(lib),
     }
 }
