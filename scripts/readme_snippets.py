@@ -21,7 +21,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = re.compile(
     r"(?:<!-- snippet: (run)(?:, expect: (.*?))? -->|\*\*`([^`\n]+)`\*\*)\n```[a-z]*\n(.*?)```", re.S)
 # What the run snippets leave besides the files written (the programs they build).
-BUILT = ["app", "my_model", ".venv-tvmrt", "my_vm_model", "rows5.npy", "build-install", "my_prefix", "build-example"]
+BUILT = [
+    "app",
+    "my_model",
+    ".venv-tvmrt",
+    "my_vm_model",
+    "rows5.npy",
+    "build-install",
+    "my_prefix",
+    "build-example",
+    "libmy_plugin.so",
+]
 # The pages, in reading order; any other page with a snippet is an error (it would never run).
 PAGES = [
     "README.md",
@@ -32,6 +42,7 @@ PAGES = [
     "docs/memory.md",
     "docs/tvm-python.md",
     "docs/dynamic-shapes.md",
+    "docs/extensions.md",
     "python/README.md",
     "docs/serving.md",
     "docs/opencl.md",

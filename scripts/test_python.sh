@@ -15,3 +15,18 @@ TVM_FFI=ctypes TVM_USE_RUNTIME_LIB=1 TVM_LIBRARY_PATH="$libdir" PYTHONPATH="$TVM
   TVM_RT_CXX_RPC_SERVER="${TVM_RT_CXX_RPC_SERVER:-$repo/build/rpc_cxx_server}" \
   TVM_RT_TEST_PLUGIN="${TVM_RT_TEST_PLUGIN:-$repo/build/libtvmrt_test_plugin.so}" \
   "$TVM_PYTHON" -m pytest -q -p no:cacheprovider "$repo/tests/python" "$@"
+# docs/extensions.md's AOT pair as written: build_aot.py with TVM's compiler, run_aot.py on this
+# runtime through TVM's Python.
+pair=$(mktemp -d)
+python3 - "$repo/docs/extensions.md" "$pair" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+for name in ("build_aot.py", "run_aot.py"):
+    body = re.search(r"\*\*`" + re.escape(name) + r"`\*\*\n```python\n(.*?)```", text, re.S).group(1)
+    open(f"{sys.argv[2]}/{name}", "w").write(body)
+PY
+(cd "$pair" && TOPHUB_LOCATION=NONE TVM_FFI=ctypes PYTHONPATH="$TVM_WHEEL_DIR" "$TVM_PYTHON" build_aot.py)
+(cd "$pair" && TVM_FFI=ctypes TVM_USE_RUNTIME_LIB=1 TVM_LIBRARY_PATH="$libdir" PYTHONPATH="$TVM_WHEEL_DIR" \
+  "$TVM_PYTHON" run_aot.py) | tee "$pair/run.log"
+grep -q "AOT outputs equal the graph executor's" "$pair/run.log"
+rm -rf "$pair"
