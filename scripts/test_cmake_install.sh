@@ -45,6 +45,16 @@ for gen in "${generators[@]}"; do
     # die of SIGPIPE, failing the pipeline (exit 141) at random.
     (cd / && "$dir/stage/bin/tvmrt" run --repeat 1) | grep "matches the reference" >/dev/null
     echo "   library $((size / 1024)) KiB, tool $(($(stat -c %s "$dir/stage/bin/tvmrt") / 1024)) KiB, the tool runs"
+    # docs/c.md's sizes stay true: each within a tenth of what was installed.
+    python3 - docs/c.md "$lib" "$dir/stage/bin/tvmrt" <<'PY'
+import os, re, sys
+text = " ".join(open(sys.argv[1]).read().split())
+said = re.search(r"installed library is ([0-9.]+) MB .*? and `tvmrt` ([0-9.]+) MB", text)
+assert said, "docs/c.md no longer says the installed sizes"
+for what, mb, path in (("library", said.group(1), sys.argv[2]), ("tool", said.group(2), sys.argv[3])):
+    real = os.path.getsize(path) / 1e6
+    assert abs(real - float(mb)) <= 0.1 * real, f"docs/c.md says the {what} is {mb} MB; it is {real:.1f} MB"
+PY
   done
 done
 echo "== the test suite in Release with -Werror (BUILD_TESTING=ON TVM_RT_WERROR=ON)"

@@ -170,3 +170,19 @@ fn sorting_a_vector_type_is_refused() {
     let e = sort.call(&a.args()).unwrap_err().to_c_message();
     assert!(e.contains("sorting float32x2 is not supported (one lane)"), "{e}");
 }
+
+#[test]
+fn archives_of_object_files_are_named_with_how_to_link_them() {
+    // export_library("lib.tar") writes object files in a tar; a static library is an ar archive.
+    let mut tar = vec![0u8; 1024];
+    tar[..5].copy_from_slice(b"lib.o");
+    tar[257..263].copy_from_slice(b"ustar\0");
+    let tar_path = common::temp_path("objects.tar");
+    std::fs::write(&tar_path, &tar).unwrap();
+    let ar_path = common::temp_path("objects.a");
+    std::fs::write(&ar_path, b"!<arch>\n/               0           0     0     0       4         `\n").unwrap();
+    for (path, says) in [(&tar_path, "tar archive of object files"), (&ar_path, "static archive")] {
+        let e = tvm_runtime::library::load_file(path.to_str().unwrap(), "so").err().unwrap().to_string();
+        assert!(e.contains(says) && e.contains("cc -shared"), "{e}");
+    }
+}

@@ -24,6 +24,28 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// What `export_library` writes when the file name ends in `.tar` (object files, for a host to
+/// link: the cross-compiling route) or what an `ar` archive is: code no loader can run as it is.
+/// Named here, where dlopen would answer "invalid ELF header".
+fn refuse_archives(path: &str, file: &mut std::fs::File, head: &[u8]) -> Result<()> {
+    let mut ustar = [0u8; 5];
+    let tar = file.seek(SeekFrom::Start(257)).is_ok() && file.read_exact(&mut ustar).is_ok() && &ustar == b"ustar";
+    if tar {
+        return Err(Error::value(format!(
+            "cannot load library '{path}': it is a tar archive of object files (export_library's .tar form, for \
+             linking elsewhere); link them into a shared library first: mkdir objs && tar -xf {path} -C objs && \
+             cc -shared -o lib.so objs/*.o (or export_library(\"lib.so\"))"
+        )));
+    }
+    if head.starts_with(b"!<arch>\n") {
+        return Err(Error::value(format!(
+            "cannot load library '{path}': it is a static archive (.a); link it into a shared library first: \
+             cc -shared -o lib.so -Wl,--whole-archive {path} -Wl,--no-whole-archive"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that `path`, if it is a 64-bit little-endian ELF file, holds every byte its loadable
 /// segments and section table claim. Files of another format are left to `dlopen` to judge.
 pub fn check_complete(path: &str) -> Result<()> {
@@ -33,7 +55,7 @@ pub fn check_complete(path: &str) -> Result<()> {
     let mut header = [0u8; 64];
     let got = file.read(&mut header).map_err(|e| Error::io(path, e))?;
     if got < 4 || &header[..4] != b"\x7fELF" {
-        return Ok(());
+        return refuse_archives(path, &mut file, &header[..got]);
     }
     // ELFCLASS64, ELFDATA2LSB: the only kind this x86-64 runtime can load anyway.
     if got < 64 || header[4] != 2 || header[5] != 1 {
