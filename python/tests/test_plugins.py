@@ -60,7 +60,6 @@ def test_a_plugin_replaced_on_disk_is_not_loaded_twice(tmp_path):
     import subprocess
     import sys
 
-    fx = load("byoc/plugin")
     path = tmp_path / "plugin.so"
     shutil.copyfile(plugin_path(), path)
     script = f"""

@@ -22,7 +22,7 @@ were written. So:
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import numpy as np
 
@@ -64,7 +64,8 @@ def address(arr: np.ndarray) -> int:
     keeps `arr` alive while the address is used."""
     if arr.flags.writeable and arr.size:
         try:
-            return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+            # (Any: numpy's stubs do not say that an ndarray is a buffer.)
+            return ctypes.addressof(ctypes.c_char.from_buffer(cast(Any, arr)))
         except (ValueError, TypeError, BufferError):  # a dtype the buffer protocol has no code for
             pass
     addr: int = arr.__array_interface__["data"][0]
@@ -205,7 +206,8 @@ def view_of_memory(address: int, shape: tuple[int, ...], dtype: np.dtype, owner:
     buf = (ctypes.c_uint8 * max(count * dtype.itemsize, 1)).from_address(address)
     # The ctypes array is the numpy array's base: it keeps `owner` (and so the memory) alive.
     buf._owner = owner  # type: ignore[attr-defined]
-    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
+    array: np.ndarray = np.frombuffer(cast(Any, buf), dtype=dtype, count=count).reshape(shape)
+    return array
 
 
 def array_to_numpy(handle: _ffi.Handle) -> np.ndarray:
