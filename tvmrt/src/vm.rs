@@ -110,7 +110,16 @@ fn detect_vm(args: &ModelArgs) -> Result<Option<VmModel>> {
         Some(c) => format!("{} (Relay VM {}: {} + {})", dir.display(), e.program.version, c.display(), lib.display()),
         None => format!("{} (Relay VM {})", lib.display(), e.program.version),
     };
-    Ok(Some(VmModel { dir, label, exe, params, device, engine: Engine::Vm, layouts: Vec::new(), output_names: Vec::new() }))
+    Ok(Some(VmModel {
+        dir,
+        label,
+        exe,
+        params,
+        device,
+        engine: Engine::Vm,
+        layouts: Vec::new(),
+        output_names: Vec::new(),
+    }))
 }
 
 fn call(m: &ObjRef<Module>, name: &str, build: impl FnOnce(&mut ArgsBuilder)) -> Result<RetValue> {
