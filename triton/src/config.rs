@@ -305,6 +305,15 @@ mod tests {
     }
 
     #[test]
+    fn a_0d_tensor_is_shown_as_1_only_without_a_batch_axis() {
+        assert!(shown_as_one(&[1], &[], false));
+        // With a batch axis it is reshaped instead; a [1] of the model's is a [1]; [2] is no scalar.
+        assert!(!shown_as_one(&[1], &[], true));
+        assert!(!shown_as_one(&[1], &[1], false));
+        assert!(!shown_as_one(&[2], &[], false));
+    }
+
+    #[test]
     fn shapes_agreed_over_builds() {
         let shapes: [&[i64]; 2] = [&[1, 16, 4], &[8, 16, 4]];
         assert_eq!(common_shape(shapes.into_iter()), Some(vec![-1, 16, 4]));

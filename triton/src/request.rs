@@ -200,4 +200,29 @@ mod tests {
         assert_eq!((c.rows, c.outputs.clone()), (1, vec![0]));
         assert_eq!(c.key, vec![vec![3, 4], vec![2]]);
     }
+
+    #[test]
+    fn a_0d_input_comes_as_1_only_without_a_batch_axis() {
+        let f32 = "float32".parse().unwrap();
+        let scalar = |max_batch_size| Spec {
+            max_batch_size,
+            inputs: vec![TensorSpec::new("n", f32, vec![])],
+            outputs: vec![TensorSpec::new("out", f32, vec![])],
+            feed: vec![0],
+        };
+        let (one, four) = ([1i64], vec![0u8; 4]);
+        // No batch axis: [1] is the model's [].
+        let c = check(&scalar(0), Incoming { inputs: vec![given("n", &one, &four)], requested: vec![] }).unwrap();
+        assert_eq!(c.key, vec![Vec::<i64>::new()]);
+        // A batch axis: [1] is one row of a scalar per row, as it was.
+        let c = check(&scalar(4), Incoming { inputs: vec![given("n", &one, &four)], requested: vec![] }).unwrap();
+        assert_eq!((c.rows, c.key.clone()), (1, vec![Vec::<i64>::new()]));
+        assert_eq!(c.inputs[0].shape, [1]);
+        // Not 0-d: [1] stays [1].
+        let c = check(
+            &spec(0),
+            Incoming { inputs: vec![given("x", &[1, 4], &[0; 16]), given("y", &[2], &[0; 8])], requested: vec![] },
+        );
+        assert!(c.is_ok());
+    }
 }
