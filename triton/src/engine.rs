@@ -276,26 +276,20 @@ impl Build {
             .downcast::<NDArray>()
             .map_err(|_| Error::tvm(format!("{f} gave no array")))
         };
+        let name = |f: &str, i: i64| match call(&ex, f, |a| {
+            a.int(i);
+        })? {
+            RetValue::Str(s) => Ok(s),
+            other => Err(Error::tvm(format!("{f} returned {other:?}"))),
+        };
         for i in 0..count("get_num_inputs")? {
-            let name = match call(&ex, "get_input_name", |a| {
-                a.int(i);
-            })? {
-                RetValue::Str(s) => s,
-                other => return Err(Error::tvm(format!("get_input_name returned {other:?}"))),
-            };
             let t = tensor("get_input", i)?;
-            build.inputs.push(TensorSpec::new(name, t.dtype(), t.shape().to_vec()));
+            build.inputs.push(TensorSpec::new(name("get_input_name", i)?, t.dtype(), t.shape().to_vec()));
         }
         for k in 0..count("get_num_outputs")? {
             let t = tensor("get_output", k)?;
             // The metadata's name, as every other face gives it.
-            let name = match call(&ex, "get_output_name", |a| {
-                a.int(k);
-            })? {
-                RetValue::Str(s) => s,
-                other => return Err(Error::tvm(format!("get_output_name returned {other:?}"))),
-            };
-            build.outputs.push(TensorSpec::new(name, t.dtype(), t.shape().to_vec()));
+            build.outputs.push(TensorSpec::new(name("get_output_name", k)?, t.dtype(), t.shape().to_vec()));
         }
         Ok(build)
     }

@@ -58,16 +58,7 @@ pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
     };
     let ex = executor(&m)?;
     let n = int(&ex, "get_num_inputs", |_| {})?;
-    m.params = (0..n)
-        .map(|i| {
-            match call(&ex, "get_input_name", |a| {
-                a.int(i);
-            })? {
-                RetValue::Str(s) => Ok(s),
-                other => Err(Error::tvm(format!("get_input_name returned {other:?}"))),
-            }
-        })
-        .collect::<Result<_>>()?;
+    m.params = indexed_names(&ex, "get_input_name", n)?;
     m.layouts = (0..n)
         .map(|i| {
             match call(&ex, "get_input", |a| {
@@ -81,17 +72,22 @@ pub fn detect(args: &ModelArgs) -> Result<Option<VmModel>> {
             }
         })
         .collect::<Result<_>>()?;
-    m.output_names = (0..int(&ex, "get_num_outputs", |_| {})?)
-        .map(|k| {
-            match call(&ex, "get_output_name", |a| {
-                a.int(k);
+    m.output_names = indexed_names(&ex, "get_output_name", int(&ex, "get_num_outputs", |_| {})?)?;
+    Ok(Some(m))
+}
+
+/// The strings `name(i)` answers for i in 0..count (the executor's input or output names).
+fn indexed_names(ex: &ObjRef<Module>, name: &str, count: i64) -> Result<Vec<String>> {
+    (0..count)
+        .map(|i| {
+            match call(ex, name, |a| {
+                a.int(i);
             })? {
                 RetValue::Str(s) => Ok(s),
-                other => Err(Error::tvm(format!("get_output_name returned {other:?}"))),
+                other => Err(Error::tvm(format!("{name} returned {other:?}"))),
             }
         })
-        .collect::<Result<_>>()?;
-    Ok(Some(m))
+        .collect()
 }
 
 fn call(m: &ObjRef<Module>, name: &str, build: impl FnOnce(&mut ArgsBuilder)) -> Result<RetValue> {
