@@ -28,11 +28,8 @@ pub struct AotExecutor {
 
 impl AotExecutor {
     pub fn new(model: Arc<Model>, device: DLDevice) -> Result<AotExecutor> {
-        let arrays = |infos: &[super::metadata::TensorInfo]| {
-            infos.iter().map(|t| NDArray::empty(&t.shape, t.dtype, device)).collect::<Result<Vec<_>>>()
-        };
-        let inputs = arrays(&model.meta.inputs)?;
-        let outputs = arrays(&model.meta.outputs)?;
+        let inputs = super::metadata::empty_arrays(&model.meta.inputs, device)?;
+        let outputs = super::metadata::empty_arrays(&model.meta.outputs, device)?;
         let workspaces = model
             .meta
             .workspace_pools

@@ -51,6 +51,11 @@ pub struct TensorInfo {
     pub dtype: DLDataType,
 }
 
+/// An empty array on `device` for each of `infos` (an executor's inputs or outputs).
+pub fn empty_arrays(infos: &[TensorInfo], device: DLDevice) -> Result<Vec<ObjRef<NDArray>>> {
+    infos.iter().map(|t| NDArray::empty(&t.shape, t.dtype, device)).collect()
+}
+
 /// A constant of a constant pool: where it goes in the pool, and its size.
 pub struct Constant {
     pub name: String,

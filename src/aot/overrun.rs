@@ -71,10 +71,8 @@ pub fn measure(meta: &Metadata, main: &ObjRef<PackedFunc>) -> Result<Vec<usize>>
         return Ok(Vec::new());
     }
     let device = DLDevice::CPU;
-    let arrays = |infos: &[super::metadata::TensorInfo]| {
-        infos.iter().map(|t| NDArray::empty(&t.shape, t.dtype, device)).collect::<Result<Vec<_>>>()
-    };
-    let (inputs, outputs) = (arrays(&meta.inputs)?, arrays(&meta.outputs)?);
+    let (inputs, outputs) =
+        (super::metadata::empty_arrays(&meta.inputs, device)?, super::metadata::empty_arrays(&meta.outputs, device)?);
     let pools = meta
         .workspace_pools
         .iter()
