@@ -60,7 +60,7 @@ class Models:
 
         mod = self._function([x, w1, b1, w2], body)
         ws = [weights(16, 32), weights(32), weights(32, 8)]
-        cases = [[RNG.rand(b, 16).astype("float32")] + ws for b in (1, 3, 8)]
+        cases = [[RNG.rand(b, 16).astype("float32"), *ws] for b in (1, 3, 8)]
         return mod, ["x", "w1", "b1", "w2"], cases
 
     def mlp_bound(self):
@@ -129,7 +129,7 @@ class Models:
                     sch.parallel(loops[0])
             mod[gv] = sch.mod["main"]
         ws = [weights(16, 32), weights(32), weights(32, 8)]
-        cases = [[RNG.rand(b, 16).astype("float32")] + ws for b in (4, 64)]
+        cases = [[RNG.rand(b, 16).astype("float32"), *ws] for b in (4, 64)]
         return mod, names, cases
 
     def control(self):

@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import common  # noqa: E402
+import common
 
 
 class Api:
