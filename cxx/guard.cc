@@ -42,3 +42,22 @@ extern "C" int tvmrt_cxx_guarded_callback(TVMPackedCFunc func, TVMValue* args, i
     return Caught(nullptr, "a host's callback (not a std::exception)");
   }
 }
+
+// A kernel of TVM 0.21 and later (tvm-ffi's safe-call signature), likewise.
+typedef struct {
+  int32_t type_index;
+  uint32_t small_len;
+  uint64_t value;
+} TVMRTFFIAny;
+typedef int (*TVMRTFFISafeCall)(void* self, const TVMRTFFIAny* args, int32_t num_args, TVMRTFFIAny* result);
+
+extern "C" int tvmrt_cxx_guarded_ffi_kernel(TVMRTFFISafeCall func, void* self, const TVMRTFFIAny* args,
+                                            int32_t num_args, TVMRTFFIAny* result) {
+  try {
+    return func(self, args, num_args, result);
+  } catch (const std::exception& e) {
+    return Caught(e.what(), "an operator library's function");
+  } catch (...) {
+    return Caught(nullptr, "an operator library's function (not a std::exception)");
+  }
+}

@@ -79,6 +79,14 @@ extern "C" {
         ret_code: *mut i32,
         resource: *mut c_void,
     ) -> i32;
+    /// Calls a tvm-ffi kernel (TVM 0.21 and later), likewise.
+    pub(crate) fn tvmrt_cxx_guarded_ffi_kernel(
+        func: crate::library::ffi_kernel::SafeCall,
+        this: *mut c_void,
+        args: *const crate::library::ffi_kernel::TVMFFIAny,
+        num_args: i32,
+        result: *mut crate::library::ffi_kernel::TVMFFIAny,
+    ) -> i32;
     /// Calls a host's callback, likewise.
     pub(crate) fn tvmrt_cxx_guarded_callback(
         func: PackedCFn,

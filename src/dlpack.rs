@@ -18,6 +18,7 @@ pub const kDLUInt: u8 = 1;
 pub const kDLFloat: u8 = 2;
 pub const kDLOpaqueHandle: u8 = 3;
 pub const kDLBfloat: u8 = 4;
+pub const kDLBool: u8 = 6;
 
 /// A device: type and ordinal. 8 bytes.
 #[repr(C)]

@@ -129,6 +129,7 @@ pub mod prepared_params;
 pub mod profiling;
 mod python_env;
 /// cbindgen:ignore
+pub mod relax;
 pub mod rpc;
 mod stream;
 pub mod tensor;

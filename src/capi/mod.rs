@@ -8,6 +8,7 @@ pub mod array;
 pub mod backend;
 pub mod device;
 pub mod error;
+pub mod ffi;
 pub mod function;
 pub mod module;
 pub mod object;
@@ -40,7 +41,8 @@ pub fn init() {
             // The table is empty or holds only what hosts registered: built-ins do not replace those.
             let _ = crate::packed::registry::register(name, f, false);
         });
-        crate::library::install_callbacks(&backend::context_functions());
+        let slots: Vec<_> = backend::context_functions().into_iter().chain(ffi::context_functions()).collect();
+        crate::library::install_callbacks(&slots);
         for (key, loader) in crate::executor::factory::LOADERS
             .iter()
             .chain(crate::library::opencl::LOADERS)
@@ -48,6 +50,9 @@ pub fn init() {
             .chain(crate::aot::LOADERS)
         {
             crate::library::blob::install_loader(key, *loader);
+        }
+        for (container, key, loader) in crate::relax::LOADERS {
+            crate::library::blob::install_container_loader(*container, key, *loader);
         }
         crate::rpc::install();
     });

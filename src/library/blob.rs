@@ -12,16 +12,36 @@ use crate::stream::Reader;
 use std::any::Any;
 use std::sync::RwLock;
 
-/// The loaders of the layers above this one (the executor's factory, a device's modules), by type
-/// key: installed at the runtime's init point, as upstream's `runtime.module.loadbinary_<key>`
-/// registry, so the library layer names none of them.
-static INSTALLED: RwLock<Vec<(&'static str, Loader)>> = RwLock::new(Vec::new());
+/// The blob a library carries, by the generation that wrote it: one type key can mean different
+/// bytes in each (a Relax executable's constant tags changed with the ABI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Container {
+    /// `__tvm_dev_mblob`, up to TVM 0.20.
+    Classic,
+    /// `__tvm_ffi_library_bin`, TVM 0.21: the classic layout under the in-tree ffi.
+    InTreeFfi,
+    /// `__tvm_ffi__library_bin`, TVM 0.22 and later: tvm-ffi's layout (the import tree first,
+    /// each module's bytes length-prefixed).
+    Ffi,
+}
 
-/// Installs `loader` for modules of type `key` (a key installed again keeps its first loader).
+/// The loaders of the layers above this one (the executor's factory, a device's modules), by type
+/// key and container: installed at the runtime's init point, as upstream's
+/// `runtime.module.loadbinary_<key>` registry, so the library layer names none of them.
+static INSTALLED: RwLock<Vec<(Container, &'static str, Loader)>> = RwLock::new(Vec::new());
+
+/// Installs `loader` for modules of type `key` in classic blobs (a key installed again keeps its
+/// first loader).
 pub fn install_loader(key: &'static str, loader: Loader) {
+    install_container_loader(Container::Classic, key, loader)
+}
+
+/// Installs `loader` for modules of type `key` in blobs of `container`. For the ffi containers
+/// the loader reads the module's bytes whole.
+pub fn install_container_loader(container: Container, key: &'static str, loader: Loader) {
     let mut table = INSTALLED.write().unwrap_or_else(|e| e.into_inner());
-    if !table.iter().any(|(k, _)| *k == key) {
-        table.push((key, loader));
+    if !table.iter().any(|(c, k, _)| *c == container && *k == key) {
+        table.push((container, key, loader));
     }
 }
 
@@ -35,8 +55,24 @@ const BUILT_IN: &[(&str, Loader)] = &[
 
 /// Deserialises one module of type `key` from the stream.
 pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
+    load_binary_in(Container::Classic, key, r)
+}
+
+/// The loader of `key` for `container`: its own, else a classic one (the types every generation
+/// writes alike).
+fn loader_for_locked(
+    installed: &[(Container, &'static str, Loader)],
+    container: Container,
+    key: &str,
+) -> Option<Loader> {
+    let own = installed.iter().find(|(c, k, _)| *c == container && *k == key).map(|&(_, _, l)| l);
+    own.or_else(|| BUILT_IN.iter().find(|(k, _)| *k == key).map(|&(_, l)| l))
+        .or_else(|| installed.iter().find(|(c, k, _)| *c == Container::Classic && *k == key).map(|&(_, _, l)| l))
+}
+
+fn load_binary_in(container: Container, key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
     let installed = INSTALLED.read().unwrap_or_else(|e| e.into_inner());
-    let loader = BUILT_IN.iter().chain(installed.iter()).find(|(k, _)| *k == key).map(|&(_, l)| l);
+    let loader = loader_for_locked(&installed, container, key);
     match loader {
         Some(load) => {
             drop(installed);
@@ -49,7 +85,11 @@ pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
                 return loaded;
             }
             let installed = INSTALLED.read().unwrap_or_else(|e| e.into_inner());
-            let mut keys: Vec<String> = BUILT_IN.iter().chain(installed.iter()).map(|(k, _)| k.to_string()).collect();
+            let mut keys: Vec<String> = BUILT_IN
+                .iter()
+                .map(|(k, _)| k.to_string())
+                .chain(installed.iter().map(|(_, k, _)| k.to_string()))
+                .collect();
             keys.extend(super::plugin::registered("runtime.module.loadbinary_"));
             keys.sort_unstable();
             keys.dedup();
@@ -65,6 +105,14 @@ pub fn load_binary(key: &str, r: &mut Reader<'_>) -> Result<ObjRef<Module>> {
 
 /// Rebuilds the module tree; `lib` is the library module of the code that carried the blob.
 pub fn load_tree(blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
+    load_tree_in(Container::Classic, blob, lib)
+}
+
+/// Rebuilds the module tree of a blob of `container`.
+pub fn load_tree_in(container: Container, blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
+    if container == Container::Ffi {
+        return load_ffi_tree(blob, lib);
+    }
     let mut r = Reader::new(blob, "module blob");
     let count = r.count(8)?;
     let mut modules: Vec<ObjRef<Module>> = Vec::new();
@@ -81,7 +129,8 @@ pub fn load_tree(blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
                 modules.push(lib.clone());
             }
             "_import_tree" => tree = Some((r.u64s()?, r.u64s()?)),
-            other => modules.push(load_binary(other, &mut r).map_err(|e| e.context(format!("module '{other}'")))?),
+            other => modules
+                .push(load_binary_in(container, other, &mut r).map_err(|e| e.context(format!("module '{other}'")))?),
         }
     }
     let Some((row_ptr, children)) = tree else {
@@ -93,6 +142,45 @@ pub fn load_tree(blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
         }
         return Ok(lib);
     };
+    link(&modules, &row_ptr, &children)?;
+    Ok(modules.swap_remove(0))
+}
+
+/// tvm-ffi's blob: the import tree (CSR), then per module its kind and, but for the library
+/// itself (`_lib`), its bytes.
+fn load_ffi_tree(blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
+    let mut r = Reader::new(blob, "tvm-ffi library blob");
+    let row_ptr = r.u64s()?;
+    let children = r.u64s()?;
+    let n = row_ptr.len().checked_sub(1).ok_or_else(|| r.error("an empty import tree"))?;
+    let mut modules = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        let kind = r.string()?;
+        if kind == "_lib" {
+            modules.push(lib.clone());
+            continue;
+        }
+        let len = r.count(1)?;
+        let mut payload = Reader::new(r.bytes(len)?, "module bytes");
+        let loaded = match loader_for_locked(&INSTALLED.read().unwrap_or_else(|e| e.into_inner()), Container::Ffi, kind)
+        {
+            Some(load) => load(&mut payload),
+            None => Err(Error::value(format!(
+                "Library binary was created using {{{kind}}} but a loader of that name is not registered \
+                 (ffi.Module.load_from_bytes.{kind})"
+            ))),
+        };
+        modules.push(loaded.map_err(|e| e.context(format!("module '{kind}'")))?);
+    }
+    if !r.is_at_end() {
+        return Err(r.error(format!("{} bytes after the last module", r.remaining())));
+    }
+    link(&modules, &row_ptr, &children)?;
+    Ok(modules.swap_remove(0))
+}
+
+/// Imports each module's children, as the import tree says.
+fn link(modules: &[ObjRef<Module>], row_ptr: &[u64], children: &[u64]) -> Result<()> {
     if modules.is_empty() || row_ptr.len() != modules.len() + 1 {
         return Err(Error::value(format!(
             "module blob: import tree has {} row pointers for {} modules",
@@ -112,7 +200,7 @@ pub fn load_tree(blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
             Module::import(m, child.clone()).map_err(|e| e.context("module blob"))?;
         }
     }
-    Ok(modules.swap_remove(0))
+    Ok(())
 }
 
 /// BYOC constants: given to each external function's `__init_<name>` on first use.

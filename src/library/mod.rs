@@ -5,6 +5,7 @@ pub mod blob;
 pub mod bridge;
 mod context;
 mod elf;
+pub mod ffi_kernel;
 pub mod linked;
 pub mod opencl;
 mod plugin;
@@ -24,9 +25,57 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use symbols::{Dso, SymbolSource, SystemLib};
 
+/// How a library's kernels are called: the classic packed signature, or tvm-ffi's safe call
+/// (TVM 0.21 and later) under a symbol prefix (`__tvm_ffi_` from 0.22).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelAbi {
+    Classic,
+    Ffi { prefix: &'static str },
+}
+
+/// The generations a library's symbols tell apart: its blob, its context slot, its kernels.
+struct Layout {
+    blob: &'static str,
+    container: blob::Container,
+    context: &'static str,
+    abi: KernelAbi,
+}
+
+const LAYOUTS: [Layout; 3] = [
+    Layout {
+        blob: "__tvm_dev_mblob",
+        container: blob::Container::Classic,
+        context: "__tvm_module_ctx",
+        abi: KernelAbi::Classic,
+    },
+    Layout {
+        blob: "__tvm_ffi_library_bin",
+        container: blob::Container::InTreeFfi,
+        context: "__tvm_ffi_library_ctx",
+        abi: KernelAbi::Ffi { prefix: "" },
+    },
+    Layout {
+        blob: "__tvm_ffi__library_bin",
+        container: blob::Container::Ffi,
+        context: "__tvm_ffi__library_ctx",
+        abi: KernelAbi::Ffi { prefix: "__tvm_ffi_" },
+    },
+];
+
+/// The layout of a library: its blob's or context slot's name says; a library with neither is
+/// classic.
+fn layout_of(source: &dyn SymbolSource) -> &'static Layout {
+    LAYOUTS
+        .iter()
+        .rev()
+        .find(|l| source.lookup(l.blob).is_some() || source.lookup(l.context).is_some())
+        .unwrap_or(&LAYOUTS[0])
+}
+
 /// The `library` module: operators found by symbol name.
 pub struct LibraryModule {
     source: Arc<dyn SymbolSource>,
+    abi: KernelAbi,
     /// The image's context (libraries whose code looks functions up by name), and this module's
     /// own header address, to leave the context when it goes.
     context: Option<(Arc<LibContext>, AtomicUsize)>,
@@ -73,7 +122,7 @@ impl LibraryModule {
                 "an empty library".into()
             }
         }
-        Module::new(LibraryModule { source: Arc::new(Nothing), context: None })
+        Module::new(LibraryModule { source: Arc::new(Nothing), abi: KernelAbi::Classic, context: None })
     }
 }
 
@@ -93,6 +142,9 @@ impl ModuleNode for LibraryModule {
     }
 
     fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
+        if let KernelAbi::Ffi { prefix } = self.abi {
+            return self.ffi_function(this, prefix, name);
+        }
         let symbol = if name == "__tvm_main__" {
             let addr =
                 self.source.lookup("__tvm_main__").ok_or_else(|| Error::attribute("library has no __tvm_main__"))?;
@@ -119,6 +171,30 @@ impl ModuleNode for LibraryModule {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+impl LibraryModule {
+    /// A tvm-ffi kernel: `<prefix><name>` (the entry through `__tvm_main__` / `__tvm_ffi_main`).
+    fn ffi_function(&self, this: &ObjRef<Module>, prefix: &str, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
+        let symbol = match name {
+            "__tvm_main__" | "main" if prefix.is_empty() => {
+                let Some(addr) = self.source.lookup("__tvm_main__") else { return Ok(None) };
+                // SAFETY: `__tvm_main__` is the string symbol naming the entry function.
+                unsafe { symbols::read_c_str(addr) }
+            }
+            _ => format!("{prefix}{name}"),
+        };
+        let Some(addr) = self.source.lookup(&symbol) else { return Ok(None) };
+        if !symbols::is_function(addr as usize) {
+            return Err(Error::type_err(format!(
+                "symbol '{symbol}' of {} is data, not a function",
+                self.source.describe()
+            )));
+        }
+        // SAFETY: the exported functions of a tvm-ffi library are its kernels, `TVMFFISafeCallType`s.
+        let f = unsafe { std::mem::transmute::<*mut c_void, ffi_kernel::SafeCall>(addr) };
+        Ok(Some(ffi_kernel::kernel(f, name.to_string(), this.clone().into_any())))
     }
 }
 
@@ -185,20 +261,21 @@ fn fill_context(source: &dyn SymbolSource) -> Result<()> {
 
 fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
     fill_context(&*source)?;
-    let slot = source.lookup("__tvm_module_ctx");
+    let layout = layout_of(&*source);
+    let slot = source.lookup(layout.context);
     let context = slot.map(|s| (LibContext::for_slot(s as usize), AtomicUsize::new(0)));
-    let lib = Module::new(LibraryModule { source: source.clone(), context });
+    let lib = Module::new(LibraryModule { source: source.clone(), abi: layout.abi, context });
     if let (Some(slot), Some((ctx, header))) = (slot, &lib.node::<LibraryModule>().expect("just made").context) {
         header.store(lib.as_ptr() as usize, Ordering::Relaxed);
         ctx.register(&lib);
-        // SAFETY: `__tvm_module_ctx` is a writable `void*` global of the library.
+        // SAFETY: the context slot is a writable `void*` global of the library.
         unsafe { symbols::write_slot(slot, Arc::as_ptr(ctx).cast_mut().cast()) };
     }
-    match source.lookup("__tvm_dev_mblob") {
+    match source.lookup(layout.blob) {
         Some(addr) => {
             // SAFETY: the symbol is the module blob: a u64 length followed by the bytes.
             let bytes = unsafe { symbols::read_blob(addr.cast()) };
-            let root = blob::load_tree(bytes, lib)?;
+            let root = blob::load_tree_in(layout.container, bytes, lib)?;
             // Parsed: every module copied what it keeps (a factory's weights among them, which a
             // prepared file may replace at once), so the blob's pages, as large as the embedded
             // weights, need not stay resident.

@@ -1,0 +1,279 @@
+//! The interpreter. A [`Machine`] is what `vm_initialization` makes: the devices, the constants
+//! placed on the first of them, and every function-table entry resolved once (a builtin, a
+//! kernel or global, or bytecode). It holds no per-call state: each call has its own registers,
+//! so one machine answers any number of threads at once.
+
+#![forbid(unsafe_code)]
+
+use super::builtins::Builtin;
+use super::code::{Code, Instr, Reg};
+use super::image::{Constant, FuncKind, Generation, Image};
+use super::value::{Callable, Value};
+use crate::dlpack::{kDLCPU, DLDevice};
+use crate::error::{Error, Result};
+use crate::module::Module;
+use crate::object::ObjRef;
+use crate::packed::{registry, ArgsBuilder, PackedFunc};
+use crate::tensor::NDArray;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The executable: its image, decoded code and names, shared by every VM made from it.
+pub struct Executable {
+    pub image: Image,
+    pub code: Code,
+    pub generation: Generation,
+    pub by_name: HashMap<String, usize>,
+}
+
+impl Executable {
+    pub fn from_bytes(bytes: &[u8], generation: Generation) -> Result<Executable> {
+        let image = Image::read(bytes, generation)?;
+        let code = super::code::decode(&image)?;
+        let mut by_name = HashMap::new();
+        for (i, f) in image.functions.iter().enumerate() {
+            by_name.entry(f.name.clone()).or_insert(i);
+        }
+        Ok(Executable { image, code, generation, by_name })
+    }
+
+    /// The index of a Relax function (bytecode) called `name`.
+    pub fn function(&self, name: &str) -> Result<usize> {
+        self.by_name
+            .get(name)
+            .copied()
+            .filter(|&i| self.image.functions[i].kind != FuncKind::Packed)
+            .ok_or_else(|| Error::value(format!("Unknown function: {name}")))
+    }
+}
+
+/// What a function-table entry resolved to.
+enum Target {
+    Builtin(Builtin),
+    Packed(ObjRef<PackedFunc>),
+    Bytecode,
+}
+
+/// Nested Relax calls deeper than this are refused (a recursive executable would otherwise
+/// overflow the thread's stack).
+const MAX_DEPTH: usize = 200;
+
+/// One top-level call's scratch: the shape heaps it made (kept alive, so no other tensor can
+/// take their address) and its depth.
+#[derive(Default)]
+pub struct CallCtx {
+    pub heaps: Vec<ObjRef<NDArray>>,
+    depth: usize,
+}
+
+pub struct Machine {
+    pub exe: Arc<Executable>,
+    /// The devices given to `vm_initialization`, the host last.
+    devices: Vec<DLDevice>,
+    constants: Vec<Value>,
+    targets: Vec<Target>,
+}
+
+/// A function of the executable's library or its imports.
+fn from_imports(m: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
+    for import in m.imports() {
+        if let Some(f) = Module::get_function(&import, name, true)? {
+            return Ok(Some(f));
+        }
+    }
+    Ok(None)
+}
+
+impl Machine {
+    /// `vm_initialization`: `devices` as given (the host is added last if missing).
+    pub fn new(exe: Arc<Executable>, exe_module: &ObjRef<Module>, mut devices: Vec<DLDevice>) -> Result<Machine> {
+        if devices.is_empty() {
+            return Err(Error::value("vm_initialization needs at least one device"));
+        }
+        if devices.last().map(|d| d.device_type) != Some(kDLCPU) {
+            devices.push(DLDevice::CPU);
+        }
+        let first = devices[0];
+        let constants = exe
+            .image
+            .constants
+            .iter()
+            .map(|c| {
+                Ok(match c {
+                    Constant::Tensor(t) if t.device() == first => Value::Tensor(t.clone()),
+                    Constant::Tensor(t) => Value::Tensor(NDArray::copy_of(t.raw(), first)?),
+                    Constant::DataType(d) => Value::DataType(*d),
+                    Constant::Shape(s) => Value::Shape(s.as_slice().into()),
+                    Constant::Str(s) => Value::Str(s.as_str().into()),
+                    Constant::Int(i) => Value::Int(*i),
+                    Constant::Float(f) => Value::Float(*f),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let targets = exe
+            .image
+            .functions
+            .iter()
+            .map(|f| {
+                Ok(match f.kind {
+                    FuncKind::Bytecode => Target::Bytecode,
+                    FuncKind::CompiledTir => return Err(Error::value(format!(
+                        "function '{}' was compiled to TIR (exec_mode=\"compiled\"), which this runtime does not run; \
+                             build with the default exec_mode=\"bytecode\"",
+                        f.name
+                    ))),
+                    FuncKind::Packed => match Builtin::by_name(&f.name) {
+                        Some(b) => Target::Builtin(b),
+                        None => Target::Packed(
+                            from_imports(exe_module, &f.name)?.or_else(|| registry::get(&f.name)).ok_or_else(|| {
+                                Error::attribute(format!(
+                                    "Cannot find PackedFunc {} in the Relax VM kernel library, the runtime's registry, \
+                                     or the executable's Relax functions",
+                                    f.name
+                                ))
+                            })?,
+                        ),
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Machine { exe, devices, constants, targets })
+    }
+
+    pub fn devices(&self) -> &[DLDevice] {
+        &self.devices
+    }
+
+    pub fn first_device(&self) -> DLDevice {
+        self.devices[0]
+    }
+
+    /// A device by the index the code uses (-1: the host).
+    pub fn device_at(&self, i: i64) -> Result<DLDevice> {
+        if i == -1 {
+            return Ok(*self.devices.last().expect("the host is always there"));
+        }
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| self.devices.get(i).copied())
+            .ok_or_else(|| Error::value(format!("device index {i} outside the VM's {} devices", self.devices.len())))
+    }
+
+    /// Calls Relax function `func` with `args` (from a host: a fresh call context).
+    pub fn invoke(&self, func: usize, args: Vec<Value>) -> Result<Value> {
+        self.call_index(func, args, &mut CallCtx::default())
+    }
+
+    /// Calls a function value a host holds (`invoke_closure`).
+    pub fn invoke_value(&self, f: &Value, args: &[Value]) -> Result<Value> {
+        self.call_value(f, args, &mut CallCtx::default())
+    }
+
+    /// Calls a function value (a closure or a packed function) with `args`.
+    pub(super) fn call_value(&self, f: &Value, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
+        match f {
+            Value::Func(Callable::Closure { func, bound }) => {
+                let mut all = args.to_vec();
+                all.extend(bound.iter().cloned());
+                self.call_index(*func, all, cx)
+            }
+            Value::Func(Callable::Packed(p)) => self.call_packed(p, args),
+            other => Err(Error::type_err(format!("a call of a {}, not a function", other.kind()))),
+        }
+    }
+
+    fn call_packed(&self, f: &PackedFunc, args: &[Value]) -> Result<Value> {
+        let mut b = ArgsBuilder::new();
+        for (i, a) in args.iter().enumerate() {
+            a.push_arg(&mut b).map_err(|e| e.context(format!("argument {i}")))?;
+        }
+        Value::from_ret(f.call(&b.args())?)
+    }
+
+    fn call_index(&self, func: usize, args: Vec<Value>, cx: &mut CallCtx) -> Result<Value> {
+        let name = || &self.exe.image.functions[func].name;
+        match &self.targets[func] {
+            Target::Builtin(b) => self.builtin(*b, &args, cx).map_err(|e| e.context(name().to_string())),
+            Target::Packed(p) => self.call_packed(p, &args).map_err(|e| e.context(format!("calling '{}'", name()))),
+            Target::Bytecode => {
+                if cx.depth >= MAX_DEPTH {
+                    return Err(Error::value(format!("Relax calls nested deeper than {MAX_DEPTH} in '{}'", name())));
+                }
+                cx.depth += 1;
+                let r = self.run(func, args, cx);
+                cx.depth -= 1;
+                r
+            }
+        }
+    }
+
+    /// Interprets bytecode function `func`.
+    fn run(&self, func: usize, args: Vec<Value>, cx: &mut CallCtx) -> Result<Value> {
+        let f = &self.exe.image.functions[func];
+        if args.len() as i64 != f.num_args {
+            let names = if f.params.is_empty() { String::new() } else { format!(" ({})", f.params.join(", ")) };
+            return Err(Error::type_err(format!(
+                "Function {} expects {} arguments{names}, but {} arguments were provided",
+                f.name,
+                f.num_args,
+                args.len()
+            )));
+        }
+        let mut regs: Vec<Value> = args;
+        regs.resize(f.registers as usize, Value::None);
+        let code = &self.exe.code;
+        let mut pc = f.start as usize;
+        loop {
+            match &code.instrs[pc] {
+                Instr::Call { dst, func: callee, args } => {
+                    let values = code.args[args.clone()]
+                        .iter()
+                        .map(|a| match *a {
+                            super::code::Arg::Reg(r) => read(&regs, r),
+                            super::code::Arg::Imm(i) => Value::Int(i),
+                            super::code::Arg::Const(c) => self.constants[c].clone(),
+                            super::code::Arg::Func(g) => self.function_value(g),
+                        })
+                        .collect();
+                    let ret =
+                        self.call_index(*callee, values, cx).map_err(|e| e.context(format!("in '{}'", f.name)))?;
+                    if let Some(d) = dst {
+                        regs[*d] = ret;
+                    }
+                    pc += 1;
+                }
+                Instr::Ret(r) => return Ok(read(&regs, *r)),
+                Instr::Goto(to) => pc = *to,
+                Instr::If { cond, else_pc } => {
+                    let taken = match read(&regs, *cond) {
+                        Value::Int(i) => i != 0,
+                        other => {
+                            return Err(Error::type_err(format!(
+                                "'{}': an If on a {}, not an int",
+                                f.name,
+                                other.kind()
+                            )))
+                        }
+                    };
+                    pc = if taken { pc + 1 } else { *else_pc };
+                }
+            }
+        }
+    }
+
+    /// A function-table entry as a value (a function argument).
+    fn function_value(&self, g: usize) -> Value {
+        match &self.targets[g] {
+            Target::Packed(p) => Value::Func(Callable::Packed(p.clone())),
+            _ => Value::Func(Callable::Closure { func: g, bound: Arc::from(Vec::new()) }),
+        }
+    }
+}
+
+fn read(regs: &[Value], r: Reg) -> Value {
+    match r {
+        Reg::Index(i) => regs[i].clone(),
+        Reg::Void => Value::None,
+        Reg::Vm => Value::Vm,
+    }
+}

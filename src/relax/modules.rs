@@ -1,0 +1,259 @@
+//! The two modules hosts meet, with upstream's function tables: the executable
+//! (`relax.Executable` in 0.19, `relax.VMExecutable` later; its library is its import) and the
+//! VM `vm_load_executable` makes, which `vm_initialization` readies.
+//!
+//! A VM's Relax functions may be called from any number of threads at once: a call's registers
+//! are its own. Only the stateful calls (`set_input`, `invoke_stateful`, `get_output`) keep
+//! state, under a lock.
+
+#![forbid(unsafe_code)]
+
+use super::image::Generation;
+use super::machine::{Executable, Machine};
+use super::text;
+use super::value::{Value, CLASSIC_BOOL, FFI_BOOL};
+use crate::dlpack::DLDevice;
+use crate::error::{Error, Result};
+use crate::module::{property, Module, ModuleNode};
+use crate::object::ObjRef;
+use crate::packed::{Args, PackedFunc, RetValue};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+pub struct ExecutableModule {
+    pub exe: Arc<Executable>,
+    type_key: &'static str,
+}
+
+impl ExecutableModule {
+    pub fn module(exe: Executable, type_key: &'static str) -> ObjRef<Module> {
+        Module::new(ExecutableModule { exe: Arc::new(exe), type_key })
+    }
+}
+
+/// The Relax executable of a module that is one.
+pub fn executable_of(m: &ObjRef<Module>) -> Option<Arc<Executable>> {
+    m.node::<ExecutableModule>().map(|e| e.exe.clone())
+}
+
+impl ModuleNode for ExecutableModule {
+    fn type_key(&self) -> &str {
+        self.type_key
+    }
+
+    fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
+        let exe = self.exe.clone();
+        let m = this.clone();
+        Ok(Some(match name {
+            "vm_load_executable" | "vm_profiler_load_executable" => {
+                PackedFunc::native(move |_| Ok(VirtualMachine::create(&m)?.into()))
+            }
+            "stats" => PackedFunc::native(move |_| Ok(text::stats(&exe).into())),
+            "as_text" => PackedFunc::native(move |_| Ok(text::as_text(&exe).into())),
+            "as_python" => PackedFunc::native(move |_| Ok(text::as_python(&exe).into())),
+            "has_function" => {
+                PackedFunc::native(move |a| Ok(RetValue::Int(exe.by_name.contains_key(a.str(0)?) as i64)))
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    fn property_mask(&self) -> i32 {
+        property::BINARY_SERIALIZABLE
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[derive(Default)]
+struct Stateful {
+    inputs: HashMap<String, Vec<Value>>,
+    outputs: HashMap<String, Value>,
+}
+
+/// `relax.VirtualMachine`.
+pub struct VirtualMachine {
+    exe_module: ObjRef<Module>,
+    exe: Arc<Executable>,
+    machine: RwLock<Option<Arc<Machine>>>,
+    state: Mutex<Stateful>,
+}
+
+impl VirtualMachine {
+    pub fn create(exe_module: &ObjRef<Module>) -> Result<ObjRef<Module>> {
+        let exe = executable_of(exe_module).ok_or_else(|| Error::type_err("not a Relax executable"))?;
+        Ok(Module::new(VirtualMachine {
+            exe_module: exe_module.clone(),
+            exe,
+            machine: RwLock::default(),
+            state: Mutex::default(),
+        }))
+    }
+
+    fn machine(&self) -> Result<Arc<Machine>> {
+        self.machine.read().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(|| {
+            Error::value(
+                "the VM is not initialised: call vm_initialization(device_type, device_id, alloc_type, ...) first",
+            )
+        })
+    }
+
+    fn init(&self, a: &Args<'_>) -> Result<()> {
+        if a.is_empty() || a.len() % 3 != 0 {
+            return Err(Error::type_err(format!(
+                "vm_initialization takes (device_type, device_id, alloc_type) per device, got {} arguments",
+                a.len()
+            )));
+        }
+        let devices = (0..a.len() / 3)
+            .map(|i| Ok(DLDevice { device_type: a.int32(3 * i)?, device_id: a.int32(3 * i + 1)? }))
+            .collect::<Result<Vec<_>>>()?;
+        let machine = Machine::new(self.exe.clone(), &self.exe_module, devices)?;
+        *self.machine.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(machine));
+        Ok(())
+    }
+
+    /// A host's arguments as values, on the VM's first device (booleans as the kernels' ABI
+    /// has them).
+    fn values(m: &Machine, a: &Args<'_>, from: usize) -> Result<Vec<Value>> {
+        let ffi = m.exe.generation == Generation::Ffi;
+        (from..a.len())
+            .map(|i| {
+                let v = Value::from_arg(a, i, m.first_device())?;
+                if ffi {
+                    v.relabel_bools(CLASSIC_BOOL, FFI_BOOL)
+                } else {
+                    Ok(v)
+                }
+            })
+            .collect()
+    }
+
+    /// A value returned to a (classic) host.
+    fn ret(&self, v: Value) -> Result<RetValue> {
+        let v = if self.exe.generation == Generation::Ffi { v.relabel_bools(FFI_BOOL, CLASSIC_BOOL)? } else { v };
+        v.to_ret()
+    }
+
+    fn call(&self, func: usize, a: &Args<'_>) -> Result<RetValue> {
+        let m = self.machine()?;
+        let args = Self::values(&m, a, 0)?;
+        self.ret(m.invoke(func, args)?)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Stateful> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_input(&self, a: &Args<'_>) -> Result<()> {
+        let name = a.str(0)?;
+        let func = self.exe.function(name)?;
+        let want = self.exe.image.functions[func].num_args;
+        if (a.len() - 1) as i64 != want {
+            return Err(Error::type_err(format!(
+                "set_input of '{name}': the function takes {want} arguments, {} given",
+                a.len() - 1
+            )));
+        }
+        let values = Self::values(&*self.machine()?, a, 1)?;
+        self.lock().inputs.insert(name.to_string(), values);
+        Ok(())
+    }
+
+    fn invoke_stateful(&self, name: &str) -> Result<()> {
+        let func = self.exe.function(name)?;
+        let inputs = self.lock().inputs.get(name).cloned().ok_or_else(|| {
+            Error::value(format!("No inputs set for stateful call of {name}; use `set_input` first."))
+        })?;
+        let out = self.machine()?.invoke(func, inputs)?;
+        self.lock().outputs.insert(name.to_string(), out);
+        Ok(())
+    }
+
+    /// The saved output of `name`, indexed into by the arguments after the name.
+    fn output(&self, a: &Args<'_>) -> Result<Value> {
+        let name = a.str(0)?;
+        let mut v = self.lock().outputs.get(name).cloned().ok_or_else(|| {
+            Error::value(format!("No output saved for call of \"{name}\"; use `invoke_stateful` to call it first."))
+        })?;
+        for i in 1..a.len() {
+            let k = a.int(i)?;
+            let t = v.tuple().map_err(|e| e.context(format!("index {i}")))?;
+            v = usize::try_from(k)
+                .ok()
+                .and_then(|k| t.get(k))
+                .cloned()
+                .ok_or_else(|| Error::index(format!("output index {k} of a tuple of {}", t.len())))?;
+        }
+        Ok(v)
+    }
+
+    fn param_names(&self, name: &str) -> Result<&[String]> {
+        Ok(&self.exe.image.functions[self.exe.function(name)?].params)
+    }
+}
+
+impl ModuleNode for VirtualMachine {
+    fn type_key(&self) -> &str {
+        "relax.VirtualMachine"
+    }
+
+    fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
+        let vm = this.clone();
+        let with = move |f: fn(&VirtualMachine, &Args<'_>) -> Result<RetValue>| {
+            let vm = vm.clone();
+            PackedFunc::native(move |a| f(vm.node::<VirtualMachine>().expect("a VM"), a))
+        };
+        Ok(Some(match name {
+            "vm_initialization" => with(|vm, a| vm.init(a).map(|_| RetValue::None)),
+            "set_input" => with(|vm, a| vm.set_input(a).map(|_| RetValue::None)),
+            "set_input_with_param_module" => {
+                return Err(Error::value("set_input_with_param_module: parameter modules are not supported"))
+            }
+            "invoke_stateful" => with(|vm, a| vm.invoke_stateful(a.str(0)?).map(|_| RetValue::None)),
+            "get_output" => with(|vm, a| match vm.output(a)? {
+                Value::Tuple(_) => Err(Error::value(
+                    "`get_output` cannot return a tuple for RPC compatibility. Please specify another index argument.",
+                )),
+                v => vm.ret(v),
+            }),
+            "get_output_arity" => with(|vm, a| {
+                Ok(RetValue::Int(match vm.output(a)? {
+                    Value::Tuple(t) => t.len() as i64,
+                    _ => -1,
+                }))
+            }),
+            "invoke_closure" => with(|vm, a| {
+                let m = vm.machine()?;
+                let values = Self::values(&m, a, 0)?;
+                let (f, rest) = values.split_first().ok_or_else(|| Error::type_err("invoke_closure of nothing"))?;
+                vm.ret(m.invoke_value(f, rest)?)
+            }),
+            "get_function_arity" => with(|vm, a| Ok(RetValue::Int(vm.param_names(a.str(0)?)?.len() as i64))),
+            "get_function_param_name" => with(|vm, a| {
+                let (name, i) = (a.str(0)?, a.int(1)?);
+                let params = vm.param_names(name)?;
+                usize::try_from(i)
+                    .ok()
+                    .and_then(|i| params.get(i))
+                    .map(|p| p.as_str().into())
+                    .ok_or_else(|| Error::value(format!("Invalid index for {name} ({i} out of {})", params.len())))
+            }),
+            "set_instrument" | "save_function" => {
+                return Err(Error::attribute(format!("relax.VirtualMachine.{name} is not supported by this runtime")))
+            }
+            _ => {
+                let Ok(func) = self.exe.function(name) else { return Ok(None) };
+                let vm = this.clone();
+                PackedFunc::native(move |a| vm.node::<VirtualMachine>().expect("a VM").call(func, a))
+            }
+        }))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
