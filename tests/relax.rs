@@ -79,3 +79,211 @@ fn every_version_matches_its_own_runtime() {
         }
     }
 }
+
+fn fixture(version: &str, name: &str) -> VmFixture {
+    load_vm_fixture(&fixtures_dir().join("relax").join(version).join(name))
+}
+
+/// One VM, four threads calling `main` at once with different batches: every answer right.
+#[test]
+fn one_vm_answers_many_threads() {
+    for version in ["0.19", "0.27"] {
+        let f = fixture(version, "mlp_args");
+        let vm = make_vm(&load(&f.dir));
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (vm, f) = (&vm, &f);
+                s.spawn(move || {
+                    for i in 0..300 {
+                        let k = (t + i) % f.cases.len();
+                        check(f, k, run_main(vm, &f.cases[k].inputs).unwrap());
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// Wrong argument counts, shapes and dtypes are errors that name the parameter.
+#[test]
+fn wrong_arguments_name_the_parameter() {
+    for version in VERSIONS {
+        let f = fixture(version, "mlp_args");
+        let vm = make_vm(&load(&f.dir));
+        let inputs = &f.cases[0].inputs;
+        let e = run_main(&vm, &inputs[..2]).unwrap_err().to_string();
+        assert!(e.contains("expects 4 arguments") && e.contains("x, w1, b1, w2"), "{version}: {e}");
+        let mut wrong = inputs.clone();
+        wrong[1].shape = vec![8, 64];
+        let e = run_main(&vm, &wrong).unwrap_err().to_string();
+        assert!(e.contains("w1"), "{version}: {e}");
+        let mut wrong = inputs.clone();
+        wrong[0].dtype = "int32".parse().unwrap();
+        let e = run_main(&vm, &wrong).unwrap_err().to_string();
+        assert!(e.contains("param=x") || e.contains("x"), "{version}: {e}");
+        assert!(e.contains("dtype"), "{version}: {e}");
+    }
+}
+
+/// The stateful calls and the functions' names, as upstream's VM answers them.
+#[test]
+fn stateful_calls_and_metadata() {
+    let f = fixture("0.26", "tuple_mixed");
+    let exe = load(&f.dir);
+    let has = |name: &str| match call(&exe, "has_function", |a| {
+        a.str(name);
+    })
+    .unwrap()
+    {
+        RetValue::Int(i) => i,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((has("main"), has("nothing")), (1, 0));
+    let RetValue::Str(stats) = call(&exe, "stats", |_| {}).unwrap() else { panic!() };
+    assert!(stats.contains("Globals (#1): [main]"), "{stats}");
+    let RetValue::Str(text) = call(&exe, "as_text", |_| {}).unwrap() else { panic!() };
+    assert!(text.contains("@main(x)") && text.contains("ret %"), "{text}");
+    let vm = make_vm(&exe);
+    assert!(matches!(
+        call(&vm, "get_function_arity", |a| {
+            a.str("main");
+        })
+        .unwrap(),
+        RetValue::Int(1)
+    ));
+    let RetValue::Str(p) = call(&vm, "get_function_param_name", |a| {
+        a.str("main").int(0);
+    })
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(p, "x");
+    assert!(call(&vm, "get_output", |a| {
+        a.str("main").int(0);
+    })
+    .unwrap_err()
+    .to_string()
+    .contains("invoke_stateful"));
+    call(&vm, "set_input", |a| {
+        a.str("main").object(host_array(&f.cases[0].inputs[0]).into_any());
+    })
+    .unwrap();
+    call(&vm, "invoke_stateful", |a| {
+        a.str("main");
+    })
+    .unwrap();
+    assert!(matches!(
+        call(&vm, "get_output_arity", |a| {
+            a.str("main");
+        })
+        .unwrap(),
+        RetValue::Int(3)
+    ));
+    let nested: ObjRef<NDArray> = call(&vm, "get_output", |a| {
+        a.str("main").int(2).int(1);
+    })
+    .unwrap()
+    .into_object()
+    .unwrap();
+    assert!(nested.to_vec() == f.cases[0].outputs[3].data);
+    assert!(call(&vm, "get_output", |a| {
+        a.str("main").int(2);
+    })
+    .unwrap_err()
+    .to_string()
+    .contains("cannot return a tuple"));
+}
+
+/// A tvm-ffi kernel's own argument check raises through TVMFFIErrorSetRaisedFromCStrParts: an
+/// error with its message, and the process lives.
+#[test]
+fn a_kernel_error_is_an_error() {
+    for version in ["0.21", "0.27"] {
+        let f = fixture(version, "mlp_bound");
+        let exe = load(&f.dir);
+        let lib = exe.imports()[0].clone();
+        let matmul = Module::get_function(&lib, "matmul", false).unwrap().expect("the kernel");
+        let x = host_array(&f.cases[0].inputs[0]);
+        let mut b = tvm_runtime::packed::ArgsBuilder::new();
+        b.object(x.into_any());
+        let e = matmul.call(&b.args()).unwrap_err().to_string();
+        assert!(e.contains("matmul") || e.contains("arguments") || e.contains("num_args"), "{version}: {e}");
+    }
+}
+
+/// Damaged executables: every byte of three models' executables of 0.19 and 0.27 changed three
+/// ways, loaded beside the model's kernels and run on its first case. Each is refused, fails with
+/// an error or answers: a crash ends the campaign's process, and fails the test. The campaign runs
+/// in a child under an address-space limit (a damaged shape may ask for any size), which must
+/// come back as errors too.
+#[test]
+fn damaged_executables_are_errors() {
+    let out = common::temp_path("relax_damage_counts");
+    // SAFETY: the child runs the campaign and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let rl = libc::rlimit { rlim_cur: 3 << 30, rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: setting our own limit.
+        unsafe { libc::setrlimit(libc::RLIMIT_AS, &rl) };
+        let counts = damage_campaign();
+        std::fs::write(&out, format!("{counts:?}")).unwrap();
+        // SAFETY: leaving the child.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: the child just forked.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "the campaign died of signal {}", libc::WTERMSIG(status));
+    assert_eq!(libc::WEXITSTATUS(status), 0);
+    let counts = std::fs::read_to_string(&out).unwrap();
+    eprintln!("damaged executables (refused, failed, answered): {counts}");
+    let n: Vec<u64> = counts.trim_matches(|c| c == '(' || c == ')').split(", ").map(|x| x.parse().unwrap()).collect();
+    assert!(n.iter().all(|&c| c > 0), "{counts}");
+}
+
+fn damage_campaign() -> (u64, u64, u64) {
+    use tvm_runtime::relax::image::{Generation, MAGIC_V1, MAGIC_V2};
+    use tvm_runtime::relax::{Executable, ExecutableModule};
+    let (mut refused, mut failed, mut answered) = (0, 0, 0);
+    for (version, generation) in [("0.19", Generation::Classic), ("0.27", Generation::Ffi)] {
+        for name in ["control", "mlp_args", "tuple_mixed"] {
+            let f = fixture(version, name);
+            let lib = load(&f.dir).imports()[0].clone();
+            let so = std::fs::read(f.dir.join("model.so")).unwrap();
+            let at = so
+                .windows(8)
+                .position(|w| w == MAGIC_V1.to_le_bytes() || w == MAGIC_V2.to_le_bytes())
+                .expect("the executable");
+            // Both blobs put the executable's length right before it.
+            let len = u64::from_le_bytes(so[at - 8..at].try_into().unwrap()) as usize;
+            let bytes = &so[at..at + len];
+            assert!(Executable::from_bytes(bytes, generation).is_ok(), "{version} {name}");
+            for i in 0..bytes.len() {
+                for delta in [1u8, 0x80, 0xff] {
+                    let mut damaged = bytes.to_vec();
+                    damaged[i] = damaged[i].wrapping_add(delta);
+                    let Ok(exe) = Executable::from_bytes(&damaged, generation) else {
+                        refused += 1;
+                        continue;
+                    };
+                    let m = ExecutableModule::module(exe, "relax.VMExecutable");
+                    Module::import(&m, lib.clone()).unwrap();
+                    let vm: ObjRef<Module> = call(&m, "vm_load_executable", |_| {}).unwrap().into_object().unwrap();
+                    let run = call(&vm, "vm_initialization", |a| {
+                        a.int(1).int(0).int(2);
+                    })
+                    .and_then(|_| match Module::get_function(&vm, "main", false)? {
+                        Some(_) => run_main(&vm, &f.cases[0].inputs),
+                        None => Err(tvm_runtime::Error::value("no main")),
+                    });
+                    match run {
+                        Ok(_) => answered += 1,
+                        Err(_) => failed += 1,
+                    }
+                }
+            }
+        }
+    }
+    (refused, failed, answered)
+}

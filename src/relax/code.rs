@@ -4,7 +4,7 @@
 //!
 //! Four opcodes: Call (dst, function, argument count, arguments: an 8-bit kind and a 56-bit
 //! signed value each), Ret, Goto (a relative jump), If (a register and the relative jump taken
-//! when it is zero).
+//! when it is zero). Jumps go forward only, so a function's body always ends.
 
 #![forbid(unsafe_code)]
 
@@ -106,8 +106,10 @@ impl Decoder<'_> {
     /// The instruction at global index `pc`, of function `f` (whose instructions are `span`).
     fn instr(&mut self, pc: usize, f: &FuncInfo, span: &Range<usize>) -> Result<Instr> {
         let at = self.image.instr_offsets[pc];
+        // Relax has no loops (repetition is recursion): its jumps only go forward, so a jump
+        // backwards (a damaged offset) is refused rather than left to spin for ever.
         let jump = |offset: i64| {
-            let target = (pc as i64).checked_add(offset);
+            let target = (pc as i64).checked_add(offset).filter(|_| offset > 0);
             target
                 .and_then(|t| usize::try_from(t).ok())
                 .filter(|t| span.contains(t))

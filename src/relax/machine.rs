@@ -117,11 +117,13 @@ impl Machine {
             .map(|f| {
                 Ok(match f.kind {
                     FuncKind::Bytecode => Target::Bytecode,
-                    FuncKind::CompiledTir => return Err(Error::value(format!(
+                    FuncKind::CompiledTir => {
+                        return Err(Error::value(format!(
                         "function '{}' was compiled to TIR (exec_mode=\"compiled\"), which this runtime does not run; \
                              build with the default exec_mode=\"bytecode\"",
                         f.name
-                    ))),
+                    )))
+                    }
                     FuncKind::Packed => match Builtin::by_name(&f.name) {
                         Some(b) => Target::Builtin(b),
                         None => Target::Packed(
