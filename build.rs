@@ -13,10 +13,9 @@ fn main() {
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-env-changed=TVM_RT_WRITE_HEADER");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libtvm_runtime.so");
-    // The integration tests load model libraries that call the runtime by name (system libraries,
-    // tvm-ffi kernels' TVMFFIErrorSetRaisedFromCStrParts): export those names from the test
-    // executables as the tool does from its own.
-    let list = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("tvmrt/dynamic.list");
+    // TVM 0.22+ kernels import TVMFFIErrorSetRaisedFromCStrParts by name: the integration test
+    // executables export it, as libtvm_runtime.so and the tool do.
+    let list = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("tests/ffi_exports.list");
     println!("cargo:rustc-link-arg-tests=-Wl,--dynamic-list={}", list.display());
     build_cxx();
 

@@ -214,32 +214,39 @@ fn a_kernel_error_is_an_error() {
 /// Damaged executables: every byte of three models' executables of 0.19 and 0.27 changed three
 /// ways, loaded beside the model's kernels and run on its first case. Each is refused, fails with
 /// an error or answers: a crash ends the campaign's process, and fails the test. The campaign runs
-/// in a child under an address-space limit (a damaged shape may ask for any size), which must
-/// come back as errors too.
+/// in a child process (this test executable again, alone) under an address-space limit, as a
+/// damaged shape may ask for any size, which must come back as an error too.
 #[test]
 fn damaged_executables_are_errors() {
-    let out = common::temp_path("relax_damage_counts");
-    // SAFETY: the child runs the campaign and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        let rl = libc::rlimit { rlim_cur: 3 << 30, rlim_max: libc::RLIM_INFINITY };
-        // SAFETY: setting our own limit.
-        unsafe { libc::setrlimit(libc::RLIMIT_AS, &rl) };
-        let counts = damage_campaign();
-        std::fs::write(&out, format!("{counts:?}")).unwrap();
-        // SAFETY: leaving the child.
-        unsafe { libc::_exit(0) };
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "damage_campaign_child", "--nocapture", "--test-threads=1"])
+        .env("TVMRT_RELAX_DAMAGE_CHILD", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the campaign failed: {:?}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.lines().find_map(|l| l.split("damage counts: ").nth(1)).expect("the counts");
+    eprintln!("damaged executables (refused, failed, answered): {line}");
+    let n: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+    assert!(n.len() == 3 && n.iter().all(|&c| c > 0), "{line}");
+}
+
+/// The campaign itself, when `damaged_executables_are_errors` runs this executable for it.
+#[test]
+fn damage_campaign_child() {
+    if std::env::var_os("TVMRT_RELAX_DAMAGE_CHILD").is_none() {
+        return;
     }
-    let mut status = 0;
-    // SAFETY: the child just forked.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(libc::WIFEXITED(status), "the campaign died of signal {}", libc::WTERMSIG(status));
-    assert_eq!(libc::WEXITSTATUS(status), 0);
-    let counts = std::fs::read_to_string(&out).unwrap();
-    eprintln!("damaged executables (refused, failed, answered): {counts}");
-    let n: Vec<u64> = counts.trim_matches(|c| c == '(' || c == ')').split(", ").map(|x| x.parse().unwrap()).collect();
-    assert!(n.iter().all(|&c| c > 0), "{counts}");
+    let rl = libc::rlimit { rlim_cur: 3 << 30, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setting this process's own limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_AS, &rl) };
+    let (refused, failed, answered) = damage_campaign();
+    println!("damage counts: {refused} {failed} {answered}");
 }
 
 fn damage_campaign() -> (u64, u64, u64) {
