@@ -109,6 +109,8 @@
 
 #define kDLBfloat 4
 
+#define kDLBool 6
+
 // Every block is at least this aligned (TVM's kAllocAlignment); devices align to it too.
 #define ALIGNMENT 64
 

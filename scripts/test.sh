@@ -136,6 +136,8 @@ stage "the recipes in docs/, as written (scripts/doc_recipes.py)"
 scripts/doc_recipes.py
 stage "TVM's Python package on this runtime (pytest)"
 scripts/test_python.sh
+stage "TVM 0.19's Python package running its Relax executables on this runtime (pytest)"
+scripts/test_relax_python.sh
 stage "the CMake route: configure, build and install with each build type (then the suite in Release, -Werror)"
 scripts/test_cmake_install.sh
 wheel_arches=x86_64

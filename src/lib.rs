@@ -128,8 +128,8 @@ pub mod prepared_params;
 /// cbindgen:ignore
 pub mod profiling;
 mod python_env;
-/// cbindgen:ignore
 pub mod relax;
+/// cbindgen:ignore
 pub mod rpc;
 mod stream;
 pub mod tensor;

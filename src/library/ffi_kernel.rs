@@ -21,17 +21,17 @@ pub struct TVMFFIAny {
 }
 
 /// tvm-ffi's type indices for the values a kernel takes or returns.
-pub mod index {
-    pub const NONE: i32 = 0;
-    pub const INT: i32 = 1;
-    pub const BOOL: i32 = 2;
-    pub const FLOAT: i32 = 3;
-    pub const OPAQUE_PTR: i32 = 4;
-    pub const DATA_TYPE: i32 = 5;
-    pub const DEVICE: i32 = 6;
-    pub const DL_TENSOR_PTR: i32 = 7;
-    pub const RAW_STR: i32 = 8;
-    pub const STATIC_OBJECT_BEGIN: i32 = 64;
+pub(crate) mod index {
+    pub(crate) const NONE: i32 = 0;
+    pub(crate) const INT: i32 = 1;
+    pub(crate) const BOOL: i32 = 2;
+    pub(crate) const FLOAT: i32 = 3;
+    pub(crate) const OPAQUE_PTR: i32 = 4;
+    pub(crate) const DATA_TYPE: i32 = 5;
+    pub(crate) const DEVICE: i32 = 6;
+    pub(crate) const DL_TENSOR_PTR: i32 = 7;
+    pub(crate) const RAW_STR: i32 = 8;
+    pub(crate) const STATIC_OBJECT_BEGIN: i32 = 64;
 }
 
 pub type SafeCall = unsafe extern "C" fn(*mut c_void, *const TVMFFIAny, i32, *mut TVMFFIAny) -> c_int;

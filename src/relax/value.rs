@@ -223,8 +223,8 @@ impl Value {
 
 /// Booleans are `uint1` to classic hosts and DLPack's `bool` (code 6, 8 bits) to tvm-ffi kernels:
 /// one byte an element in both, so a tensor crossing is relabelled, not copied.
-pub const CLASSIC_BOOL: DLDataType = DLDataType { code: kDLUInt, bits: 1, lanes: 1 };
-pub const FFI_BOOL: DLDataType = DLDataType { code: kDLBool, bits: 8, lanes: 1 };
+pub(crate) const CLASSIC_BOOL: DLDataType = DLDataType { code: kDLUInt, bits: 1, lanes: 1 };
+pub(crate) const FFI_BOOL: DLDataType = DLDataType { code: kDLBool, bits: 8, lanes: 1 };
 
 impl Value {
     /// The value with its boolean tensors (at any depth) relabelled from `from` to `to`.
