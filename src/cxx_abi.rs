@@ -81,11 +81,11 @@ extern "C" {
     ) -> i32;
     /// Calls a tvm-ffi kernel (TVM 0.21 and later), likewise.
     pub(crate) fn tvmrt_cxx_guarded_ffi_kernel(
-        func: crate::library::ffi_kernel::SafeCall,
+        func: crate::dlpack::SafeCall,
         this: *mut c_void,
-        args: *const crate::library::ffi_kernel::TVMFFIAny,
+        args: *const crate::dlpack::TVMFFIAny,
         num_args: i32,
-        result: *mut crate::library::ffi_kernel::TVMFFIAny,
+        result: *mut crate::dlpack::TVMFFIAny,
     ) -> i32;
     /// Calls a host's callback, likewise.
     pub(crate) fn tvmrt_cxx_guarded_callback(

@@ -180,3 +180,16 @@ pub fn shape_ptr(shape: &[i64]) -> *mut i64 {
         shape.as_ptr().cast_mut()
     }
 }
+
+/// `TVMFFIAny`, tvm-ffi's value cell (TVM 0.21 and later): a type index, 4 bytes of padding (or a
+/// small string's length), 8 bytes of value.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct TVMFFIAny {
+    pub type_index: i32,
+    pub small_len: u32,
+    pub value: u64,
+}
+
+/// `TVMFFISafeCallType`: how every tvm-ffi kernel is called.
+pub type SafeCall = unsafe extern "C" fn(*mut c_void, *const TVMFFIAny, i32, *mut TVMFFIAny) -> std::ffi::c_int;

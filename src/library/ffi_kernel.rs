@@ -9,16 +9,8 @@ use crate::error::{Error, Result};
 use crate::last_error;
 use crate::object::AnyObject;
 use crate::packed::{Args, PackedFunc, RetValue};
-use std::ffi::{c_int, c_void};
 
-/// `TVMFFIAny`: a type index, 4 bytes of padding (or a small string's length), 8 bytes of value.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct TVMFFIAny {
-    pub type_index: i32,
-    pub small_len: u32,
-    pub value: u64,
-}
+pub use crate::dlpack::{SafeCall, TVMFFIAny};
 
 /// tvm-ffi's type indices for the values a kernel takes or returns.
 pub(crate) mod index {
@@ -33,8 +25,6 @@ pub(crate) mod index {
     pub(crate) const RAW_STR: i32 = 8;
     pub(crate) const STATIC_OBJECT_BEGIN: i32 = 64;
 }
-
-pub type SafeCall = unsafe extern "C" fn(*mut c_void, *const TVMFFIAny, i32, *mut TVMFFIAny) -> c_int;
 
 fn cell(type_index: i32, value: u64) -> TVMFFIAny {
     TVMFFIAny { type_index, small_len: 0, value }

@@ -41,6 +41,15 @@ impl Generation {
         }
     }
 
+    /// The TVM versions that write this generation.
+    pub fn tvm_versions(self) -> &'static str {
+        match self {
+            Generation::Classic => "0.16-0.20",
+            Generation::InTreeFfi => "0.21",
+            Generation::Ffi => "0.22 or later",
+        }
+    }
+
     /// The constant kind a pool tag names in this generation.
     fn constant_kind(self, tag: i32) -> Option<ConstKind> {
         use ConstKind::*;

@@ -52,6 +52,10 @@ impl ModuleNode for ExecutableModule {
             "stats" => PackedFunc::native(move |_| Ok(text::stats(&exe).into())),
             "as_text" => PackedFunc::native(move |_| Ok(text::as_text(&exe).into())),
             "as_python" => PackedFunc::native(move |_| Ok(text::as_python(&exe).into())),
+            "tvmrt.describe" => {
+                PackedFunc::native(move |_| Ok(text::describe(&exe, !m.imports().is_empty()).to_string().into()))
+            }
+            "tvmrt.memory_usage" => PackedFunc::native(move |_| Ok(text::memory(&exe).to_string().into())),
             "has_function" => {
                 PackedFunc::native(move |a| Ok(RetValue::Int(exe.by_name.contains_key(a.str(0)?) as i64)))
             }
@@ -235,7 +239,14 @@ impl ModuleNode for VirtualMachine {
             PackedFunc::native(move |a| f(vm.node::<VirtualMachine>().expect("a VM"), a))
         };
         Ok(Some(match name {
-            "vm_initialization" => with(|vm, a| vm.init(a).map(|_| RetValue::None)),
+            // `init` and `invoke` are the Relay VM's names, which the project's tools use for both.
+            "vm_initialization" | "init" => with(|vm, a| vm.init(a).map(|_| RetValue::None)),
+            "invoke" => with(|vm, a| {
+                let name = a.str(0)?;
+                vm.invoke_stateful(name)?;
+                let out = vm.lock().outputs.remove(name).expect("just stored");
+                vm.ret(out)
+            }),
             "set_input" => with(|vm, a| vm.set_input(a).map(|_| RetValue::None)),
             "save_function" => with(|vm, a| vm.save_function(a).map(|_| RetValue::None)),
             // Found (hosts look them up as they make a VM), refused when called.

@@ -95,3 +95,37 @@ pub fn as_python(exe: &Executable) -> String {
     }
     s
 }
+
+/// What the tool's `inspect` shows (`tvmrt.describe`, the key names the Relay VM's use).
+pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
+    use super::image::Constant;
+    let constant_bytes: usize =
+        exe.image.constants.iter().map(|c| if let Constant::Tensor(t) = c { t.nbytes() } else { 0 }).sum();
+    let relax = exe.image.functions.iter().filter(|f| f.kind != FuncKind::Packed);
+    let kernels = exe
+        .image
+        .functions
+        .iter()
+        .filter(|f| f.kind == FuncKind::Packed && super::builtins::Builtin::by_name(&f.name).is_none());
+    serde_json::json!({
+        "version": exe.generation.tvm_versions(),
+        "bytecode": format!("Relax VM executable, {}", exe.generation.describe()),
+        "devices": [],
+        "host_device": 0,
+        "functions": relax.map(|f| serde_json::json!({
+            "name": f.name, "params": f.params, "registers": f.registers,
+            "instructions": (f.end - f.start).max(0)})).collect::<Vec<_>>(),
+        "constants": exe.image.constants.len(),
+        "constant_bytes": constant_bytes,
+        "constant_shapes": exe.image.constants.iter().map(|c| c.describe()).collect::<Vec<_>>(),
+        "late_bound": [],
+        "primitives": kernels.map(|f| f.name.as_str()).collect::<Vec<_>>(),
+        "has_library": has_lib,
+    })
+}
+
+/// What the executable holds (`tvmrt.memory_usage`): its constants; storage is allocated per call.
+pub fn memory(exe: &Executable) -> serde_json::Value {
+    let d = describe(exe, true);
+    serde_json::json!({"constants": d["constant_bytes"], "constants_on_devices": 0, "pools": []})
+}

@@ -1,5 +1,6 @@
-//! `run`, `inspect` and `profile` of Relay VM models (`relay.vm.compile`): an `export_library`
-//! of the executable, or the split form's bytecode beside its kernel library. Inputs of any shape
+//! `run`, `inspect` and `profile` of VM models: Relay VM executables (`relay.vm.compile`: an
+//! `export_library` of the executable, or the split form's bytecode beside its kernel library)
+//! and Relax VM executables (TVM 0.19 to 0.27), which answer the same functions. Inputs of any shape
 //! the model accepts come from files (`--input NAME=FILE`, `--inputs FILE.npz`); a fixture folder's
 //! recorded inputs are used when none are given, and its outputs checked.
 
@@ -16,7 +17,13 @@ use tvm_runtime::tensor::NDArray;
 use tvm_runtime::vm::objects::AdtObj;
 use tvm_runtime::{Error, Result};
 
-const BLOB_MARK: &[u8] = b"\x0c\x00\x00\x00\x00\x00\x00\x00VMExecutable";
+/// The executables' type keys as module blobs hold them (dmlc strings): the Relay VM's, and the
+/// Relax VM's of 0.19 and of 0.20 on.
+const BLOB_MARKS: [&[u8]; 3] = [
+    b"\x0c\x00\x00\x00\x00\x00\x00\x00VMExecutable",
+    b"\x10\x00\x00\x00\x00\x00\x00\x00relax.Executable",
+    b"\x12\x00\x00\x00\x00\x00\x00\x00relax.VMExecutable",
+];
 const VM_MAGIC: u64 = 0xD225_DE2F_4214_151D;
 
 /// A model run in one call per request: a Relay VM executable, or an AOT executor artefact
@@ -45,7 +52,7 @@ pub enum Engine {
 }
 
 fn holds_vm(path: &Path) -> bool {
-    std::fs::read(path).is_ok_and(|b| b.windows(BLOB_MARK.len()).any(|w| w == BLOB_MARK))
+    std::fs::read(path).is_ok_and(|b| BLOB_MARKS.iter().any(|m| b.windows(m.len()).any(|w| w == *m)))
 }
 
 fn is_code(path: &Path) -> bool {
@@ -101,6 +108,19 @@ fn detect_vm(args: &ModelArgs) -> Result<Option<VmModel>> {
         )?,
         None => library,
     };
+    if let Some(e) = tvm_runtime::relax::executable_of(&exe) {
+        let params = e.image.functions[e.function("main")?].params.clone();
+        return Ok(Some(VmModel {
+            label: format!("{} (Relax VM, {})", lib.display(), e.generation.describe()),
+            dir,
+            exe,
+            params,
+            device: args.device.0.unwrap_or(DLDevice::CPU),
+            engine: Engine::Vm,
+            layouts: Vec::new(),
+            output_names: Vec::new(),
+        }));
+    }
     let e = tvm_runtime::vm::executable_of(&exe)?;
     let params = e.program.function("main")?.params.clone();
     let uses_opencl = e.program.devices.iter().any(|d| d.device.device_type == 4);
@@ -139,7 +159,14 @@ impl VmModel {
             }
             return crate::aot::executor(self);
         }
-        let vm = tvm_runtime::vm::VirtualMachine::create(&self.exe, debug)?;
+        let vm = if tvm_runtime::relax::executable_of(&self.exe).is_some() {
+            if debug {
+                return Err(Error::value("profiling a Relax VM's operators is not supported yet"));
+            }
+            call(&self.exe, "vm_load_executable", |_| {})?.into_object::<Module>()?
+        } else {
+            tvm_runtime::vm::VirtualMachine::create(&self.exe, debug)?
+        };
         call(&vm, "init", |a| {
             a.int(i64::from(self.device.device_type)).int(i64::from(self.device.device_id)).int(2);
             if self.device.device_type != 1 {
@@ -175,7 +202,7 @@ impl VmModel {
                 return Ok((made, None));
             }
             return Err(Error::value(format!(
-                "a Relay VM model takes inputs of any shape it accepts: give each of {} with --input NAME=FILE.npy or \
+                "a VM model takes inputs of any shape it accepts: give each of {} with --input NAME=FILE.npy or \
                  --inputs FILE.npz",
                 self.params.join(", ")
             )));
@@ -250,6 +277,10 @@ fn set_and_invoke(vm: &ObjRef<Module>, inputs: &[HostTensor]) -> Result<AnyObjec
 fn flatten(o: &AnyObject, out: &mut Vec<HostTensor>) -> String {
     if let Some(adt) = o.downcast_ref::<AdtObj>() {
         return format!("({})", adt.fields().iter().map(|f| flatten(f, out)).collect::<String>());
+    }
+    // A Relax VM's tuples are arrays.
+    if let Some(arr) = o.downcast_ref::<tvm_runtime::packed::ArrayObj>() {
+        return format!("({})", arr.items().iter().map(|f| flatten(f, out)).collect::<String>());
     }
     if let Some(t) = o.downcast_ref::<NDArray>() {
         out.push(HostTensor {
@@ -340,7 +371,12 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
-    let executor = if let Engine::Aot(_) = m.engine { "AOT" } else { "Relay VM" };
+    let relax = tvm_runtime::relax::executable_of(&m.exe).is_some();
+    let executor = match m.engine {
+        Engine::Aot(_) => "AOT",
+        Engine::Vm if relax => "Relax VM",
+        Engine::Vm => "Relay VM",
+    };
     let report = json!({"model": m.label, "executor": executor, "load_ms": load_ms,
         "inputs": input_json(&inputs, reference.is_some(), &a.data), "structure": structure, "outputs": outs,
         "run_ms": {"mean": mean, "median": sorted[sorted.len() / 2], "min": sorted[0], "max": sorted[sorted.len() - 1],
@@ -351,7 +387,7 @@ pub fn run(m: &VmModel, a: &RunArgs, json_out: bool) -> Result<bool> {
         return Ok(all_ok);
     }
     println!("model    {}", m.label);
-    println!("load     {load_ms:.2} ms (an {} of the model)", if executor == "AOT" { "executor" } else { "VM" });
+    println!("load     {load_ms:.2} ms ({} of the model)", if executor == "AOT" { "an executor" } else { "a VM" });
     for i in report["inputs"].as_array().unwrap() {
         println!(
             "input    {}: {} {} ({})",

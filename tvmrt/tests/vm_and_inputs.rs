@@ -72,6 +72,30 @@ fn vm_models_of_every_version_run_and_match_their_compilers() {
     std::fs::remove_dir_all(&split).unwrap();
 }
 
+/// Relax executables of every generation (TVM 0.19, 0.21, 0.25-0.27): `run` on the folder matches
+/// each version's own runtime, `inspect` names the function's parameters, a misnamed input is named.
+#[test]
+fn relax_models_of_every_version_run_and_match_their_compilers() {
+    for v in ["0.19", "0.21", "0.25", "0.26", "0.27"] {
+        for m in ["mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control"] {
+            let dir = fixture(&format!("relax/{v}/{m}"));
+            let r = json_run(&["run", dir.to_str().unwrap(), "--repeat", "2"]);
+            assert_eq!(r["executor"], "Relax VM", "{v} {m}");
+            let outs = r["outputs"].as_array().unwrap();
+            assert!(!outs.is_empty() && outs.iter().all(|o| o["matches_reference"] == true), "{v} {m}: {r}");
+        }
+    }
+    let dir = fixture("relax/0.27/mlp_args");
+    let (code, out, err) = tvmrt(&["inspect", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("main(x, w1, b1, w2)") && out.contains("tvm-ffi"), "{out}");
+    let npy = temp_dir("relax").join("x.npy");
+    write_npy(&npy, "<f4", &[2, 16], false, &[0u8; 2 * 16 * 4]);
+    let (code, _, err) = tvmrt(&["run", dir.to_str().unwrap(), "--input", &format!("y={}", npy.display())]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no input named 'y'") && err.contains("x, w1, b1, w2"), "{err}");
+}
+
 #[test]
 fn vm_inputs_of_any_shape_from_files_and_a_clear_error_without() {
     let dir = temp_dir("vm-inputs");
