@@ -28,8 +28,11 @@ from .plugins import load_plugins
 from .profiling import TVM_LOOP_TUNING, BenchmarkResult, Report, time_runs
 
 VM_MAGIC = 0xD225DE2F4214151D
-# How a VMExecutable entry appears in a module blob: its type key as a dmlc string.
-_BLOB_MARK = struct.pack("<Q", len(b"VMExecutable")) + b"VMExecutable"
+# The executables' type keys, and how each appears in a module blob (a dmlc string): the Relay
+# VM's, and the Relax VM's (TVM 0.19, then 0.20 to 0.27).
+RELAY_KEY = "VMExecutable"
+RELAX_KEYS = ("relax.Executable", "relax.VMExecutable")
+_BLOB_MARKS = [struct.pack("<Q", len(k)) + k.encode() for k in (RELAY_KEY, *RELAX_KEYS)]
 
 Nested = Union[np.ndarray, tuple[Any, ...]]
 
@@ -41,7 +44,7 @@ def is_vm_library(path: PathLike) -> bool:
             data = f.read()
     except OSError:
         return False
-    return _BLOB_MARK in data
+    return any(mark in data for mark in _BLOB_MARKS)
 
 
 def is_vm_code(path: PathLike) -> bool:
@@ -144,8 +147,13 @@ class _VM:
     __slots__ = ("__weakref__", "_invoke", "_set_input", "module")
 
     def __init__(self, model: VMModel, debug: bool = False) -> None:
-        make = "runtime._VirtualMachineDebug" if debug else "runtime._VirtualMachine"
-        self.module = _ffi.global_function(make)(model._exe)
+        if model.relax:
+            if debug:
+                raise errors.InvalidValueError("profiling a Relax VM's operators is not supported yet")
+            self.module = _ffi.method(model._exe, "vm_load_executable")()
+        else:
+            make = "runtime._VirtualMachineDebug" if debug else "runtime._VirtualMachine"
+            self.module = _ffi.global_function(make)(model._exe)
         init: list[Any] = []
         for d in model._devices:
             init += [d.type, d.id, 2]
@@ -160,22 +168,29 @@ class _VM:
         return self._invoke(func)
 
 
-def _unpack(value: Any, flat: list[np.ndarray]) -> Nested:
+# How a result's tuples are read: a Relay VM's are ADTs, a Relax VM's arrays.
+_ADT = ("runtime.GetADTSize", "runtime.GetADTFields")
+_ARRAY = ("runtime.ArraySize", "runtime.ArrayGetItem")
+
+
+def _unpack(value: Any, flat: list[np.ndarray], tuples: tuple[str, str] = _ADT) -> Nested:
     """A result as numpy arrays (tuples nested as the model returns them), also appended to `flat`."""
     if isinstance(value, _ffi.Handle) and value.code == _ffi.NDARRAY:
         a = _tensors.array_to_numpy(value)
         flat.append(a)
         return a
     if isinstance(value, _ffi.Handle):
-        size = _ffi.global_function("runtime.GetADTSize")(value)
-        get = _ffi.global_function("runtime.GetADTFields")
-        return tuple(_unpack(get(value, i), flat) for i in range(size))
+        size = _ffi.global_function(tuples[0])(value)
+        get = _ffi.global_function(tuples[1])
+        return tuple(_unpack(get(value, i), flat, tuples) for i in range(size))
     raise errors.RuntimeFailure(f"the VM returned a {type(value).__name__}")
 
 
 class VMModel:
-    """A Relay VM model (``relay.vm.compile``): ``path`` is a folder (``vm.so``, or the split form's
-    bytecode ``*.ro`` beside its kernel library), one ``export_library`` file of the executable,
+    """A VM model: a Relay VM's (``relay.vm.compile``) or a Relax VM's (TVM 0.19 to 0.27's
+    ``relax.build`` / ``tvm.compile`` exported, every ABI generation). ``path`` is a folder
+    (``vm.so``, or the split form's bytecode ``*.ro`` beside its kernel library), one
+    ``export_library`` file of the executable,
     or ``code=`` and ``lib=`` (``exe.save()``'s two parts). ``run`` takes inputs of any shape the
     model accepts and returns numpy arrays: a tuple result flattened in order (``nested=True``:
     as the model nests it). Made by :class:`tvmrt.Model` for VM artefacts."""
@@ -222,8 +237,16 @@ class VMModel:
         else:
             self._exe = library
         key = _ffi.global_function("runtime.ModuleGetTypeKey")(self._exe)
-        if key != "VMExecutable":
+        if key not in (RELAY_KEY, *RELAX_KEYS):
             raise errors.InvalidValueError(f"{art.lib}: its root module is a {key}, not a VM executable")
+        #: Whether this is a Relax VM executable (TVM 0.19 to 0.27) rather than a Relay VM's.
+        self.relax = key in RELAX_KEYS
+        if self.relax:
+            self.platform = "tvm_relax_vm"
+        if self.relax and (num_threads is not None or map_constants):
+            raise errors.InvalidValueError(
+                f"{art.lib}: a Relax VM model takes no num_threads= or map_constants= yet (docs/relax.md)"
+            )
         #: The aligned constants file mapped (``map_constants=True``), and whether this load wrote it.
         self.constants_file: Path | None = None
         self.made_constants_file = False
@@ -240,6 +263,11 @@ class VMModel:
         self.device = device_of(device, self._exe)
         self._devices = [self.device] if self.device.type == _ffi.CPU else [self.device, _ffi.Device(_ffi.CPU, 0)]
         recorded = _read_meta(art.meta) if art.meta is not None else None
+        if recorded is None and self.relax:
+            # A Relax executable's own checks say its parameters' dtypes and shapes (-1: symbolic).
+            described = funcs[function].get("inputs", [])
+            if described and all(i["dtype"] and i["shape"] is not None for i in described):
+                recorded = ([TensorInfo(i["name"], tuple(i["shape"]), i["dtype"]) for i in described], [])
         #: The inputs' names, dtypes and shapes: from ``input_specs``, else the ``.meta`` beside
         #: the model, else unknown (shape None, dtype "": the executable records none).
         given = input_specs if input_specs is not None else (recorded[0] if recorded is not None else None)
@@ -344,7 +372,7 @@ class VMModel:
         arrays = self._feed(args, named, cast)
         result = self._vm().run(self.function, arrays)
         flat: list[np.ndarray] = []
-        tree = _unpack(result, flat)
+        tree = _unpack(result, flat, _ARRAY if self.relax else _ADT)
         return tree if nested else flat
 
     __call__ = run

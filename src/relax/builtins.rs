@@ -5,7 +5,6 @@
 //! The LLM builtins (KV caches, RNN state, sampling) are not here: an executable that names one
 //! is refused when its VM is initialised, naming the function.
 
-use super::machine::{CallCtx, Machine};
 use super::value::{Callable, Value};
 use crate::dlpack::{kDLBool, kDLCPU, kDLFloat, kDLInt, kDLUInt, DLDataType, DLDevice};
 use crate::error::{Error, Result};
@@ -77,6 +76,22 @@ impl Builtin {
             _ => return None,
         })
     }
+}
+
+/// One top-level call's scratch: the shape heaps it made (kept alive, so no other tensor can
+/// take their address) and its depth of nested Relax calls.
+#[derive(Default)]
+pub struct CallCtx {
+    pub heaps: Vec<ObjRef<NDArray>>,
+    pub depth: usize,
+}
+
+/// What the builtins need of the machine running them.
+pub trait Machine {
+    /// A device by the index the code uses (-1: the host).
+    fn device_at(&self, i: i64) -> Result<DLDevice>;
+    /// Calls a function value (a closure or a packed function).
+    fn call_value(&self, f: &Value, args: &[Value], cx: &mut CallCtx) -> Result<Value>;
 }
 
 fn arg(args: &[Value], i: usize) -> Result<&Value> {
@@ -204,10 +219,11 @@ fn ints_of(t: &NDArray) -> Result<Vec<i64>> {
     })
 }
 
-impl Machine {
-    pub(super) fn builtin(&self, b: Builtin, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
+impl Builtin {
+    /// Runs the builtin on `args` for machine `m`.
+    pub fn call(self, m: &impl Machine, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
         use Builtin::*;
-        Ok(match b {
+        Ok(match self {
             AllocShapeHeap => {
                 let n = usize::try_from(int(args, 1)?).map_err(|_| Error::value("negative shape heap size"))?;
                 let t = NDArray::empty(&[n as i64], DLDataType::new(kDLInt, 64, 1), DLDevice::CPU)?;
@@ -343,7 +359,7 @@ impl Machine {
             }
             AllocStorage => {
                 let shape = arg(args, 1)?.shape()?;
-                let device = self.device_at(int(args, 2)?)?;
+                let device = m.device_at(int(args, 2)?)?;
                 let dtype = arg(args, 3)?.dtype()?;
                 let mut bytes: usize = dtype.element_bytes();
                 for &d in shape {
@@ -368,14 +384,14 @@ impl Machine {
                 }
                 other => return Err(Error::type_err(format!("make_closure of a {}", other.kind()))),
             },
-            InvokeClosure => self.call_value(arg(args, 1)?, &args[2..], cx)?,
+            InvokeClosure => m.call_value(arg(args, 1)?, &args[2..], cx)?,
             CallTirDyn => {
                 let f = arg(args, 0)?;
                 let (last, middle) =
                     args[1..].split_last().ok_or_else(|| Error::type_err("call_tir_dyn without a shape"))?;
                 let mut all = middle.to_vec();
                 all.extend(last.shape()?.iter().map(|&d| Value::Int(d)));
-                self.call_value(f, &all, cx)?
+                m.call_value(f, &all, cx)?
             }
             ShapeOf => Value::Shape(arg(args, 0)?.tensor()?.shape().into()),
             Copy => arg(args, 0)?.clone(),

@@ -5,7 +5,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::builtins::Builtin;
+use super::builtins::{self, Builtin, CallCtx};
 use super::code::{Code, Instr, Reg};
 use super::image::{Constant, FuncKind, Generation, Image};
 use super::value::{Callable, Value};
@@ -57,14 +57,6 @@ enum Target {
 /// Nested Relax calls deeper than this are refused (a recursive executable would otherwise
 /// overflow the thread's stack).
 const MAX_DEPTH: usize = 200;
-
-/// One top-level call's scratch: the shape heaps it made (kept alive, so no other tensor can
-/// take their address) and its depth.
-#[derive(Default)]
-pub struct CallCtx {
-    pub heaps: Vec<ObjRef<NDArray>>,
-    depth: usize,
-}
 
 pub struct Machine {
     pub exe: Arc<Executable>,
@@ -149,9 +141,10 @@ impl Machine {
     pub fn first_device(&self) -> DLDevice {
         self.devices[0]
     }
+}
 
-    /// A device by the index the code uses (-1: the host).
-    pub fn device_at(&self, i: i64) -> Result<DLDevice> {
+impl builtins::Machine for Machine {
+    fn device_at(&self, i: i64) -> Result<DLDevice> {
         if i == -1 {
             return Ok(*self.devices.last().expect("the host is always there"));
         }
@@ -161,18 +154,7 @@ impl Machine {
             .ok_or_else(|| Error::value(format!("device index {i} outside the VM's {} devices", self.devices.len())))
     }
 
-    /// Calls Relax function `func` with `args` (from a host: a fresh call context).
-    pub fn invoke(&self, func: usize, args: Vec<Value>) -> Result<Value> {
-        self.call_index(func, args, &mut CallCtx::default())
-    }
-
-    /// Calls a function value a host holds (`invoke_closure`).
-    pub fn invoke_value(&self, f: &Value, args: &[Value]) -> Result<Value> {
-        self.call_value(f, args, &mut CallCtx::default())
-    }
-
-    /// Calls a function value (a closure or a packed function) with `args`.
-    pub(super) fn call_value(&self, f: &Value, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
+    fn call_value(&self, f: &Value, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
         match f {
             Value::Func(Callable::Closure { func, bound }) => {
                 let mut all = args.to_vec();
@@ -182,6 +164,18 @@ impl Machine {
             Value::Func(Callable::Packed(p)) => self.call_packed(p, args),
             other => Err(Error::type_err(format!("a call of a {}, not a function", other.kind()))),
         }
+    }
+}
+
+impl Machine {
+    /// Calls Relax function `func` with `args` (from a host: a fresh call context).
+    pub fn invoke(&self, func: usize, args: Vec<Value>) -> Result<Value> {
+        self.call_index(func, args, &mut CallCtx::default())
+    }
+
+    /// Calls a function value a host holds (`invoke_closure`).
+    pub fn invoke_value(&self, f: &Value, args: &[Value]) -> Result<Value> {
+        builtins::Machine::call_value(self, f, args, &mut CallCtx::default())
     }
 
     fn call_packed(&self, f: &PackedFunc, args: &[Value]) -> Result<Value> {
@@ -195,7 +189,7 @@ impl Machine {
     fn call_index(&self, func: usize, args: Vec<Value>, cx: &mut CallCtx) -> Result<Value> {
         let name = || &self.exe.image.functions[func].name;
         match &self.targets[func] {
-            Target::Builtin(b) => self.builtin(*b, &args, cx).map_err(|e| e.context(name().to_string())),
+            Target::Builtin(b) => b.call(self, &args, cx).map_err(|e| e.context(name().to_string())),
             Target::Packed(p) => self.call_packed(p, &args).map_err(|e| e.context(format!("calling '{}'", name()))),
             Target::Bytecode => {
                 if cx.depth >= MAX_DEPTH {

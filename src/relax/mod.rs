@@ -8,7 +8,8 @@
 //! - [`machine`]: the executable as shared, and the interpreter (no per-call state: any number
 //!   of threads call one VM);
 //! - [`modules`]: the executable and VM modules, with upstream's function tables;
-//! - [`text`]: `stats`, `as_text`, `as_python`.
+//! - [`signature`]: a function's parameters as its own checks describe them;
+//! - [`text`]: `stats`, `as_text`, `as_python`, and the tool's description.
 //!
 //! An executable arrives in its library's blob: the classic `__tvm_dev_mblob` (0.19-0.20) or the
 //! ffi blobs (0.21, 0.22+), which the library layer tells apart and hands to [`LOADERS`].
@@ -18,6 +19,7 @@ pub mod code;
 pub mod image;
 pub mod machine;
 pub mod modules;
+pub mod signature;
 pub mod text;
 pub mod value;
 

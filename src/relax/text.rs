@@ -112,9 +112,12 @@ pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
         "bytecode": format!("Relax VM executable, {}", exe.generation.describe()),
         "devices": [],
         "host_device": 0,
-        "functions": relax.map(|f| serde_json::json!({
-            "name": f.name, "params": f.params, "registers": f.registers,
-            "instructions": (f.end - f.start).max(0)})).collect::<Vec<_>>(),
+        "functions": relax.map(|f| {
+            let inputs: Vec<serde_json::Value> = exe.by_name.get(&f.name).map(|&i| super::signature::params(exe, i)).unwrap_or_default().iter().map(|p| serde_json::json!({
+                "name": p.name, "dtype": p.dtype.map(|d| d.to_string()), "shape": p.shape})).collect();
+            serde_json::json!({
+            "name": f.name, "params": f.params, "registers": f.registers, "inputs": inputs,
+            "instructions": (f.end - f.start).max(0)})}).collect::<Vec<_>>(),
         "constants": exe.image.constants.len(),
         "constant_bytes": constant_bytes,
         "constant_shapes": exe.image.constants.iter().map(|c| c.describe()).collect::<Vec<_>>(),

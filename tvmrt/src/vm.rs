@@ -109,7 +109,15 @@ fn detect_vm(args: &ModelArgs) -> Result<Option<VmModel>> {
         None => library,
     };
     if let Some(e) = tvm_runtime::relax::executable_of(&exe) {
-        let params = e.image.functions[e.function("main")?].params.clone();
+        let main = e.function("main")?;
+        let params = e.image.functions[main].params.clone();
+        // Inputs made up when none are given need every dtype and dimension fixed.
+        let sig = tvm_runtime::relax::signature::params(&e, main);
+        let layouts = sig
+            .iter()
+            .map(|p| Some((p.dtype?, p.shape.clone().filter(|s| s.iter().all(|&d| d >= 0))?)))
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default();
         return Ok(Some(VmModel {
             label: format!("{} (Relax VM, {})", lib.display(), e.generation.describe()),
             dir,
@@ -117,7 +125,7 @@ fn detect_vm(args: &ModelArgs) -> Result<Option<VmModel>> {
             params,
             device: args.device.0.unwrap_or(DLDevice::CPU),
             engine: Engine::Vm,
-            layouts: Vec::new(),
+            layouts,
             output_names: Vec::new(),
         }));
     }
@@ -492,7 +500,19 @@ pub fn inspect(m: &VmModel, json_out: bool) -> Result<()> {
             if i as u64 == d["host_device"].as_u64().unwrap_or(0) { " (host)" } else { "" }
         );
     }
-    println!("inputs     any shape the model accepts: the executable records no parameter types");
+    // A Relax executable's own checks say its parameters' dtypes and shapes (-1: symbolic).
+    let described: Vec<&Value> = d["functions"][0]["inputs"].as_array().map(|v| v.iter().collect()).unwrap_or_default();
+    if described.is_empty() {
+        println!("inputs     any shape the model accepts: the executable records no parameter types");
+    }
+    for i in described {
+        println!(
+            "input      {}: {} {} (-1: any size)",
+            i["name"].as_str().unwrap_or(""),
+            i["dtype"].as_str().unwrap_or("?"),
+            i["shape"]
+        );
+    }
     Ok(())
 }
 

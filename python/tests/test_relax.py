@@ -1,0 +1,86 @@
+"""Relax VM models (TVM 0.19 to 0.27, all three ABI generations) through tvmrt.Model: inputs in
+order, by name or as a mapping, outputs byte-equal to each version's own runtime, tuples
+flattened or nested; the inputs described from the executable's own checks; one model from many
+threads; wrong inputs named."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from test_vm import read_cases, structure
+
+import tvmrt
+
+RELAX = FIXTURES / "relax"
+VERSIONS = ["0.19", "0.21", "0.25", "0.26", "0.27"]
+MODELS = ["mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control"]
+DIRS = [RELAX / v / m for v in VERSIONS for m in MODELS]
+
+
+@pytest.mark.parametrize("d", DIRS, ids=lambda d: f"{d.parent.name}-{d.name}")
+def test_every_version_byte_equal(d):
+    params, cases = read_cases(d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the executable describes its inputs: no unchecked-inputs warning
+        m = tvmrt.Model(d)
+    assert isinstance(m, tvmrt.VMModel) and m.platform == "tvm_relax_vm"
+    assert m.params == params and m.described
+    for feed, want, nesting in cases:
+        got = m.run(feed)
+        assert [g.dtype for g in got] == [w.dtype for w in want]
+        assert [g.shape for g in got] == [w.shape for w in want]
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want], d
+        assert structure(m.run(**feed, nested=True)) == nesting
+        assert [g.tobytes() for g in m.run(*[feed[p] for p in params])] == [w.tobytes() for w in want]
+
+
+def test_inputs_described_from_the_executable():
+    m = tvmrt.Model(RELAX / "0.27" / "mlp_args")
+    assert [(i.name, i.shape, i.dtype) for i in m.inputs] == [
+        ("x", (-1, 16), "float32"),
+        ("w1", (16, 32), "float32"),
+        ("b1", (32,), "float32"),
+        ("w2", (32, 8), "float32"),
+    ]
+    c = tvmrt.Model(RELAX / "0.27" / "control")
+    assert [(i.name, i.shape, i.dtype) for i in c.inputs] == [("x", (-1,), "float32"), ("flag", (), "bool")]
+
+
+def test_wrong_inputs_are_named():
+    d = RELAX / "0.26" / "mlp_args"
+    _, cases = read_cases(d)
+    m = tvmrt.Model(d)
+    feed = dict(cases[0][0])
+    feed["w1"] = np.zeros((8, 8), "float32")
+    with pytest.raises(tvmrt.InvalidValueError, match="w1"):
+        m.run(feed)
+    renamed = {("y" if k == "x" else k): v for k, v in cases[0][0].items()}
+    with pytest.raises(tvmrt.InvalidKeyError, match="no input named 'y'"):
+        m.run(renamed)
+
+
+def test_one_model_from_threads():
+    d = RELAX / "0.27" / "parallel"
+    _, cases = read_cases(d)
+    m = tvmrt.Model(d)
+    failures: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(100):
+                feed, want, _ = cases[(t + i) % len(cases)]
+                got = m.run(feed)
+                assert got[0].tobytes() == want[0].tobytes()
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
