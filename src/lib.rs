@@ -46,12 +46,15 @@
 //!   `src/library/symbols.rs`, `src/library/linked.rs` (weights linked into a library),
 //!   `src/library/opencl.rs` (a packed call's buffer handles launched as OpenCL kernels),
 //!   `src/library/plugin.rs` (a plug-in's loaders, given a stream over a module blob),
+//!   `src/library/ffi_kernel.rs` (TVM 0.21+ kernels, called through tvm-ffi's `Any` cells),
 //!   `src/aot/metadata.rs` (an AOT library's description of itself, read from its data),
 //!   `src/aot/executor.rs` (its input arrays written, outputs copied out),
 //!   `src/python_env.rs`;
 //! - calling kernels: `src/executor/kernels.rs` (the executor's one unsafe room: the tensor
 //!   table, the calls, the copies into and out of entry memory and the views of it),
-//!   `src/contrib_sort.rs` and `src/cache_flush.rs` (kernels of ours);
+//!   `src/contrib_sort.rs` and `src/cache_flush.rs` (kernels of ours); the Relax VM's shape
+//!   heap, written between kernels by the builtins of the call that made it:
+//!   `src/relax/builtins.rs`;
 //! - files a caller names, resolved beneath a directory without following links:
 //!   `src/files/beneath.rs`;
 //! - RPC: `src/rpc/memory.rs` (copies into and out of the memory a session handed out, checked
