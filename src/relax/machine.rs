@@ -216,7 +216,7 @@ impl Machine {
             )));
         }
         let mut regs: Vec<Value> = args;
-        regs.resize(f.registers as usize, Value::None);
+        regs.resize_with(f.registers as usize, Value::default);
         let code = &self.exe.code;
         let mut pc = f.start as usize;
         loop {
