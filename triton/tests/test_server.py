@@ -198,7 +198,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield s
     finally:
         s.stop()
-    assert s.proc.returncode == 0, "the server did not stop cleanly"
+    # A server that died (a signal: Triton logs its own stack trace first) says why, here.
+    log = (s.repo.parent / "server.log").read_text()[-6000:]
+    assert s.proc.returncode == 0, f"the server did not stop cleanly ({s.proc.returncode}); its log ends:\n{log}"
 
 
 def infer_input(module: Any, name: str, x: np.ndarray, binary: bool = True) -> Any:
