@@ -407,6 +407,46 @@ pub fn with_object_args<R>(objects: &[&AnyObject], f: impl FnOnce(&Args<'_>) -> 
     }
 }
 
+/// One argument of [`with_items`]: what a VM passes to kernels and functions, borrowed.
+pub enum Item<'a> {
+    Null,
+    Int(i64),
+    Float(f64),
+    DataType(DLDataType),
+    Tensor(&'a ObjRef<crate::tensor::NDArray>),
+    Object(&'a AnyObject),
+}
+
+/// Calls `f` with `items` as arguments (tensors as NDArrays, code 13), the arrays on the stack
+/// for up to 16 of them. The items are borrowed, so alive for the call.
+pub fn with_items<R>(items: &[Item<'_>], f: impl FnOnce(&Args<'_>) -> R) -> R {
+    fn one(item: &Item<'_>) -> (TVMValue, i32) {
+        match item {
+            Item::Null => (TVMValue::NULL, kTVMNullptr),
+            Item::Int(i) => (TVMValue { v_int64: *i }, kTVMArgInt),
+            Item::Float(x) => (TVMValue { v_float64: *x }, kTVMArgFloat),
+            Item::DataType(t) => (TVMValue { v_type: *t }, kTVMDataType),
+            Item::Tensor(t) => (
+                TVMValue { v_handle: t.as_ptr().cast::<u8>().wrapping_add(NDARRAY_TENSOR_OFFSET).cast() },
+                kTVMNDArrayHandle,
+            ),
+            Item::Object(o) => object_to_value(o),
+        }
+    }
+    const SMALL: usize = 16;
+    if items.len() <= SMALL {
+        let mut values = [TVMValue::NULL; SMALL];
+        let mut codes = [0i32; SMALL];
+        for (i, item) in items.iter().enumerate() {
+            (values[i], codes[i]) = one(item);
+        }
+        f(&Args { values: &values[..items.len()], codes: &codes[..items.len()] })
+    } else {
+        let (values, codes): (Vec<TVMValue>, Vec<i32>) = items.iter().map(one).unzip();
+        f(&Args { values: &values, codes: &codes })
+    }
+}
+
 /// Builds arguments for a call made from Rust; keeps what the values point to alive.
 #[derive(Default)]
 pub struct ArgsBuilder {

@@ -6,7 +6,7 @@ pub(crate) mod function;
 pub mod registry;
 mod value;
 
-pub use args::{with_object_args, Args, ArgsBuilder};
+pub use args::{with_items, with_object_args, Args, ArgsBuilder, Item};
 pub use containers::{ArrayObj, MapObj, ShapeTupleObj, StringObj};
 pub use function::PackedFunc;
 pub use value::RetValue;

@@ -8,6 +8,7 @@
 use super::value::{Callable, Value};
 use crate::dlpack::{kDLBool, kDLCPU, kDLFloat, kDLInt, kDLUInt, DLDataType, DLDevice};
 use crate::error::{Error, Result};
+use crate::object::ObjRef;
 use crate::tensor::{Buffer, NDArray};
 use std::sync::Arc;
 
@@ -116,57 +117,47 @@ const USE_IMM: i64 = 0;
 const LOAD_SHAPE: i64 = 1;
 
 /// The shape heap: an int64 tensor this call allocated (`alloc_shape_heap`), which shape kernels
-/// fill and the shape builtins read and write.
+/// fill and the shape builtins read and write, in place.
 struct Heap<'a> {
     tensor: Option<&'a ObjRef<NDArray>>,
-    values: Vec<i64>,
-    dirty: bool,
 }
-
-use crate::object::ObjRef;
 
 impl<'a> Heap<'a> {
     fn of(cx: &CallCtx, v: &'a Value) -> Result<Heap<'a>> {
         let tensor = match v {
-            Value::None => return Ok(Heap { tensor: None, values: Vec::new(), dirty: false }),
+            Value::None => return Ok(Heap { tensor: None }),
             Value::Tensor(t) => t,
             other => return Err(Error::type_err(format!("the shape heap is a {}", other.kind()))),
         };
-        // Only a heap of this machine's making is written: never a caller's tensor.
+        // Only a heap of this call's making is read or written: never a caller's tensor.
         if !cx.heaps.iter().any(|h| ObjRef::ptr_eq(h, tensor)) {
             return Err(Error::value("the shape heap argument is not a heap alloc_shape_heap made"));
         }
-        let bytes = tensor.to_vec();
-        let values = bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-        Ok(Heap { tensor: Some(tensor), values, dirty: false })
+        Ok(Heap { tensor: Some(tensor) })
+    }
+
+    /// The heap's slot `i`, bounds-checked.
+    fn slot(&self, i: i64) -> Result<*mut i64> {
+        let t = self.tensor.ok_or_else(|| Error::value(format!("shape heap slot {i} of an absent heap")))?;
+        let n = t.shape().first().copied().unwrap_or(0);
+        if !(0..n).contains(&i) {
+            return Err(Error::value(format!("shape heap slot {i} of {n}")));
+        }
+        Ok(t.data_ptr().cast::<i64>().wrapping_add(i as usize))
     }
 
     fn get(&self, i: i64) -> Result<i64> {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| self.values.get(i).copied())
-            .ok_or_else(|| Error::value(format!("shape heap slot {i} of {}", self.values.len())))
+        let p = self.slot(i)?;
+        // SAFETY: a slot inside the heap, a host int64 tensor of `alloc_shape_heap` (64-byte
+        // aligned) that only this call's builtins and the kernels it runs, one at a time on this
+        // thread, touch (checked in `of`: a heap this call made, which it keeps alive).
+        Ok(unsafe { p.read() })
     }
 
     fn set(&mut self, i: i64, v: i64) -> Result<()> {
-        let n = self.values.len();
-        let slot = usize::try_from(i)
-            .ok()
-            .and_then(|i| self.values.get_mut(i))
-            .ok_or_else(|| Error::value(format!("shape heap slot {i} of {n}")))?;
-        *slot = v;
-        self.dirty = true;
-        Ok(())
-    }
-
-    fn write_back(self) -> Result<()> {
-        if let (true, Some(t)) = (self.dirty, self.tensor) {
-            let bytes: Vec<u8> = self.values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            // SAFETY: the heap is a host tensor this call allocated (checked in `of`) and shares
-            // with nobody: only this call's builtins and the kernels it runs, one at a time on
-            // this thread, touch it.
-            unsafe { t.copy_from_bytes(&bytes) }?;
-        }
+        let p = self.slot(i)?;
+        // SAFETY: as in `get`.
+        unsafe { p.write(v) };
         Ok(())
     }
 }
@@ -236,7 +227,6 @@ impl Builtin {
                 match_one(&mut heap, int(args, 2)?, int(args, 3)?, int(args, 0)?, &|| {
                     format!("{ctx}match_cast: PrimExpr")
                 })?;
-                heap.write_back()?;
                 Value::None
             }
             MatchShape => {
@@ -252,7 +242,6 @@ impl Builtin {
                     let (code, reg) = (int(args, 3 + 2 * i)?, int(args, 4 + 2 * i)?);
                     match_one(&mut heap, code, reg, dim, &|| format!("{ctx}match_cast shape[{i}]"))?;
                 }
-                heap.write_back()?;
                 Value::None
             }
             MakePrimValue => {

@@ -159,7 +159,7 @@ impl builtins::Machine for Machine {
             Value::Func(Callable::Closure { func, bound }) => {
                 let mut all = args.to_vec();
                 all.extend(bound.iter().cloned());
-                self.call_index(*func, all, cx)
+                self.call_index(*func, &all, cx)
             }
             Value::Func(Callable::Packed(p)) => self.call_packed(p, args),
             other => Err(Error::type_err(format!("a call of a {}, not a function", other.kind()))),
@@ -170,7 +170,11 @@ impl builtins::Machine for Machine {
 impl Machine {
     /// Calls Relax function `func` with `args` (from a host: a fresh call context).
     pub fn invoke(&self, func: usize, args: Vec<Value>) -> Result<Value> {
-        self.call_index(func, args, &mut CallCtx::default())
+        let mut cx = CallCtx::default();
+        match self.targets[func] {
+            Target::Bytecode => self.run(func, args, &mut cx),
+            _ => self.call_index(func, &args, &mut cx),
+        }
     }
 
     /// Calls a function value a host holds (`invoke_closure`).
@@ -179,6 +183,11 @@ impl Machine {
     }
 
     fn call_packed(&self, f: &PackedFunc, args: &[Value]) -> Result<Value> {
+        // Kernels take tensors and numbers: borrowed, with no argument arrays on the heap.
+        let items: Option<Vec<crate::packed::Item<'_>>> = args.iter().map(Value::item).collect();
+        if let Some(items) = items {
+            return Value::from_ret(crate::packed::with_items(&items, |a| f.call(a))?);
+        }
         let mut b = ArgsBuilder::new();
         for (i, a) in args.iter().enumerate() {
             a.push_arg(&mut b).map_err(|e| e.context(format!("argument {i}")))?;
@@ -186,17 +195,17 @@ impl Machine {
         Value::from_ret(f.call(&b.args())?)
     }
 
-    fn call_index(&self, func: usize, args: Vec<Value>, cx: &mut CallCtx) -> Result<Value> {
+    fn call_index(&self, func: usize, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
         let name = || &self.exe.image.functions[func].name;
         match &self.targets[func] {
-            Target::Builtin(b) => b.call(self, &args, cx).map_err(|e| e.context(name().to_string())),
-            Target::Packed(p) => self.call_packed(p, &args).map_err(|e| e.context(format!("calling '{}'", name()))),
+            Target::Builtin(b) => b.call(self, args, cx).map_err(|e| e.context(name().to_string())),
+            Target::Packed(p) => self.call_packed(p, args).map_err(|e| e.context(format!("calling '{}'", name()))),
             Target::Bytecode => {
                 if cx.depth >= MAX_DEPTH {
                     return Err(Error::value(format!("Relax calls nested deeper than {MAX_DEPTH} in '{}'", name())));
                 }
                 cx.depth += 1;
-                let r = self.run(func, args, cx);
+                let r = self.run(func, args.to_vec(), cx);
                 cx.depth -= 1;
                 r
             }
@@ -219,20 +228,20 @@ impl Machine {
         regs.resize_with(f.registers as usize, Value::default);
         let code = &self.exe.code;
         let mut pc = f.start as usize;
+        // One argument list for every call of this frame, refilled each time.
+        let mut values: Vec<Value> = Vec::with_capacity(8);
         loop {
             match &code.instrs[pc] {
                 Instr::Call { dst, func: callee, args } => {
-                    let values = code.args[args.clone()]
-                        .iter()
-                        .map(|a| match *a {
-                            super::code::Arg::Reg(r) => read(&regs, r),
-                            super::code::Arg::Imm(i) => Value::Int(i),
-                            super::code::Arg::Const(c) => self.constants[c].clone(),
-                            super::code::Arg::Func(g) => self.function_value(g),
-                        })
-                        .collect();
+                    values.clear();
+                    values.extend(code.args[args.clone()].iter().map(|a| match *a {
+                        super::code::Arg::Reg(r) => read(&regs, r),
+                        super::code::Arg::Imm(i) => Value::Int(i),
+                        super::code::Arg::Const(c) => self.constants[c].clone(),
+                        super::code::Arg::Func(g) => self.function_value(g),
+                    }));
                     let ret =
-                        self.call_index(*callee, values, cx).map_err(|e| e.context(format!("in '{}'", f.name)))?;
+                        self.call_index(*callee, &values, cx).map_err(|e| e.context(format!("in '{}'", f.name)))?;
                     if let Some(d) = dst {
                         regs[*d] = ret;
                     }

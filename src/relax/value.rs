@@ -201,6 +201,21 @@ impl Value {
         })
     }
 
+    /// The value as a borrowed argument, when it is one of the kinds kernels take (else None:
+    /// the caller builds owned arguments instead).
+    pub fn item(&self) -> Option<crate::packed::Item<'_>> {
+        use crate::packed::Item;
+        Some(match self {
+            Value::None => Item::Null,
+            Value::Int(i) => Item::Int(*i),
+            Value::Float(f) => Item::Float(*f),
+            Value::DataType(d) => Item::DataType(*d),
+            Value::Tensor(t) => Item::Tensor(t),
+            Value::Object(o) => Item::Object(o),
+            _ => return None,
+        })
+    }
+
     /// Appends the value to a packed call's arguments (a kernel's or a global's).
     pub fn push_arg(&self, b: &mut ArgsBuilder) -> Result<()> {
         match self {
