@@ -85,8 +85,10 @@ fn fixture(version: &str, name: &str) -> VmFixture {
 }
 
 /// One VM, four threads calling `main` at once with different batches: every answer right.
+/// `TVMRT_RELAX_THREAD_CALLS` sets the calls per thread (300 by default).
 #[test]
 fn one_vm_answers_many_threads() {
+    let calls: usize = std::env::var("TVMRT_RELAX_THREAD_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
     for version in ["0.19", "0.27"] {
         let f = fixture(version, "mlp_args");
         let vm = make_vm(&load(&f.dir));
@@ -94,7 +96,7 @@ fn one_vm_answers_many_threads() {
             for t in 0..4 {
                 let (vm, f) = (&vm, &f);
                 s.spawn(move || {
-                    for i in 0..300 {
+                    for i in 0..calls {
                         let k = (t + i) % f.cases.len();
                         check(f, k, run_main(vm, &f.cases[k].inputs).unwrap());
                     }

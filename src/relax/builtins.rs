@@ -93,6 +93,8 @@ pub trait Machine {
     fn device_at(&self, i: i64) -> Result<DLDevice>;
     /// Calls a function value (a closure or a packed function).
     fn call_value(&self, f: &Value, args: &[Value], cx: &mut CallCtx) -> Result<Value>;
+    /// A block of `bytes` on the device the code calls `device` (-1: the host), from its pool.
+    fn storage(&self, device: i64, bytes: usize) -> Result<Arc<Buffer>>;
 }
 
 fn arg(args: &[Value], i: usize) -> Result<&Value> {
@@ -348,14 +350,15 @@ impl Builtin {
             }
             AllocStorage => {
                 let shape = arg(args, 1)?.shape()?;
-                let device = m.device_at(int(args, 2)?)?;
+                let device = int(args, 2)?;
                 let dtype = arg(args, 3)?.dtype()?;
                 let mut bytes: usize = dtype.element_bytes();
                 for &d in shape {
                     let d = usize::try_from(d).map_err(|_| Error::value(format!("storage of shape {shape:?}")))?;
                     bytes = bytes.checked_mul(d).ok_or_else(|| Error::value(format!("storage of shape {shape:?}")))?;
                 }
-                Value::Storage(Arc::new(Buffer::zeroed_on(device, bytes)?))
+                crate::host_memory::check_size(bytes)?;
+                Value::Storage(m.storage(device, bytes)?)
             }
             AllocTensor => {
                 let storage = match arg(args, 0)? {

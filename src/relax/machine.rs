@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::object::ObjRef;
 use crate::packed::{registry, ArgsBuilder, PackedFunc};
-use crate::tensor::NDArray;
+use crate::tensor::{Buffer, NDArray};
+use crate::vm::storage::{Allocator, Pool, Pools};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -24,6 +25,9 @@ pub struct Executable {
     pub code: Code,
     pub generation: Generation,
     pub by_name: HashMap<String, usize>,
+    /// Storage for every VM of the executable, one pool per device: a block comes back when the
+    /// last tensor in it goes, and blocks no call used lately are given back after each call.
+    pub pools: Pools,
 }
 
 impl Executable {
@@ -34,7 +38,7 @@ impl Executable {
         for (i, f) in image.functions.iter().enumerate() {
             by_name.entry(f.name.clone()).or_insert(i);
         }
-        Ok(Executable { image, code, generation, by_name })
+        Ok(Executable { image, code, generation, by_name, pools: Pools::default() })
     }
 
     /// The index of a Relax function (bytecode) called `name`.
@@ -60,8 +64,10 @@ const MAX_DEPTH: usize = 200;
 
 pub struct Machine {
     pub exe: Arc<Executable>,
-    /// The devices given to `vm_initialization`, the host last.
+    /// The devices given to `vm_initialization`, the host last, each with its pool and how it
+    /// allocates.
     devices: Vec<DLDevice>,
+    storage: Vec<(Arc<Pool>, Allocator)>,
     constants: Vec<Value>,
     targets: Vec<Target>,
 }
@@ -78,13 +84,19 @@ fn from_imports(m: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFu
 
 impl Machine {
     /// `vm_initialization`: `devices` as given (the host is added last if missing).
-    pub fn new(exe: Arc<Executable>, exe_module: &ObjRef<Module>, mut devices: Vec<DLDevice>) -> Result<Machine> {
+    pub fn new(
+        exe: Arc<Executable>,
+        exe_module: &ObjRef<Module>,
+        mut devices: Vec<(DLDevice, Allocator)>,
+    ) -> Result<Machine> {
         if devices.is_empty() {
             return Err(Error::value("vm_initialization needs at least one device"));
         }
-        if devices.last().map(|d| d.device_type) != Some(kDLCPU) {
-            devices.push(DLDevice::CPU);
+        if devices.last().map(|d| d.0.device_type) != Some(kDLCPU) {
+            devices.push((DLDevice::CPU, Allocator::Pooled));
         }
+        let storage = devices.iter().map(|&(d, how)| (exe.pools.of(d), how)).collect();
+        let devices: Vec<DLDevice> = devices.into_iter().map(|d| d.0).collect();
         let first = devices[0];
         let constants = exe
             .image
@@ -131,7 +143,7 @@ impl Machine {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Machine { exe, devices, constants, targets })
+        Ok(Machine { exe, devices, storage, constants, targets })
     }
 
     pub fn devices(&self) -> &[DLDevice] {
@@ -143,15 +155,27 @@ impl Machine {
     }
 }
 
-impl builtins::Machine for Machine {
-    fn device_at(&self, i: i64) -> Result<DLDevice> {
+impl Machine {
+    /// The index of a device the code names (-1: the host).
+    fn device_index(&self, i: i64) -> Result<usize> {
         if i == -1 {
-            return Ok(*self.devices.last().expect("the host is always there"));
+            return Ok(self.devices.len() - 1);
         }
         usize::try_from(i)
             .ok()
-            .and_then(|i| self.devices.get(i).copied())
+            .filter(|&i| i < self.devices.len())
             .ok_or_else(|| Error::value(format!("device index {i} outside the VM's {} devices", self.devices.len())))
+    }
+}
+
+impl builtins::Machine for Machine {
+    fn device_at(&self, i: i64) -> Result<DLDevice> {
+        Ok(self.devices[self.device_index(i)?])
+    }
+
+    fn storage(&self, device: i64, bytes: usize) -> Result<Arc<Buffer>> {
+        let (pool, how) = &self.storage[self.device_index(device)?];
+        pool.take(bytes, 0, *how)
     }
 
     fn call_value(&self, f: &Value, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
@@ -171,10 +195,15 @@ impl Machine {
     /// Calls Relax function `func` with `args` (from a host: a fresh call context).
     pub fn invoke(&self, func: usize, args: Vec<Value>) -> Result<Value> {
         let mut cx = CallCtx::default();
-        match self.targets[func] {
+        let out = match self.targets[func] {
             Target::Bytecode => self.run(func, args, &mut cx),
             _ => self.call_index(func, &args, &mut cx),
+        };
+        // Blocks no call used lately go back to the system.
+        for (pool, _) in &self.storage {
+            pool.end();
         }
+        out
     }
 
     /// Calls a function value a host holds (`invoke_closure`).

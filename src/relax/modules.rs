@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::module::{property, Module, ModuleNode};
 use crate::object::ObjRef;
 use crate::packed::{Args, PackedFunc, RetValue};
+use crate::vm::storage::Allocator;
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -116,7 +117,10 @@ impl VirtualMachine {
             )));
         }
         let devices = (0..a.len() / 3)
-            .map(|i| Ok(DLDevice { device_type: a.int32(3 * i)?, device_id: a.int32(3 * i + 1)? }))
+            .map(|i| {
+                let device = DLDevice { device_type: a.int32(3 * i)?, device_id: a.int32(3 * i + 1)? };
+                Ok((device, Allocator::from_code(a.int(3 * i + 2)?)?))
+            })
             .collect::<Result<Vec<_>>>()?;
         let machine = Machine::new(self.exe.clone(), &self.exe_module, devices)?;
         *self.machine.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(machine));

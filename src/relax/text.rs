@@ -127,8 +127,19 @@ pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
     })
 }
 
-/// What the executable holds (`tvmrt.memory_usage`): its constants; storage is allocated per call.
+/// What the executable and its VMs hold (`tvmrt.memory_usage`): its constants, and each
+/// device's storage pool.
 pub fn memory(exe: &Executable) -> serde_json::Value {
     let d = describe(exe, true);
-    serde_json::json!({"constants": d["constant_bytes"], "constants_on_devices": 0, "pools": []})
+    let pools: Vec<serde_json::Value> = exe
+        .pools
+        .all()
+        .iter()
+        .map(|p| {
+            let u = p.usage();
+            serde_json::json!({"device": crate::profiling::device_name(p.device()), "blocks": u.blocks,
+                "bytes": u.bytes, "busy_blocks": u.busy_blocks, "busy_bytes": u.busy_bytes})
+        })
+        .collect();
+    serde_json::json!({"constants": d["constant_bytes"], "constants_on_devices": 0, "pools": pools})
 }
