@@ -164,9 +164,9 @@ static void bad_calls(const char* root) {
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
   const char* versions[] = {"0.19", "0.21", "0.25", "0.26", "0.27"};
-  const char* models[] = {"mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control"};
+  const char* models[] = {"mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control", "runtime_ops"};
   for (int v = 0; v < 5; v++)
-    for (int m = 0; m < 6; m++) check_model(argv[1], versions[v], models[m]);
+    for (int m = 0; m < 7; m++) check_model(argv[1], versions[v], models[m]);
   bad_calls(argv[1]);
   if (g_failures) {
     fprintf(stderr, "%d checks failed\n", g_failures);

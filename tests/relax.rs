@@ -22,7 +22,7 @@ fn fixtures() -> Vec<VmFixture> {
         names.sort();
         out.extend(names.iter().map(|d| load_vm_fixture(d)));
     }
-    assert_eq!(out.len(), 30, "six models of five versions");
+    assert_eq!(out.len(), 35, "seven models of five versions");
     out
 }
 

@@ -17,7 +17,7 @@ import tvmrt
 
 RELAX = FIXTURES / "relax"
 VERSIONS = ["0.19", "0.21", "0.25", "0.26", "0.27"]
-MODELS = ["mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control"]
+MODELS = ["mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control", "runtime_ops"]
 DIRS = [RELAX / v / m for v in VERSIONS for m in MODELS]
 
 

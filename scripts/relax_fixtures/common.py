@@ -151,7 +151,26 @@ class Models:
         return mod, ["x", "flag"], cases
 
 
-CASES = ["mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control"]
+    def runtime_ops(self):
+        """The operators upstream runs through functions only its Python package registers
+        (relax.run.*): nonzero, unique, shape_to_tensor, assert_op."""
+        R, api = self.relax, self.api
+        n = api.sym("n")
+        x = api.var("x", api.tensor((n,), "float32"))
+
+        def body(bb):
+            bb.emit(R.op.assert_op(R.const(True, "bool"), [], "never fails"))
+            nz = bb.emit(R.op.nonzero(R.op.greater(x, R.const(0.5, "float32"))))
+            ints = bb.emit(R.op.astype(R.op.multiply(x, R.const(4.0, "float32")), "int32"))
+            u = bb.emit(R.op.unique(ints, sorted=True))
+            s = bb.emit(R.op.shape_to_tensor(R.op.shape_of(x)))
+            return bb.emit(R.Tuple([nz, u, s]))
+
+        mod = self._function([x], body)
+        return mod, ["x"], [[RNG.rand(k).astype("float32")] for k in (5, 9)]
+
+
+CASES = ["mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control", "runtime_ops"]
 
 
 def flatten(obj, out):

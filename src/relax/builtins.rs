@@ -2,7 +2,8 @@
 //! matching and checks, tuples, closures, reshape, copies), run inside the machine: resolved by
 //! name once when a VM is initialised, called without a packed call.
 //!
-//! The LLM builtins (KV caches, RNN state, sampling) are not here: an executable that names one
+//! The `relax.run.*` operators upstream leaves to its Python package are here too
+//! ([`super::run_ops`]). The LLM builtins (KV caches, RNN state, sampling) are not here: an executable that names one
 //! is refused when its VM is initialised, naming the function.
 
 use super::value::{Callable, Value};
@@ -41,11 +42,26 @@ pub enum Builtin {
     TensorToShape,
     EnsureZeroOffset,
     MemoryManagerClear,
+    RunShapeToTensor,
+    RunNonzero,
+    RunUnique,
+    RunAssert,
+    RunPrint,
 }
 
 impl Builtin {
     pub fn by_name(name: &str) -> Option<Builtin> {
         use Builtin::*;
+        if let Some(op) = name.strip_prefix("relax.run.") {
+            return Some(match op {
+                "shape_to_tensor" => RunShapeToTensor,
+                "nonzero" => RunNonzero,
+                "unique" => RunUnique,
+                "assert_op" => RunAssert,
+                "print" => RunPrint,
+                _ => return None,
+            });
+        }
         Some(match name.strip_prefix("vm.builtin.")? {
             "alloc_shape_heap" => AllocShapeHeap,
             "match_prim_value" => MatchPrimValue,
@@ -428,6 +444,11 @@ impl Builtin {
             }
             EnsureZeroOffset => arg(args, 0)?.clone(),
             MemoryManagerClear => Value::None,
+            RunShapeToTensor => super::run_ops::shape_to_tensor(args)?,
+            RunNonzero => super::run_ops::nonzero(args)?,
+            RunUnique => super::run_ops::unique(args)?,
+            RunAssert => super::run_ops::assert_op(args)?,
+            RunPrint => super::run_ops::print(args)?,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! - [`code`]: the four instructions, every operand checked when read;
 //! - [`value`]: what registers hold, and their crossings to hosts and kernels;
 //! - [`builtins`]: the `vm.builtin.*` set ordinary models call, run inside the machine;
+//! - [`run_ops`]: the `relax.run.*` operators upstream runs from its Python package;
 //! - [`machine`]: the executable as shared, and the interpreter (no per-call state: any number
 //!   of threads call one VM);
 //! - [`modules`]: the executable and VM modules, with upstream's function tables;
@@ -19,6 +20,7 @@ pub mod code;
 pub mod image;
 pub mod machine;
 pub mod modules;
+pub mod run_ops;
 pub mod signature;
 pub mod text;
 pub mod value;

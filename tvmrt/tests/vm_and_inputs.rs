@@ -77,7 +77,7 @@ fn vm_models_of_every_version_run_and_match_their_compilers() {
 #[test]
 fn relax_models_of_every_version_run_and_match_their_compilers() {
     for v in ["0.19", "0.21", "0.25", "0.26", "0.27"] {
-        for m in ["mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control"] {
+        for m in ["mlp_args", "mlp_bound", "conv", "tuple_mixed", "parallel", "control", "runtime_ops"] {
             let dir = fixture(&format!("relax/{v}/{m}"));
             let r = json_run(&["run", dir.to_str().unwrap(), "--repeat", "2"]);
             assert_eq!(r["executor"], "Relax VM", "{v} {m}");
