@@ -109,7 +109,7 @@ static TVMModuleHandle make_vm(TVMModuleHandle exe, int initialise) {
 }
 
 static void check_model(const char* root, const char* version, const char* model) {
-  char dir[600], path[700], how[700];
+  char dir[256], path[320], how[400];
   snprintf(dir, sizeof dir, "%s/%s/%s", root, version, model);
   RelaxFixture fx;
   if (load_relax_fixture(dir, &fx) != 0) {

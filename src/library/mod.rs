@@ -178,11 +178,12 @@ impl LibraryModule {
     /// A tvm-ffi kernel: `<prefix><name>` (the entry through `__tvm_main__` / `__tvm_ffi_main`).
     fn ffi_function(&self, this: &ObjRef<Module>, prefix: &str, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
         let symbol = match name {
-            "__tvm_main__" | "main" if prefix.is_empty() => {
+            "__tvm_main__" if prefix.is_empty() => {
                 let Some(addr) = self.source.lookup("__tvm_main__") else { return Ok(None) };
                 // SAFETY: `__tvm_main__` is the string symbol naming the entry function.
                 unsafe { symbols::read_c_str(addr) }
             }
+            "__tvm_main__" => format!("{prefix}main"),
             _ => format!("{prefix}{name}"),
         };
         let Some(addr) = self.source.lookup(&symbol) else { return Ok(None) };

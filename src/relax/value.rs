@@ -115,7 +115,11 @@ impl Value {
             kTVMStr | kTVMBytes => Value::Str(a.str(i)?.into()),
             kTVMDLTensorHandle => Value::Tensor(NDArray::copy_of(a.tensor(i)?, device)?),
             kTVMObjectHandle | kTVMModuleHandle | kTVMPackedFuncHandle | kTVMNDArrayHandle => match a.object(i)? {
-                Some(o) => Value::from_object(o),
+                // A tensor on another device is copied to the VM's, as upstream's VM does.
+                Some(o) => match Value::from_object(o) {
+                    Value::Tensor(t) if t.device() != device => Value::Tensor(NDArray::copy_of(t.raw(), device)?),
+                    v => v,
+                },
                 None => Value::None,
             },
             code => {
