@@ -144,7 +144,7 @@ def _read_meta(meta: Path) -> tuple[list[TensorInfo], list[TensorInfo]]:
 class _VM:
     """One VM of the model: used by one thread (or session) at a time."""
 
-    __slots__ = ("__weakref__", "_invoke", "_set_input", "module")
+    __slots__ = ("__weakref__", "_direct", "_invoke", "_set_input", "module")
 
     def __init__(self, model: VMModel, debug: bool = False) -> None:
         if model.relax:
@@ -162,9 +162,14 @@ class _VM:
             _ffi.method(self.module, "set_num_threads")(model.num_threads)
         self._set_input = _ffi.method(self.module, "set_input")
         self._invoke = _ffi.method(self.module, "invoke")
+        # A Relax VM's functions take their inputs in the call itself: one call, not two.
+        self._direct = _ffi.method(self.module, model.function) if model.relax else None
 
     def run(self, func: str, arrays: Sequence[np.ndarray]) -> Any:
-        self._set_input(func, *[_tensors.TensorView(a) for a in arrays])
+        views = [_tensors.TensorView(a) for a in arrays]
+        if self._direct is not None:
+            return self._direct(*views)
+        self._set_input(func, *views)
         return self._invoke(func)
 
 
