@@ -1,4 +1,5 @@
-//! The files of `src/` import each other without cycles, at the finest grain: each file is a
+//! The files of `src/` (and of the tool's and the Triton backend's `src/`) import each other
+//! without cycles, at the finest grain: each file is a
 //! module; an import is any `crate::...` or `super::...` path in its code (unit tests aside),
 //! resolved to the deepest file it names. The order of the top-level modules is
 //! docs/ARCHITECTURE.md's, checked by `tests/layers.rs`.
@@ -57,17 +58,16 @@ fn paths_after(code: &str, prefix: &str) -> Vec<String> {
     out
 }
 
-#[test]
-fn src_modules_import_each_other_without_cycles() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mods = modules(&src);
+/// The import edges among the files of the crate whose sources are `src` (its root file `root`).
+fn edges_of(src: &Path, root: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules(src);
     let resolve = |path: &str| -> Option<String> {
         let parts: Vec<&str> = path.split("::").collect();
         (1..=parts.len()).rev().map(|k| parts[..k].join("::")).find(|m| mods.contains_key(m))
     };
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (name, code) in &mods {
-        if name == "lib" {
+        if name == root {
             continue;
         }
         let is_dir_module = src.join(name.replace("::", "/")).join("mod.rs").exists();
@@ -85,15 +85,35 @@ fn src_modules_import_each_other_without_cycles() {
         for t in targets {
             if let Some(t) = resolve(&t) {
                 let related = t == *name || t.starts_with(&format!("{name}::")) || name.starts_with(&format!("{t}::"));
-                if !related && t != "lib" {
+                if !related && t != root {
                     edges.entry(name.clone()).or_default().insert(t);
                 }
             }
         }
     }
+    edges
+}
+
+#[test]
+fn src_modules_import_each_other_without_cycles() {
+    let edges = edges_of(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), "lib");
     if let Some(cycle) = circle(&edges) {
         panic!("an import cycle among src/ modules: {}", cycle.join(" -> "));
     }
     // The check sees imports at all: the executor's plan imports the graph.
     assert!(edges["executor::plan"].contains("graph"), "{:?}", edges.get("executor::plan"));
+}
+
+/// The tool's and the Triton backend's files likewise (the tool's VM and AOT commands once read
+/// each other).
+#[test]
+fn the_faces_modules_import_each_other_without_cycles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (dir, file) in [("tvmrt/src", "main"), ("triton/src", "lib")] {
+        let edges = edges_of(&root.join(dir), file);
+        if let Some(cycle) = circle(&edges) {
+            panic!("an import cycle among {dir} modules: {}", cycle.join(" -> "));
+        }
+        assert!(!edges.is_empty(), "{dir}: no imports seen");
+    }
 }

@@ -2,7 +2,7 @@
 //! blob, then run as the VM's programs are (`vm.rs`): inputs in, one call, outputs out. What the
 //! VM's commands need of them is here: the executor their factory makes, its inputs, a run.
 
-use crate::vm::{Engine, VmModel};
+use crate::request_model::{Engine, VmModel};
 use crate::ModelArgs;
 use std::path::{Path, PathBuf};
 use tvm_runtime::dlpack::DLDevice;

@@ -7,6 +7,7 @@ mod bench;
 mod bundled;
 mod commands;
 mod model;
+mod request_model;
 mod rpc_server;
 mod tensors;
 mod vm;

@@ -4,6 +4,7 @@
 //! the model accepts come from files (`--input NAME=FILE`, `--inputs FILE.npz`); a fixture folder's
 //! recorded inputs are used when none are given, and its outputs checked.
 
+use crate::request_model::{Engine, VmModel};
 use crate::tensors::{self, HostTensor};
 use crate::{InputArgs, ModelArgs, ProfileArgs, RunArgs};
 use serde_json::{json, Value};
@@ -25,31 +26,6 @@ const BLOB_MARKS: [&[u8]; 3] = [
     b"\x12\x00\x00\x00\x00\x00\x00\x00relax.VMExecutable",
 ];
 const VM_MAGIC: u64 = 0xD225_DE2F_4214_151D;
-
-/// A model run in one call per request: a Relay VM executable, or an AOT executor artefact
-/// (`aot.rs`), which the commands here run alike.
-pub struct VmModel {
-    pub dir: PathBuf,
-    pub label: String,
-    /// The executable, or the AOT artefact's factory.
-    pub exe: ObjRef<Module>,
-    pub params: Vec<String>,
-    pub device: DLDevice,
-    pub engine: Engine,
-    /// The inputs' dtypes and shapes, where the model records them (an AOT artefact's metadata;
-    /// a VM executable records none).
-    pub layouts: Vec<(tvm_runtime::dlpack::DLDataType, Vec<i64>)>,
-    /// The outputs' names where the model records them (an AOT artefact's metadata); else the
-    /// k-th is `output_k`, as for graph models.
-    pub output_names: Vec<String>,
-}
-
-/// What runs the model: the VM's interpreter, or an AOT executor the factory's named function
-/// makes.
-pub enum Engine {
-    Vm,
-    Aot(String),
-}
 
 fn holds_vm(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| BLOB_MARKS.iter().any(|m| b.windows(m.len()).any(|w| w == *m)))
