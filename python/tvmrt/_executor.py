@@ -7,15 +7,29 @@ from __future__ import annotations
 import ctypes
 import json
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
 from . import _ffi, _tensors, errors
 from ._artifacts import TensorInfo
 
-if TYPE_CHECKING:
-    from .model import Model
+
+class ExecutorModel(Protocol):
+    """What an executor reads of the model that made it (:class:`tvmrt.Model`, which imports this
+    module: described here rather than imported back)."""
+
+    @property
+    def device(self) -> _ffi.Device: ...
+    @property
+    def outputs(self) -> list[TensorInfo]: ...
+    @property
+    def _all_inputs(self) -> list[TensorInfo]: ...
+    @property
+    def _input_indices(self) -> dict[str, int]: ...
+    @property
+    def _data_input_indices(self) -> list[int]: ...
+    def _input_index(self, key: int | str) -> int: ...
 
 
 class Slot:
@@ -73,11 +87,11 @@ class Executor:
         "views",
     )
 
-    def __init__(self, model: Model, module: _ffi.Handle) -> None:
+    def __init__(self, model: ExecutorModel, module: _ffi.Handle) -> None:
         self.module = module
         # Weakly: the model keeps its executors, never the other way round (no cycle, so a model
         # nobody holds is freed at once, its memory with it).
-        self.model: Model = weakref.proxy(model)  # type: ignore[assignment]
+        self.model: ExecutorModel = weakref.proxy(model)
         fn = self.function
         self._set, self._run, self._get_output, self._get_input = (
             fn("set_input"),

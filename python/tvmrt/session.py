@@ -6,17 +6,36 @@ from __future__ import annotations
 import statistics
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from . import _ffi, _tensors, errors
+from ._artifacts import TensorInfo
 from ._devices import device_of, looks_like_device
-from ._executor import Executor
+from ._executor import Executor, ExecutorModel
 from .profiling import TVM_LOOP_TUNING, BenchmarkResult
 
-if TYPE_CHECKING:
-    from .model import Model
+
+class SessionModel(ExecutorModel, Protocol):
+    """What a session reads of its model (:class:`tvmrt.Model`, which imports this module:
+    described here rather than imported back)."""
+
+    @property
+    def inputs(self) -> list[TensorInfo]: ...
+    @property
+    def _weights_version(self) -> int: ...
+    @property
+    def _closed(self) -> bool: ...
+    def _output_index(self, key: int | str) -> int: ...
+    def _acquire(self, session: Session) -> tuple[Executor, int]: ...
+    def _release(self, ex: Executor) -> None: ...
+    def _reshare(self, ex: Executor) -> int: ...
+    def get_num_outputs(self) -> int: ...
+    def get_num_inputs(self) -> int: ...
+    def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]: ...
+    def get_input_index(self, name: str) -> int: ...
+
 
 _FORMS = (
     "inputs by name (run({'data': x}) or run(data=x)), one array for a model of one input (run(x)), "
@@ -87,7 +106,9 @@ def _is_array(value: Any) -> bool:
     )
 
 
-def feeds(model: Model, args: Sequence[Any], named: Mapping[str, Any]) -> tuple[dict[Any, Any], list[int] | None]:
+def feeds(
+    model: SessionModel, args: Sequence[Any], named: Mapping[str, Any]
+) -> tuple[dict[Any, Any], list[int] | None]:
     """The inputs a call gave, by name or index, in any of the accepted forms; and the outputs it
     asked for (ONNX Runtime's output names), or None for all."""
     data = model.inputs
@@ -134,10 +155,10 @@ class Session:
     Made by :meth:`Model.session` (a context manager: the executor goes back to the model when the
     ``with`` ends, or when the session is collected); ends when the model is closed."""
 
-    def __init__(self, model: Model, weak: bool = False) -> None:
+    def __init__(self, model: SessionModel, weak: bool = False) -> None:
         # A session the model keeps for a thread holds the model weakly (no cycle); one a caller
         # holds keeps the model alive.
-        self._model: Model = weakref.proxy(model) if weak else model  # type: ignore[assignment]
+        self._model: SessionModel = weakref.proxy(model) if weak else model
         self._executor: Executor | None = None
         self._executor, self._weights = model._acquire(self)
 
