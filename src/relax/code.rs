@@ -186,3 +186,40 @@ pub fn decode(image: &Image) -> Result<Code> {
     }
     Ok(d.code)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relax::image::{FuncInfo, MAGIC_V1};
+
+    /// One function of two instructions: a Goto by `offset`, then `ret %void`.
+    fn goto_then_ret(offset: i64) -> Image {
+        let main = FuncInfo {
+            kind: FuncKind::Bytecode,
+            name: "main".into(),
+            start: 0,
+            end: 2,
+            num_args: 0,
+            registers: 1,
+            params: vec![],
+        };
+        Image {
+            magic: MAGIC_V1,
+            functions: vec![main],
+            scopes: vec![],
+            constants: vec![],
+            instr_offsets: vec![0, 2],
+            words: vec![3, offset, 2, VOID],
+        }
+    }
+
+    #[test]
+    fn jumps_go_forward_only() {
+        assert!(decode(&goto_then_ret(1)).is_ok());
+        // A jump to itself would spin for ever; one backwards too.
+        for offset in [0, -1, 2] {
+            let e = decode(&goto_then_ret(offset)).unwrap_err().to_string();
+            assert!(e.contains("leaves the function"), "{offset}: {e}");
+        }
+    }
+}
