@@ -98,9 +98,6 @@ pub fn as_python(exe: &Executable) -> String {
 
 /// What the tool's `inspect` shows (`tvmrt.describe`, the key names the Relay VM's use).
 pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
-    use super::image::Constant;
-    let constant_bytes: usize =
-        exe.image.constants.iter().map(|c| if let Constant::Tensor(t) = c { t.nbytes() } else { 0 }).sum();
     let relax = exe.image.functions.iter().filter(|f| f.kind != FuncKind::Packed);
     let kernels = exe
         .image
@@ -119,7 +116,7 @@ pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
             "name": f.name, "params": f.params, "registers": f.registers, "inputs": inputs,
             "instructions": (f.end - f.start).max(0)})}).collect::<Vec<_>>(),
         "constants": exe.image.constants.len(),
-        "constant_bytes": constant_bytes,
+        "constant_bytes": constant_bytes(exe),
         "constant_shapes": exe.image.constants.iter().map(|c| c.describe()).collect::<Vec<_>>(),
         "late_bound": [],
         "primitives": kernels.map(|f| f.name.as_str()).collect::<Vec<_>>(),
@@ -130,16 +127,12 @@ pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
 /// What the executable and its VMs hold (`tvmrt.memory_usage`): its constants, and each
 /// device's storage pool.
 pub fn memory(exe: &Executable) -> serde_json::Value {
-    let d = describe(exe, true);
-    let pools: Vec<serde_json::Value> = exe
-        .pools
-        .all()
-        .iter()
-        .map(|p| {
-            let u = p.usage();
-            serde_json::json!({"device": crate::profiling::device_name(p.device()), "blocks": u.blocks,
-                "bytes": u.bytes, "busy_blocks": u.busy_blocks, "busy_bytes": u.busy_bytes})
-        })
-        .collect();
-    serde_json::json!({"constants": d["constant_bytes"], "constants_on_devices": 0, "pools": pools})
+    serde_json::json!({"constants": constant_bytes(exe), "constants_on_devices": 0,
+        "pools": crate::vm::text::pools(&exe.pools)})
+}
+
+/// The bytes of the executable's constant tensors.
+fn constant_bytes(exe: &Executable) -> usize {
+    use super::image::Constant;
+    exe.image.constants.iter().map(|c| if let Constant::Tensor(t) = c { t.nbytes() } else { 0 }).sum()
 }

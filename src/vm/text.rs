@@ -192,8 +192,12 @@ pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
 /// copies on devices, and each device's storage pool.
 pub fn memory(exe: &Executable) -> serde_json::Value {
     let (host, copies) = exe.constants.bytes();
-    let pools: Vec<serde_json::Value> = exe
-        .pools
+    serde_json::json!({"constants": host, "constants_on_devices": copies, "pools": pools(&exe.pools)})
+}
+
+/// Each device's storage pool as the memory reports show it (the Relay and the Relax VM's).
+pub fn pools(pools: &crate::vm::storage::Pools) -> Vec<serde_json::Value> {
+    pools
         .all()
         .iter()
         .map(|p| {
@@ -201,6 +205,5 @@ pub fn memory(exe: &Executable) -> serde_json::Value {
             serde_json::json!({"device": crate::profiling::device_name(p.device()), "blocks": u.blocks,
                 "bytes": u.bytes, "busy_blocks": u.busy_blocks, "busy_bytes": u.busy_bytes})
         })
-        .collect();
-    serde_json::json!({"constants": host, "constants_on_devices": copies, "pools": pools})
+        .collect()
 }
