@@ -38,6 +38,16 @@ void tvmrt_threading_set_max_concurrency(int value);
 int tvmrt_threading_num_threads(void);
 void tvmrt_threading_reset(void);
 
+// src/tvm_ffi/module.rs: what a module object made for libtvm_ffi (cxx/ffi_module.cc) asks of
+// the module it holds (`module`, our count; `handle`, the object). 0, or -1 with the last error.
+int tvmrt_ffi_module_property_mask(void* module);
+int tvmrt_ffi_module_get_function(void* module, void* handle, const char* name, size_t len, void** out);
+int tvmrt_ffi_module_implements(void* module, void* handle, const char* name, size_t len, int* found);
+int tvmrt_ffi_module_import(void* module, void* handle, void* other);
+int tvmrt_ffi_module_clear_imports(void* module, void* handle);
+void tvmrt_ffi_module_release(void* module, void* imports, void* lookup_cache);
+int tvmrt_ffi_empty_array(void** out);
+
 // ---- Defined in C++ (cxx/modules.cc, cxx/packed.cc), called by Rust. ----
 
 // The vtable pointer core modules carry 8 bytes before their object header.

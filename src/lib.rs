@@ -30,7 +30,8 @@
 //! - the faces: `globals` (the built-in global functions), [`capi`] (every exported `extern "C"`
 //!   function of TVM's classic C API: thin, it checks and converts arguments, calls the core, and
 //!   maps errors to `-1` + `TVMGetLastError`; panics never cross it; [`init`] is the one init
-//!   point), `cxx` (what the C++ layer calls).
+//!   point), `cxx` (what the C++ layer calls), [`tvm_ffi`] (beside upstream's `libtvm_ffi.so`:
+//!   what upstream's runtime registers there, our modules and functions as its objects).
 
 //! ## Where `unsafe` lives
 //!
@@ -42,6 +43,8 @@
 //!   contracts promise more than a call: zero-copy tensors, files to map),
 //!   `src/packed/containers.rs`, `src/packed/function.rs`, `src/packed/value.rs`;
 //! - the C++ layer: what it defines (`src/cxx_abi.rs`) and what it calls (`src/cxx/`);
+//! - beside upstream's `libtvm_ffi.so`: `src/tvm_ffi/` (its C ABI found in the process and
+//!   called; its objects' cells read; ours handed to it by count);
 //! - loading compiled code: `src/library/mod.rs`, `src/library/context.rs`,
 //!   `src/library/symbols.rs`, `src/library/linked.rs` (weights linked into a library),
 //!   `src/library/opencl.rs` (a packed call's buffer handles launched as OpenCL kernels),
@@ -137,6 +140,8 @@ pub mod rpc;
 mod stream;
 pub mod tensor;
 pub mod time_evaluator;
+/// cbindgen:ignore
+pub mod tvm_ffi;
 /// cbindgen:ignore
 pub mod vm;
 

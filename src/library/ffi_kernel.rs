@@ -31,7 +31,7 @@ fn cell(type_index: i32, value: u64) -> TVMFFIAny {
 }
 
 /// One classic argument as a cell (borrowed: the cell points at what the argument points at).
-fn to_cell(a: &Args<'_>, i: usize) -> Result<TVMFFIAny> {
+pub(crate) fn to_cell(a: &Args<'_>, i: usize) -> Result<TVMFFIAny> {
     let v = a.raw_values()[i];
     // SAFETY: each arm reads the union member its type code says the value holds.
     Ok(unsafe {

@@ -501,6 +501,14 @@ impl ArgsBuilder {
         self.push(TVMValue::NULL, kTVMNullptr)
     }
 
+    /// A plain DLTensor (type code 7), borrowed for the call.
+    ///
+    /// # Safety
+    /// `t` must be a well-formed tensor whose bytes live, unchanged by others, for the call.
+    pub unsafe fn dl_tensor(&mut self, t: *mut DLTensor) -> &mut Self {
+        self.push(TVMValue { v_handle: t.cast() }, kTVMDLTensorHandle)
+    }
+
     /// A copy of `bytes` (type code 12).
     pub fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
         let data: Box<[u8]> = bytes.into();

@@ -1,0 +1,175 @@
+"""TVM 0.25-0.27's own Python package (runtime only, on upstream's libtvm_ffi.so from the
+apache-tvm-ffi wheel) on this project's libtvm_runtime.so, running the Relax executables that
+version made (tests/fixtures/relax/<version>): `tvm.runtime.load_module` and
+`tvm.runtime.vm.VirtualMachine`, as a deployment does; every case byte-equal to that version's own
+runtime. scripts/test_relax_python.sh runs it once per version."""
+
+import os
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm.runtime import vm as relax_vm
+
+VERSION = ".".join(tvm.__version__.split(".")[:2])
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "relax" / VERSION
+MODELS = sorted(p.name for p in FIXTURES.iterdir())
+
+
+def mapped_libraries():
+    return [line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith(".so")]
+
+
+def test_the_runtime_is_ours_beside_upstreams_ffi():
+    ours = os.path.realpath(os.path.join(os.environ["TVM_LIBRARY_PATH"], "libtvm_runtime.so"))
+    runtimes = {os.path.realpath(p) for p in mapped_libraries() if os.path.basename(p) == "libtvm_runtime.so"}
+    assert runtimes == {ours}
+    ffi = {os.path.realpath(p) for p in mapped_libraries() if os.path.basename(p) == "libtvm_ffi.so"}
+    assert ffi == {os.path.realpath(os.path.join(os.path.dirname(tvm_ffi.__file__), "lib", "libtvm_ffi.so"))}
+
+
+def manifest(model):
+    cases, case = [], None
+    for line in (FIXTURES / model / "manifest.txt").read_text().splitlines():
+        t = line.split()
+        if not t:
+            continue
+        if t[0] == "case":
+            case = {"inputs": [], "outputs": []}
+            cases.append(case)
+        elif t[0] in ("input", "output"):
+            dtype, rest = (t[2], t[3:]) if t[0] == "input" else (t[1], t[2:])
+            nd = int(rest[0])
+            shape = [int(d) for d in rest[1 : 1 + nd]]
+            a = np.fromfile(FIXTURES / model / rest[1 + nd], dtype=dtype).reshape(shape)
+            case[t[0] + "s"].append(a)
+    return cases
+
+
+def flatten(o, out):
+    if hasattr(o, "numpy"):
+        out.append(o.numpy())
+    else:
+        for x in o:
+            flatten(x, out)
+    return out
+
+
+def load(model):
+    return relax_vm.VirtualMachine(tvm.runtime.load_module(str(FIXTURES / model / "model.so")), tvm.cpu())
+
+
+def check(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert g.tobytes() == w.tobytes()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_case_matches(model):
+    vm = load(model)
+    for case in manifest(model):
+        check(flatten(vm["main"](*[tvm.runtime.tensor(a) for a in case["inputs"]]), []), case["outputs"])
+
+
+@pytest.mark.parametrize("memory", ["naive", "pooled"])
+def test_both_allocators(memory):
+    model = "mlp_bound"
+    vm = relax_vm.VirtualMachine(tvm.runtime.load_module(str(FIXTURES / model / "model.so")), tvm.cpu(), memory)
+    for case in manifest(model):
+        check(flatten(vm["main"](*[tvm.runtime.tensor(a) for a in case["inputs"]]), []), case["outputs"])
+
+
+def test_the_executable_and_its_library():
+    exe = tvm.runtime.load_module(str(FIXTURES / "mlp_args" / "model.so"))
+    assert exe.kind == "relax.VMExecutable"
+    assert [m.kind for m in exe.imports] == ["library"]
+    assert exe.implements_function("vm_load_executable")
+    assert not exe.implements_function("no_such_function")
+    assert "main" in exe["as_text"]()
+    assert exe["has_function"]("main") and not exe["has_function"]("nope")
+
+
+def test_stateful_calls_and_saved_functions():
+    model = "tuple_mixed"
+    case = manifest(model)[0]
+    vm = load(model)
+    vm.set_input("main", tvm.runtime.tensor(case["inputs"][0]))
+    vm.invoke_stateful("main")
+    check(flatten(vm.get_outputs("main"), []), case["outputs"])
+    vm.save_function("main", "main_saved", tvm.runtime.tensor(case["inputs"][0]))
+    again = flatten(vm["main_saved"](), [])
+    assert again[0].tobytes() == case["outputs"][0].tobytes()
+
+
+def test_parameter_names_and_arity():
+    vm = load("mlp_args")
+    assert vm._get_function_arity("main") == 4
+    assert [vm._get_function_param_name("main", i) for i in range(4)] == ["x", "w1", "b1", "w2"]
+
+
+def test_one_vm_from_threads():
+    model = "mlp_args"
+    cases = manifest(model)
+    vm = load(model)
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(200):
+                case = cases[(t + i) % len(cases)]
+                got = vm["main"](*[tvm.runtime.tensor(a) for a in case["inputs"]]).numpy()
+                assert got.tobytes() == case["outputs"][0].tobytes()
+        except Exception as e:  # noqa: BLE001 - collected and reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_wrong_arguments_are_errors_that_name_them():
+    model = "mlp_args"
+    case = manifest(model)[0]
+    vm = load(model)
+    # InternalError (a RuntimeError), as upstream raises it.
+    with pytest.raises(RuntimeError, match="expects 4 arguments"):
+        vm["main"](tvm.runtime.tensor(case["inputs"][0]))
+    bad = [tvm.runtime.tensor(a) for a in case["inputs"]]
+    bad[1] = tvm.runtime.tensor(np.zeros((3, 3), "float32"))
+    with pytest.raises(RuntimeError, match="w1"):
+        vm["main"](*bad)
+    with pytest.raises(Exception, match="Unknown function"):
+        vm.save_function("no_such_function", "x")
+    # The VM still answers after each error.
+    check(flatten(vm["main"](*[tvm.runtime.tensor(a) for a in case["inputs"]]), []), case["outputs"])
+
+
+def test_a_kernel_error_is_an_exception():
+    exe = tvm.runtime.load_module(str(FIXTURES / "mlp_args" / "model.so"))
+    matmul = exe.imports[0]["matmul"]
+    with pytest.raises(Exception, match="matmul"):
+        matmul(tvm.runtime.tensor(np.zeros((2, 2), "float32")))
+
+
+def test_a_host_tensor_not_aligned_as_ours_is_read_right():
+    model = "mlp_bound"
+    case = manifest(model)[0]
+    vm = load(model)
+    # A numpy array handed over through DLPack, 16 bytes past a 64-byte boundary: passed as it is
+    # for the call, not shared as the runtime's own tensors are.
+    x = case["inputs"][0]
+    buf = np.empty(x.nbytes + 128, dtype=np.uint8)
+    start = (-buf.ctypes.data) % 64 + 16
+    view = buf[start : start + x.nbytes].view(x.dtype).reshape(x.shape)
+    view[...] = x
+    assert view.ctypes.data % 64 == 16
+    got = vm["main"](tvm_ffi.from_dlpack(view)).numpy()
+    assert got.tobytes() == case["outputs"][0].tobytes()
