@@ -35,6 +35,13 @@ pub unsafe extern "C" fn ffi_error_set_raised(kind: *const c_char, message: *con
     });
 }
 
+/// `TVMFFIErrorSetRaisedFromCStrParts` of upstream's libtvm_ffi when the process has it (set by
+/// the tvm-ffi face as it binds): a kernel of a library libtvm_ffi loaded may have bound its
+/// import of that name to ours (a host that put this runtime first), and libtvm_ffi, which called
+/// it, looks for the error in its own state.
+pub static ALSO_RAISE_IN: once_cell::sync::OnceCell<unsafe extern "C" fn(*const c_char, *const *const c_char, i32)> =
+    once_cell::sync::OnceCell::new();
+
 /// The same with the message in parts (what TVM 0.22 and later kernels call directly).
 #[no_mangle]
 pub unsafe extern "C" fn TVMFFIErrorSetRaisedFromCStrParts(
@@ -42,6 +49,10 @@ pub unsafe extern "C" fn TVMFFIErrorSetRaisedFromCStrParts(
     parts: *const *const c_char,
     num_parts: i32,
 ) {
+    if let Some(theirs) = ALSO_RAISE_IN.get() {
+        // SAFETY: the caller's arguments, passed on as they came.
+        unsafe { theirs(kind, parts, num_parts) };
+    }
     let _ = std::panic::catch_unwind(|| {
         let mut message = String::new();
         if !parts.is_null() {

@@ -60,6 +60,7 @@ pub struct Api {
     pub string_from_byte_array: unsafe extern "C" fn(*const TVMByteArray, *mut TVMFFIAny) -> Status,
     pub bytes_from_byte_array: unsafe extern "C" fn(*const TVMByteArray, *mut TVMFFIAny) -> Status,
     pub register_context_symbol: unsafe extern "C" fn(*const c_char, *mut c_void) -> Status,
+    pub error_set_raised_from_parts: unsafe extern "C" fn(*const c_char, *const *const c_char, i32),
     /// What kernels of libraries libtvm_ffi loads must reach in libtvm_ffi itself (the module a
     /// library's context points at is its own), by slot name; `TVMFFIHandleInitOnce` came in 0.1.5.
     pub own_context: Vec<(&'static str, *mut c_void)>,
@@ -171,6 +172,7 @@ impl Api {
                 string_from_byte_array: f!(c"TVMFFIStringFromByteArray"),
                 bytes_from_byte_array: f!(c"TVMFFIBytesFromByteArray"),
                 register_context_symbol: f!(c"TVMFFIEnvModRegisterContextSymbol"),
+                error_set_raised_from_parts: f!(c"TVMFFIErrorSetRaisedFromCStrParts"),
                 own_context,
                 globals: Mutex::new(HashMap::new()),
             })

@@ -21,6 +21,7 @@ pub fn bind() -> bool {
     *BOUND.get_or_init(|| match api::api() {
         Some(api) => {
             crate::capi::init();
+            let _ = crate::capi::ffi::ALSO_RAISE_IN.set(api.error_set_raised_from_parts);
             globals::register(api);
             true
         }
