@@ -196,6 +196,65 @@ fn stateful_calls_and_metadata() {
     .contains("cannot return a tuple"));
 }
 
+/// The profiler VM (`vm_profiler_load_executable`): `profile(name, args...)` times one call's
+/// kernels and builtins as upstream's report; `profile_rpc` gives the same JSON for the inputs
+/// `set_input` gave; the plain VM has neither.
+#[test]
+fn the_profiler_vm_reports_each_kernel_call() {
+    let f = fixture("0.27", "mlp_args");
+    let exe = load(&f.dir);
+    assert!(Module::get_function(&make_vm(&exe), "profile", false).unwrap().is_none());
+    let vm: ObjRef<Module> = call(&exe, "vm_profiler_load_executable", |_| {}).unwrap().into_object().unwrap();
+    call(&vm, "vm_initialization", |a| {
+        a.int(1).int(0).int(2);
+    })
+    .unwrap();
+    let inputs = &f.cases[0].inputs;
+    let report = call(&vm, "profile", |a| {
+        a.str("main");
+        for t in inputs {
+            a.object(host_array(t).into_any());
+        }
+    })
+    .unwrap()
+    .into_object::<tvm_runtime::profiling::objects::ReportObj>()
+    .unwrap();
+    let report = tvm_runtime::profiling::Report::from_object(&report).unwrap();
+    let name = |c: &tvm_runtime::profiling::Metrics| match tvm_runtime::profiling::metric(c, "Name") {
+        Some(tvm_runtime::profiling::Metric::Str(s)) => s.clone(),
+        other => panic!("{other:?}"),
+    };
+    let names: Vec<String> = report.calls.iter().map(name).collect();
+    // The model's four kernels, once each, in the order the function calls them.
+    let kernels: Vec<&str> = names.iter().map(String::as_str).filter(|n| !n.starts_with("vm.builtin.")).collect();
+    assert_eq!(kernels, ["shape_func", "matmul", "add", "relu", "matmul1"], "{names:?}");
+    assert!(names.iter().any(|n| n == "vm.builtin.alloc_storage"), "{names:?}");
+    let matmul = report.calls.iter().find(|c| name(c) == "matmul").unwrap();
+    match tvm_runtime::profiling::metric(matmul, "Argument Shapes") {
+        Some(tvm_runtime::profiling::Metric::Str(s)) => {
+            assert_eq!(s, "float32[1, 16], float32[16, 32], float32[1, 32]")
+        }
+        other => panic!("{other:?}"),
+    }
+    call(&vm, "set_input", |a| {
+        a.str("main");
+        for t in inputs {
+            a.object(host_array(t).into_any());
+        }
+    })
+    .unwrap();
+    let RetValue::Str(json) = call(&vm, "profile_rpc", |a| {
+        a.str("main");
+    })
+    .unwrap() else {
+        panic!()
+    };
+    let again = tvm_runtime::profiling::json::from_json(&json).unwrap();
+    assert_eq!(again.calls.iter().map(name).collect::<Vec<_>>(), names);
+    // The VM still answers as a VM.
+    check(&f, 0, run_main(&vm, inputs).unwrap());
+}
+
 /// A tvm-ffi kernel's own argument check raises through TVMFFIErrorSetRaisedFromCStrParts: an
 /// error with its message, and the process lives.
 #[test]

@@ -101,6 +101,8 @@ impl Builtin {
 pub struct CallCtx {
     pub heaps: Vec<ObjRef<NDArray>>,
     pub depth: usize,
+    /// The profiler's record of this call's kernel and builtin calls, when it is profiled.
+    pub recorder: Option<crate::vm::profiler::Recorder>,
 }
 
 /// What the builtins need of the machine running them.

@@ -206,6 +206,24 @@ impl Machine {
         out
     }
 
+    /// `invoke` with every kernel and builtin call timed (the profiler VM's `profile`): the
+    /// result and upstream's report of the calls, with each device's total.
+    pub fn invoke_profiled(&self, func: usize, args: Vec<Value>) -> Result<(Value, crate::profiling::Report)> {
+        let mut cx = CallCtx { recorder: Some(Default::default()), ..Default::default() };
+        let totals =
+            self.devices.iter().map(|&d| Ok((d, crate::profiling::Timer::start(d)?))).collect::<Result<Vec<_>>>()?;
+        let out = match self.targets[func] {
+            Target::Bytecode => self.run(func, args, &mut cx),
+            _ => self.call_index(func, &args, &mut cx),
+        }?;
+        let ends = totals.iter().rev().map(|(d, t)| Ok((*d, t.stop()?))).collect::<Result<Vec<_>>>()?;
+        let ends: Vec<_> = ends.into_iter().rev().collect();
+        for (pool, _) in &self.storage {
+            pool.end();
+        }
+        Ok((out, cx.recorder.take().expect("set above").report(&ends)))
+    }
+
     /// Calls a function value a host holds (`invoke_closure`).
     pub fn invoke_value(&self, f: &Value, args: &[Value]) -> Result<Value> {
         builtins::Machine::call_value(self, f, args, &mut CallCtx::default())
@@ -227,6 +245,7 @@ impl Machine {
     fn call_index(&self, func: usize, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
         let name = || &self.exe.image.functions[func].name;
         match &self.targets[func] {
+            Target::Builtin(_) | Target::Packed(_) if cx.recorder.is_some() => self.call_timed(func, args, cx),
             Target::Builtin(b) => b.call(self, args, cx).map_err(|e| e.context(name().to_string())),
             Target::Packed(p) => self.call_packed(p, args).map_err(|e| e.context(format!("calling '{}'", name()))),
             Target::Bytecode => {
@@ -239,6 +258,31 @@ impl Machine {
                 r
             }
         }
+    }
+
+    /// A kernel's or builtin's call, timed on the first device, with its tensors' shapes.
+    fn call_timed(&self, func: usize, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
+        let device = self.first_device();
+        let started = crate::profiling::Timer::start(device)?;
+        let mut recorder = cx.recorder.take();
+        let out = match &self.targets[func] {
+            Target::Builtin(b) => b.call(self, args, cx),
+            Target::Packed(p) => self.call_packed(p, args),
+            Target::Bytecode => unreachable!("only kernels and builtins are timed"),
+        };
+        let name = &self.exe.image.functions[func].name;
+        let tensors: Vec<ObjRef<NDArray>> = args
+            .iter()
+            .filter_map(|a| match a {
+                Value::Tensor(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Some(r) = &mut recorder {
+            r.stop_call(name, device, started, &tensors, &[])?;
+        }
+        cx.recorder = recorder;
+        out.map_err(|e| e.context(format!("calling '{name}'")))
     }
 
     /// Interprets bytecode function `func`.

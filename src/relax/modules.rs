@@ -47,9 +47,8 @@ impl ModuleNode for ExecutableModule {
         let exe = self.exe.clone();
         let m = this.clone();
         Ok(Some(match name {
-            "vm_load_executable" | "vm_profiler_load_executable" => {
-                PackedFunc::native(move |_| Ok(VirtualMachine::create(&m)?.into()))
-            }
+            "vm_load_executable" => PackedFunc::native(move |_| Ok(VirtualMachine::create(&m, false)?.into())),
+            "vm_profiler_load_executable" => PackedFunc::native(move |_| Ok(VirtualMachine::create(&m, true)?.into())),
             "stats" => PackedFunc::native(move |_| Ok(text::stats(&exe).into())),
             "as_text" => PackedFunc::native(move |_| Ok(text::as_text(&exe).into())),
             "as_python" => PackedFunc::native(move |_| Ok(text::as_python(&exe).into())),
@@ -88,16 +87,19 @@ pub struct VirtualMachine {
     exe: Arc<Executable>,
     machine: RwLock<Option<Arc<Machine>>>,
     state: Mutex<Stateful>,
+    /// Made by `vm_profiler_load_executable`: answers `profile` and `profile_rpc`.
+    profiler: bool,
 }
 
 impl VirtualMachine {
-    pub fn create(exe_module: &ObjRef<Module>) -> Result<ObjRef<Module>> {
+    pub fn create(exe_module: &ObjRef<Module>, profiler: bool) -> Result<ObjRef<Module>> {
         let exe = executable_of(exe_module).ok_or_else(|| Error::type_err("not a Relax executable"))?;
         Ok(Module::new(VirtualMachine {
             exe_module: exe_module.clone(),
             exe,
             machine: RwLock::default(),
             state: Mutex::default(),
+            profiler,
         }))
     }
 
@@ -226,6 +228,27 @@ impl VirtualMachine {
         }
     }
 
+    /// `profile(func_name, args...)`: one call of the function, each kernel and builtin timed
+    /// (after one untimed call, so the first allocations are not counted), as upstream's report.
+    fn profile(&self, a: &Args<'_>) -> Result<crate::profiling::Report> {
+        let func = self.exe.function(a.str(0)?)?;
+        let m = self.machine()?;
+        let args = Self::values(&m, a, 1)?;
+        m.invoke(func, args.clone())?;
+        Ok(m.invoke_profiled(func, args)?.1)
+    }
+
+    /// `profile_rpc(func_name)`: the same on the inputs `set_input` gave, as the report's JSON.
+    fn profile_rpc(&self, name: &str) -> Result<String> {
+        let func = self.exe.function(name)?;
+        let inputs = self.lock().inputs.get(name).cloned().ok_or_else(|| {
+            Error::value(format!("No inputs set for stateful call of {name}; use `set_input` first."))
+        })?;
+        let m = self.machine()?;
+        m.invoke(func, inputs.clone())?;
+        Ok(crate::profiling::json::to_json(&m.invoke_profiled(func, inputs)?.1))
+    }
+
     fn param_names(&self, name: &str) -> Result<&[String]> {
         Ok(&self.exe.image.functions[self.exe.function(name)?].params)
     }
@@ -261,6 +284,8 @@ impl ModuleNode for VirtualMachine {
                 })
             }
             "invoke_stateful" => with(|vm, a| vm.invoke_stateful(a.str(0)?).map(|_| RetValue::None)),
+            "profile" if self.profiler => with(|vm, a| Ok(RetValue::Object(vm.profile(a)?.to_object().into_any()))),
+            "profile_rpc" if self.profiler => with(|vm, a| Ok(RetValue::Str(vm.profile_rpc(a.str(0)?)?))),
             "get_output" => with(|vm, a| match vm.output(a)? {
                 Value::Tuple(_) => Err(Error::value(
                     "`get_output` cannot return a tuple for RPC compatibility. Please specify another index argument.",

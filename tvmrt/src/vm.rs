@@ -144,10 +144,8 @@ impl VmModel {
             return crate::aot::executor(self);
         }
         let vm = if tvm_runtime::relax::executable_of(&self.exe).is_some() {
-            if debug {
-                return Err(Error::value("profiling a Relax VM's operators is not supported yet"));
-            }
-            call(&self.exe, "vm_load_executable", |_| {})?.into_object::<Module>()?
+            let load = if debug { "vm_profiler_load_executable" } else { "vm_load_executable" };
+            call(&self.exe, load, |_| {})?.into_object::<Module>()?
         } else {
             tvm_runtime::vm::VirtualMachine::create(&self.exe, debug)?
         };

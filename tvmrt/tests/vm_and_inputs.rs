@@ -94,6 +94,15 @@ fn relax_models_of_every_version_run_and_match_their_compilers() {
     let (code, _, err) = tvmrt(&["run", dir.to_str().unwrap(), "--input", &format!("y={}", npy.display())]);
     assert_ne!(code, 0);
     assert!(err.contains("no input named 'y'") && err.contains("x, w1, b1, w2"), "{err}");
+    // `profile`: each kernel and builtin call of the Relax function, in upstream's table.
+    for v in ["0.19", "0.21", "0.27"] {
+        let (code, out, err) = tvmrt(&["profile", fixture(&format!("relax/{v}/conv")).to_str().unwrap()]);
+        assert_eq!(code, 0, "{v}: {err}");
+        assert!(
+            out.contains("conv2d") && out.contains("vm.builtin.alloc_storage") && out.contains("Total"),
+            "{v}: {out}"
+        );
+    }
 }
 
 #[test]
