@@ -1,11 +1,14 @@
-/* Runs a Relay VM model (relay.vm.compile's artefact) with the C API alone: the executable
- * loaded, a VM made from it, each input set at the shape given (any batch, any sequence length),
- * the function invoked, and the tuple of outputs read back.
+/* Runs a VM model with the C API alone: a Relay VM executable (relay.vm.compile's artefact, TVM
+ * 0.8-0.19) or a Relax one (relax.build / tvm.compile + export_library, TVM 0.19-0.27): the
+ * executable loaded, a VM made from it, each input set at the shape given (any batch, any sequence
+ * length), the function invoked, and the tuple of outputs read back. Both VMs answer the same
+ * calls (vm_load_executable, init, set_input, invoke), so nothing here asks which it is.
  *
  *   run_vm MODEL [SHAPES...]
  *
  * MODEL is a folder (relay.vm.compile's two files, lib.so and code.ro, as TVM's docs save them,
- * or one .so holding both, as exported with the bytecode inside) or that .so itself. Each SHAPES
+ * or one .so holding both, as exported with the bytecode inside; a Relax model's one .so) or that
+ * .so itself. Each SHAPES
  * is one invoke on the same VM: the inputs' shapes in order, comma-separated, each optionally with
  * a dtype: `3x16`, `1x5x8`, `3x16,3:int32`; `scalar` is a 0-d input (`3x16,scalar:int64`).
  * Inputs are filled with a fixed pattern, as run_model fills them.
@@ -15,7 +18,8 @@
  * no SHAPES at all a model whose recorded shapes are all fixed runs once at them. Without it, the
  * dtype is float32 unless said.
  *
- *   run_vm tests/fixtures/vm/0.16/mlp_dyn 1x16 3x16    # batch 1, then batch 3, on one VM */
+ *   run_vm tests/fixtures/vm/0.16/mlp_dyn 1x16 3x16    # batch 1, then batch 3, on one VM
+ *   run_vm tests/fixtures/relax/0.27/mlp_bound/model.so 2x16 5x16 */
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 #include <inttypes.h>
 #include <stdio.h>
@@ -50,13 +54,13 @@ static TVMModuleHandle load_executable(const char* path) {
     CHECK(TVMModFree(lib)); /* the executable holds it */
   } else {
     if (folder_library(path, lib_path) != 0) {
-      fprintf(stderr, "%s: no code.ro and no .so: not a Relay VM model folder\n", path);
+      fprintf(stderr, "%s: no code.ro and no .so: not a VM model folder\n", path);
       exit(1);
     }
     CHECK(TVMModLoadFromFile(lib_path, "", &exe));
   }
   if (!has_function(exe, "vm_load_executable")) {
-    fprintf(stderr, "%s holds no Relay VM executable (a graph executor model? run it with run_model)\n", path);
+    fprintf(stderr, "%s holds no VM executable, Relay or Relax (a graph executor model? run it with run_model)\n", path);
     exit(2);
   }
   return exe;
@@ -181,7 +185,8 @@ static int parse_input(const char* text, int64_t* shape, int* ndim, DLDataType* 
   return 0;
 }
 
-/* Prints a result: a tensor, or each field of a tuple (an ADT, nested as the model returns it). */
+/* Prints a result: a tensor, or each field of a tuple, nested as the model returns it (the Relay
+ * VM's tuples are ADTs, the Relax VM's arrays). */
 static void print_result(TVMValue v, int code, const char* label, int* index) {
   int rc;
   if (code == kTVMNDArrayHandle) {
@@ -191,15 +196,27 @@ static void print_result(TVMValue v, int code, const char* label, int* index) {
     CHECK(TVMArrayFree((TVMArrayHandle)v.v_handle));
     return;
   }
+  unsigned type_index;
+  char* key;
+  CHECK(TVMObjectGetTypeIndex(v.v_handle, &type_index));
+  CHECK(TVMObjectTypeIndex2Key(type_index, &key));
+  int adt = !strcmp(key, "runtime.ADT");
   TVMValue a[2] = {v, {.v_int64 = 0}};
   int c[2] = {kTVMObjectHandle, kTVMArgInt};
-  int64_t size = call(NULL, "runtime.GetADTSize", a, c, 1, &rc).v_int64;
+  int64_t size = call(NULL, adt ? "runtime.GetADTSize" : "runtime.ArraySize", a, c, 1, &rc).v_int64;
   for (int64_t i = 0; i < size; i++) {
     a[1].v_int64 = i;
-    TVMValue field = call(NULL, "runtime.GetADTFields", a, c, 2, &rc);
+    TVMValue field = call(NULL, adt ? "runtime.GetADTFields" : "runtime.ArrayGetItem", a, c, 2, &rc);
     print_result(field, rc, label, index);
   }
   CHECK(TVMObjectFree(v.v_handle));
+}
+
+/* A function of the executable, else of the VM (the Relay VM's executable describes its
+ * functions, the Relax VM itself). */
+static TVMValue ask(TVMModuleHandle exe, TVMModuleHandle vm, const char* fn, TVMValue* v, int* c, int n) {
+  int rc;
+  return call(has_function(exe, fn) ? exe : vm, fn, v, c, n, &rc);
 }
 
 /* The inputs of one invoke from its SHAPES (or, with none, the recorded shapes): 0, or 2 with a
@@ -274,7 +291,12 @@ int main(int argc, char** argv) {
   int rc;
   TVMValue name = {.v_str = "main"};
   int str = kTVMStr;
-  int64_t arity = call(exe, "get_function_arity", &name, &str, 1, &rc).v_int64;
+  /* A VM on the CPU, its memory from pools that later invokes reuse (alloc type 2: pooled). */
+  TVMModuleHandle vm = call(exe, "vm_load_executable", NULL, NULL, 0, &rc).v_handle;
+  TVMValue init[3] = {{.v_int64 = kDLCPU}, {.v_int64 = 0}, {.v_int64 = 2}};
+  int init_codes[3] = {kTVMArgInt, kTVMArgInt, kTVMArgInt};
+  call(vm, "init", init, init_codes, 3, &rc);
+  int64_t arity = ask(exe, vm, "get_function_arity", &name, &str, 1).v_int64;
   if (recorded && recorded != arity) {
     fprintf(stderr, "%s/model.meta records %d inputs, but main takes %" PRId64 ": not this model's\n", argv[1], recorded, arity);
     return 1;
@@ -283,11 +305,6 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s records no input shapes (no model.meta): give them, e.g. %s %s 1x16\n", argv[1], argv[0], argv[1]);
     return 2;
   }
-  /* A VM on the CPU, its memory from pools that later invokes reuse (alloc type 2: pooled). */
-  TVMModuleHandle vm = call(exe, "vm_load_executable", NULL, NULL, 0, &rc).v_handle;
-  TVMValue init[3] = {{.v_int64 = kDLCPU}, {.v_int64 = 0}, {.v_int64 = 2}};
-  int init_codes[3] = {kTVMArgInt, kTVMArgInt, kTVMArgInt};
-  call(vm, "init", init, init_codes, 3, &rc);
   for (int k = 2; k < argc || (k == 2 && argc == 2); k++) {
     int64_t shapes[MAX_INPUTS][MAX_DIMS];
     DLTensor inputs[MAX_INPUTS];
@@ -300,7 +317,7 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < arity; i++) {
         TVMValue v[2] = {name, {.v_int64 = i}};
         int c[2] = {kTVMStr, kTVMArgInt};
-        fprintf(stderr, "%s%s", i ? ", " : "", call(exe, "get_function_param_name", v, c, 2, &rc).v_str);
+        fprintf(stderr, "%s%s", i ? ", " : "", ask(exe, vm, "get_function_param_name", v, c, 2).v_str);
       }
       fprintf(stderr, "); %s gives %d shapes\n", spec, n);
       return 2;
