@@ -135,6 +135,15 @@ unsafe fn loaded_path_containing(needle: &str) -> Option<CString> {
     search.1
 }
 
+/// `TVMFFIVersion`.
+#[repr(C)]
+#[derive(Default)]
+struct Version {
+    major: u32,
+    minor: u32,
+    patch: u32,
+}
+
 impl Api {
     unsafe fn from_library(h: *mut c_void) -> Option<Api> {
         // SAFETY: each name is a libtvm_ffi function of the C type it is read as.
@@ -143,6 +152,18 @@ impl Api {
                 let p = libc::dlsym(h, name.as_ptr());
                 (!p.is_null()).then_some(p)
             };
+            // The C ABI below is 0.1.x's; another series may have changed it.
+            let version: unsafe extern "C" fn(*mut Version) = function_pointer(sym(c"TVMFFIGetVersion")?);
+            let mut v = Version::default();
+            version(&mut v);
+            if (v.major, v.minor) != (0, 1) {
+                eprintln!(
+                    "libtvm_runtime: libtvm_ffi {}.{}.{} is loaded; this runtime speaks tvm-ffi 0.1's C ABI and stays \
+                     out of its registry",
+                    v.major, v.minor, v.patch
+                );
+                return None;
+            }
             macro_rules! f {
                 ($name:literal) => {
                     function_pointer(sym($name)?)

@@ -20,8 +20,11 @@ extern "C" {
     fn tvmrt_ffi_module_imports_slot(handle: Handle) -> *mut Handle;
 }
 
-/// Takes what libtvm_ffi appended to a proxy's import array into our module's imports.
+/// Takes what libtvm_ffi appended to a proxy's import array into our module's imports (one
+/// thread at a time: lookups from many threads would otherwise take an import twice).
 fn adopt_imports(api: &'static Api, m: &ObjRef<Module>, handle: Handle) -> Result<()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: a proxy of ours: its slot holds an array object.
     let array = unsafe { *tvmrt_ffi_module_imports_slot(handle) };
     let arr = cell(index::ARRAY, array as u64);

@@ -44,8 +44,8 @@ pub unsafe fn push_arg(api: &'static Api, b: &mut ArgsBuilder, c: &TVMFFIAny) ->
             index::DATA_TYPE => b.dtype(data_type(c.value)),
             index::DEVICE => b.device(device(c.value)),
             index::DL_TENSOR_PTR => b.dl_tensor(c.value as *mut DLTensor),
-            index::SMALL_STR | index::STR | index::RAW_STR => b.str(utf8(text(c).expect("a string cell"))?),
-            index::SMALL_BYTES | index::BYTES | index::BYTE_ARRAY_PTR => b.bytes(text(c).expect("a bytes cell")),
+            index::SMALL_STR | index::STR | index::RAW_STR => b.str(utf8(text(c).ok_or_else(null_text)?)?),
+            index::SMALL_BYTES | index::BYTES | index::BYTE_ARRAY_PTR => b.bytes(text(c).ok_or_else(null_text)?),
             index::TENSOR => match shared_tensor(api, c.value as Handle)? {
                 Some(a) => b.object(a.into_any()),
                 None => b.dl_tensor(cell_of::<DLTensor>(c.value as Handle) as *const DLTensor as *mut DLTensor),
@@ -54,6 +54,10 @@ pub unsafe fn push_arg(api: &'static Api, b: &mut ArgsBuilder, c: &TVMFFIAny) ->
         };
     }
     Ok(())
+}
+
+fn null_text() -> Error {
+    Error::value("a null string")
 }
 
 /// A host's object cell as one of our objects (tensors that cannot be shared are copied).
