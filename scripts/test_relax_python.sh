@@ -5,7 +5,8 @@
 #  - TVM 0.25, 0.26, 0.27 (apache-tvm) on upstream's libtvm_ffi.so from the apache-tvm-ffi wheel
 #    pip resolves for them (0.25 pinned to 0.1.12: its own Python registers a class tvm-ffi 0.1.15
 #    already has, whatever the runtime), tests/python_relax_ffi; and a C++ host built against
-#    that wheel's headers, c_tests/test_relax_tvm_ffi.cc, under valgrind when it is installed.
+#    that wheel's headers, c_tests/test_relax_tvm_ffi.cc, under valgrind when it is installed;
+#  - that C++ host on every apache-tvm-ffi 0.1.x release (scripts/tvm_ffi_versions.sh, 2 MB each).
 # Each package runs from scripts/make_relax_fixtures.sh's venv when there is one, else from a venv
 # of its own (.tvm-cache/relax/venv0XX-runtime: about 130 MB downloaded for 0.19, 110 MB for each
 # of the others). Arguments go to every pytest run (-x, -k ...).
@@ -72,3 +73,6 @@ for version in 0.25.0.post1 0.26.0 0.27.0.post1; do
       --show-leak-kinds=definite "$host" "${fixtures[@]}"
   fi
 done
+
+# The same C++ host on every apache-tvm-ffi 0.1.x release.
+"$repo/scripts/tvm_ffi_versions.sh"
