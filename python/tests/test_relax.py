@@ -84,3 +84,19 @@ def test_one_model_from_threads():
     for t in threads:
         t.join()
     assert not failures, failures
+
+
+@pytest.mark.parametrize("version", ["0.19", "0.21", "0.27"])
+def test_profile(version: str) -> None:
+    """Model.profile on a Relax model: each kernel and builtin call of one run, by name, as
+    upstream's profiler VM reports them; the model still runs right after."""
+    d = RELAX / version / "mlp_args"
+    _, cases = read_cases(d)
+    m = tvmrt.Model(d)
+    feed, want, _ = cases[0]
+    report = m.profile(feed)
+    names = [c["Name"] for c in report.calls]
+    kernels = [n for n in names if not n.startswith("vm.builtin.")]
+    assert {"matmul", "add", "relu", "matmul1"} <= set(kernels), names
+    assert "vm.builtin.alloc_storage" in names, names
+    assert m.run(feed)[0].tobytes() == want[0].tobytes()

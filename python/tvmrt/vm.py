@@ -148,9 +148,8 @@ class _VM:
 
     def __init__(self, model: VMModel, debug: bool = False) -> None:
         if model.relax:
-            if debug:
-                raise errors.InvalidValueError("profiling a Relax VM's operators is not supported yet")
-            self.module = _ffi.method(model._exe, "vm_load_executable")()
+            load = "vm_profiler_load_executable" if debug else "vm_load_executable"
+            self.module = _ffi.method(model._exe, load)()
         else:
             make = "runtime._VirtualMachineDebug" if debug else "runtime._VirtualMachine"
             self.module = _ffi.global_function(make)(model._exe)

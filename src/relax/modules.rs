@@ -230,23 +230,30 @@ impl VirtualMachine {
 
     /// `profile(func_name, args...)`: one call of the function, each kernel and builtin timed
     /// (after one untimed call, so the first allocations are not counted), as upstream's report.
+    /// With no arguments (or one None, as the Relay VM's profiler is called) it runs on the
+    /// inputs `set_input` gave.
     fn profile(&self, a: &Args<'_>) -> Result<crate::profiling::Report> {
-        let func = self.exe.function(a.str(0)?)?;
+        let name = a.str(0)?;
+        let stateful = a.len() == 1 || (a.len() == 2 && a.code(1) == crate::dlpack::kTVMNullptr);
+        if stateful {
+            return self.profile_stateful(name);
+        }
+        let func = self.exe.function(name)?;
         let m = self.machine()?;
         let args = Self::values(&m, a, 1)?;
         m.invoke(func, args.clone())?;
         Ok(m.invoke_profiled(func, args)?.1)
     }
 
-    /// `profile_rpc(func_name)`: the same on the inputs `set_input` gave, as the report's JSON.
-    fn profile_rpc(&self, name: &str) -> Result<String> {
+    /// `profile` on the inputs `set_input` gave (`profile_rpc` returns its JSON).
+    fn profile_stateful(&self, name: &str) -> Result<crate::profiling::Report> {
         let func = self.exe.function(name)?;
         let inputs = self.lock().inputs.get(name).cloned().ok_or_else(|| {
             Error::value(format!("No inputs set for stateful call of {name}; use `set_input` first."))
         })?;
         let m = self.machine()?;
         m.invoke(func, inputs.clone())?;
-        Ok(crate::profiling::json::to_json(&m.invoke_profiled(func, inputs)?.1))
+        Ok(m.invoke_profiled(func, inputs)?.1)
     }
 
     fn param_names(&self, name: &str) -> Result<&[String]> {
@@ -285,7 +292,9 @@ impl ModuleNode for VirtualMachine {
             }
             "invoke_stateful" => with(|vm, a| vm.invoke_stateful(a.str(0)?).map(|_| RetValue::None)),
             "profile" if self.profiler => with(|vm, a| Ok(RetValue::Object(vm.profile(a)?.to_object().into_any()))),
-            "profile_rpc" if self.profiler => with(|vm, a| Ok(RetValue::Str(vm.profile_rpc(a.str(0)?)?))),
+            "profile_rpc" if self.profiler => {
+                with(|vm, a| Ok(RetValue::Str(crate::profiling::json::to_json(&vm.profile_stateful(a.str(0)?)?))))
+            }
             "get_output" => with(|vm, a| match vm.output(a)? {
                 Value::Tuple(_) => Err(Error::value(
                     "`get_output` cannot return a tuple for RPC compatibility. Please specify another index argument.",
