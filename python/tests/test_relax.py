@@ -100,3 +100,13 @@ def test_profile(version: str) -> None:
     assert {"matmul", "add", "relu", "matmul1"} <= set(kernels), names
     assert "vm.builtin.alloc_storage" in names, names
     assert m.run(feed)[0].tobytes() == want[0].tobytes()
+
+
+def test_num_threads() -> None:
+    """num_threads= sets the VM's kernel threads (Serve's replicas pass it); answers unchanged."""
+    d = RELAX / "0.27" / "parallel"
+    _, cases = read_cases(d)
+    for n in (1, 2):
+        m = tvmrt.Model(d, num_threads=n)
+        for feed, want, _ in cases:
+            assert m.run(feed)[0].tobytes() == want[0].tobytes()

@@ -358,6 +358,46 @@ def test_a_relay_vm_model_serves_any_batch_as_it_is(app):
     serve.delete("vm")
 
 
+def test_relax_models_serve_and_answer_as_their_compilers(app):
+    """Relax executables (TVM 0.19, 0.21, 0.27): the protocol's metadata from the executable's own
+    checks (a symbolic batch as -1), requests at any batch its function takes, every fixture case
+    answered as that version's runtime answered it."""
+    relax = FIXTURES / "relax"
+    url_base = app[1].rsplit("/", 1)[0]
+    for version in ("0.19", "0.21", "0.27"):
+        d = relax / version / "mlp_bound"
+        name = "relax" + version.replace(".", "")
+        handle = serve.run(
+            tserve.deployment(str(d), name=name, concurrency=2, ray_actor_options={"num_cpus": 0}),
+            name=name,
+            route_prefix="/" + name,
+        )
+        url = f"{url_base}/{name}"
+        meta = requests.get(f"{url}/v2/models/{name}", timeout=60).json()
+        assert meta["platform"] == "tvm_relax_vm", meta
+        assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 16]}], meta
+        direct = tvmrt.Model(d)
+        for case in (d / "manifest.txt").read_text().split("case ")[1:]:
+            lines = [line.split() for line in case.splitlines()[1:]]
+            x_line = next(t for t in lines if t[0] == "input")
+            out_line = next(t for t in lines if t[0] == "output")
+            shape = [int(v) for v in x_line[4 : 4 + int(x_line[3])]]
+            x = np.fromfile(d / x_line[-1], dtype="float32").reshape(shape)
+            want = np.fromfile(d / out_line[-1], dtype="float32")
+            got = handle.infer.remote({"x": x}).result()
+            assert got[0].tobytes() == want.tobytes(), (version, shape)
+            body = {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "data": x.ravel().tolist()}]}
+            r = requests.post(f"{url}/v2/models/{name}/infer", json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            answer = np.asarray(r.json()["outputs"][0]["data"], np.float32)
+            np.testing.assert_array_equal(answer, direct.run(x)[0].ravel())
+        # A request of another width is the client's mistake, named.
+        body = {"inputs": [{"name": "x", "shape": [2, 15], "datatype": "FP32", "data": [0.5] * 30}]}
+        r = requests.post(f"{url}/v2/models/{name}/infer", json=body, timeout=60)
+        assert r.status_code == 400 and "'x'" in r.json()["error"], r.text
+        serve.delete(name)
+
+
 def test_an_aot_model_serves_its_shape_and_describes_itself(app):
     """An AOT artefact (Executor("aot")): served as it is built, its inputs and outputs in the
     protocol's metadata from the library's own, a request of another shape the client's mistake."""

@@ -20,6 +20,7 @@ use crate::packed::{Args, PackedFunc, RetValue};
 use crate::vm::storage::Allocator;
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub struct ExecutableModule {
@@ -89,6 +90,8 @@ pub struct VirtualMachine {
     state: Mutex<Stateful>,
     /// Made by `vm_profiler_load_executable`: answers `profile` and `profile_rpc`.
     profiler: bool,
+    /// Threads the kernels of this VM's calls use (`set_num_threads`; 0: the process's).
+    threads: AtomicUsize,
 }
 
 impl VirtualMachine {
@@ -100,6 +103,7 @@ impl VirtualMachine {
             machine: RwLock::default(),
             state: Mutex::default(),
             profiler,
+            threads: AtomicUsize::new(0),
         }))
     }
 
@@ -268,9 +272,13 @@ impl ModuleNode for VirtualMachine {
 
     fn get_function(&self, this: &ObjRef<Module>, name: &str) -> Result<Option<ObjRef<PackedFunc>>> {
         let vm = this.clone();
+        // Every function runs its kernels on the VM's thread count.
         let with = move |f: fn(&VirtualMachine, &Args<'_>) -> Result<RetValue>| {
             let vm = vm.clone();
-            PackedFunc::native(move |a| f(vm.node::<VirtualMachine>().expect("a VM"), a))
+            PackedFunc::native(move |a| {
+                let vm = vm.node::<VirtualMachine>().expect("a VM");
+                crate::backend::thread_pool::with_threads(vm.threads.load(Ordering::Relaxed), || f(vm, a))
+            })
         };
         Ok(Some(match name {
             // `init` and `invoke` are the Relay VM's names, which the project's tools use for both.
@@ -323,14 +331,28 @@ impl ModuleNode for VirtualMachine {
                     .map(|p| p.as_str().into())
                     .ok_or_else(|| Error::value(format!("Invalid index for {name} ({i} out of {})", params.len())))
             }),
+            "set_num_threads" => with(|vm, a| {
+                let n = a.int(0)?;
+                let n = usize::try_from(n).map_err(|_| Error::value(format!("set_num_threads({n})")))?;
+                vm.threads.store(n, Ordering::Relaxed);
+                Ok(RetValue::None)
+            }),
             _ if self.lock().saved.contains_key(name) => {
                 let (vm, name) = (this.clone(), name.to_string());
-                PackedFunc::native(move |a| vm.node::<VirtualMachine>().expect("a VM").call_saved(&name, a))
+                PackedFunc::native(move |a| {
+                    let vm = vm.node::<VirtualMachine>().expect("a VM");
+                    crate::backend::thread_pool::with_threads(vm.threads.load(Ordering::Relaxed), || {
+                        vm.call_saved(&name, a)
+                    })
+                })
             }
             _ => {
                 let Ok(func) = self.exe.function(name) else { return Ok(None) };
                 let vm = this.clone();
-                PackedFunc::native(move |a| vm.node::<VirtualMachine>().expect("a VM").call(func, a))
+                PackedFunc::native(move |a| {
+                    let vm = vm.node::<VirtualMachine>().expect("a VM");
+                    crate::backend::thread_pool::with_threads(vm.threads.load(Ordering::Relaxed), || vm.call(func, a))
+                })
             }
         }))
     }
