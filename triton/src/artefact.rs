@@ -1,9 +1,10 @@
 //! What a model's version folder holds: one artefact folder (its files directly inside), or
 //! several (one per build: batch sizes, sequence lengths) as its subfolders. An artefact folder
 //! is read by the rules the tool and the package use (`tvmrt/src/artefacts.rs`): a graph model
-//! (`lib.so` alone, or with a graph JSON and a params file of any name), a Relay VM model (an
-//! `export_library` of the executable, or its bytecode beside the kernel library, with a DLR-style
-//! `.meta` recording its tensors) or an AOT executor artefact.
+//! (`lib.so` alone, or with a graph JSON and a params file of any name), a VM model (a Relay VM
+//! executable's `export_library`, or its bytecode beside the kernel library, with a DLR-style
+//! `.meta` recording its tensors; a Relax executable's `export_library`, TVM 0.19 to 0.27) or an
+//! AOT executor artefact.
 
 use std::path::{Path, PathBuf};
 use tvm_runtime::{Error, Result};
@@ -15,6 +16,8 @@ mod rules;
 
 /// The module blob's type keys as `export_library` writes them (length, then key).
 const VM_MARK: &[u8] = b"\x0c\x00\x00\x00\x00\x00\x00\x00VMExecutable";
+/// A Relax executable's type key, in whichever of its three blob layouts.
+const RELAX_MARKS: [&[u8]; 2] = [b"relax.VMExecutable", b"relax.Executable"];
 const AOT_MARK: &[u8] = b"\x12\0\0\0\0\0\0\0AotExecutorFactory";
 /// The first word of a Relay VM executable's bytecode (`exe.save()`'s code).
 const VM_MAGIC: u64 = 0xD225_DE2F_4214_151D;
@@ -43,7 +46,8 @@ pub fn is_artefact_folder(dir: &Path) -> bool {
 /// The artefact in `dir`.
 pub fn locate(dir: &Path) -> Result<Artefact> {
     let files = rules::files_of(dir)?;
-    if let Some(lib) = files.iter().find(|p| is_library(p) && contains(p, VM_MARK)) {
+    let vm_library = |p: &&PathBuf| is_library(p) && [VM_MARK].iter().chain(&RELAX_MARKS).any(|m| contains(p, m));
+    if let Some(lib) = files.iter().find(vm_library) {
         return Ok(Artefact::Vm { lib: lib.clone(), code: None, meta: meta_of(&files) });
     }
     let is_code = |p: &&PathBuf| {

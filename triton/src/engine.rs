@@ -214,10 +214,32 @@ impl Build {
             Some(c) => tvm_runtime::vm::load_executable(&read(c)?, Some(lib))?,
             None => lib,
         };
-        let e = tvm_runtime::vm::executable_of(&exe)?;
-        let params = e.program.function("main")?.params.clone();
-        let (inputs, outputs, recorded) = match meta {
-            Some(m) => {
+        // Both VMs' executables describe their functions (a Relax one also each input's dtype
+        // and shape, read off the function's own checks).
+        let text = match call(&exe, "tvmrt.describe", |_| {})? {
+            RetValue::Str(s) => s,
+            other => return Err(Error::tvm(format!("tvmrt.describe returned {other:?}"))),
+        };
+        let described: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::tvm(e.to_string()))?;
+        let main = described["functions"]
+            .as_array()
+            .and_then(|fs| fs.iter().find(|f| f["name"] == "main"))
+            .ok_or_else(|| Error::value("the executable has no function 'main'"))?;
+        let params: Vec<String> = main["params"]
+            .as_array()
+            .map(|ps| ps.iter().filter_map(|p| p.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let mut build = Build {
+            name: name.to_string(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            fixed: false,
+            recorded: false,
+            note: None,
+            engine: Engine::Vm { exe },
+        };
+        match (meta, typed_inputs(main)) {
+            (Some(m), _) => {
                 let (inputs, outputs) = read_meta(m)?;
                 let names: Vec<&str> = inputs.iter().map(|t| t.name.as_str()).collect();
                 if names != params.iter().map(String::as_str).collect::<Vec<_>>() {
@@ -226,23 +248,64 @@ impl Build {
                         m.display()
                     )));
                 }
-                (inputs, outputs, true)
+                (build.inputs, build.outputs, build.recorded) = (inputs, outputs, true);
+            }
+            (None, Some(inputs)) => {
+                build.outputs = build.probe_outputs(&inputs)?;
+                (build.inputs, build.recorded) = (inputs, true);
             }
             // Names alone: the config gives the dtypes and shapes.
-            None => {
-                let named = params.iter().map(|p| TensorSpec::new(p.as_str(), DLDataType::F32, Vec::new())).collect();
-                (named, Vec::new(), false)
+            (None, None) => {
+                build.inputs =
+                    params.iter().map(|p| TensorSpec::new(p.as_str(), DLDataType::F32, Vec::new())).collect();
             }
+        }
+        Ok(build)
+    }
+
+    /// The outputs of a model whose inputs are described, from three runs: on zeros with each open
+    /// input dimension 1, then 2, then on ones at 2 (values any index input takes). An output
+    /// dimension that differs between them is open (-1): one that follows the batch, or the data
+    /// (a shape no run shows to vary is taken as fixed: declare such outputs in the config).
+    fn probe_outputs(&self, inputs: &[TensorSpec]) -> Result<Vec<TensorSpec>> {
+        let runner = self.runner(DLDevice::CPU, None)?;
+        let run_at = |open: i64, ones: bool| -> Result<Vec<ObjRef<NDArray>>> {
+            let arrays = inputs
+                .iter()
+                .map(|t| {
+                    let shape: Vec<i64> = t.shape.iter().map(|&d| if d < 0 { open } else { d }).collect();
+                    let zero = NDArray::empty(&shape, t.dtype, DLDevice::CPU)?;
+                    if !ones {
+                        return Ok(zero);
+                    }
+                    let one = one_of(t.dtype)?;
+                    NDArray::from_bytes(&shape, t.dtype, &one.repeat(zero.raw().nbytes()? / one.len()))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            runner.run(&arrays)
         };
-        Ok(Build {
-            name: name.to_string(),
-            inputs,
-            outputs,
-            fixed: false,
-            recorded,
-            note: None,
-            engine: Engine::Vm { exe },
-        })
+        let runs = [run_at(1, false)?, run_at(2, false)?, run_at(2, true)?];
+        if runs.iter().any(|r| r.len() != runs[0].len()) {
+            return Err(Error::value("the model gives a different number of outputs for different inputs"));
+        }
+        Ok((0..runs[0].len())
+            .map(|k| {
+                let first = &runs[0][k];
+                let shape = (0..first.shape().len())
+                    .map(|d| {
+                        let same = runs
+                            .iter()
+                            .all(|r| r[k].shape().len() == first.shape().len() && r[k].shape()[d] == first.shape()[d]);
+                        if same {
+                            first.shape()[d]
+                        } else {
+                            -1
+                        }
+                    })
+                    .collect();
+                TensorSpec::new(format!("output_{k}"), first.dtype(), shape)
+            })
+            .collect())
     }
 
     fn aot(name: &str, lib_path: &Path, device: DLDevice) -> Result<Build> {
@@ -303,7 +366,7 @@ impl Build {
     pub fn kind(&self) -> &'static str {
         match self.engine {
             Engine::Graph { .. } => "graph executor",
-            Engine::Vm { .. } => "Relay VM",
+            Engine::Vm { .. } => "VM",
             Engine::Aot { .. } => "AOT executor",
         }
     }
@@ -337,7 +400,10 @@ impl Build {
                 Ok(Runner::Graph(m))
             }
             Engine::Vm { exe } => {
-                let vm = tvm_runtime::vm::VirtualMachine::create(exe, false)?;
+                // The Relay VM's and the Relax VM's executables both make their VM so.
+                let vm = object(call(exe, "vm_load_executable", |_| {})?, "vm_load_executable")?
+                    .downcast::<Module>()
+                    .map_err(|_| Error::tvm("vm_load_executable made no module"))?;
                 call(&vm, "init", |a| {
                     a.int(i64::from(device.device_type)).int(i64::from(device.device_id)).int(2);
                     if device.device_type != 1 {
@@ -419,14 +485,53 @@ impl Runner {
 }
 
 fn flatten(o: AnyObject, out: &mut Vec<ObjRef<NDArray>>) -> Result<()> {
+    // The Relay VM's tuples are ADTs, the Relax VM's arrays.
     if let Some(adt) = o.downcast_ref::<AdtObj>() {
         for f in adt.fields() {
             flatten(f.clone(), out)?;
         }
         return Ok(());
     }
+    if let Some(arr) = o.downcast_ref::<ArrayObj>() {
+        for f in arr.items() {
+            flatten(f.clone(), out)?;
+        }
+        return Ok(());
+    }
     out.push(o.downcast::<NDArray>().map_err(|_| Error::tvm("the VM returned something other than tensors"))?);
     Ok(())
+}
+
+/// The bytes of one element of value 1 in `dtype` (booleans, integers, floats of 16, 32, 64 bits).
+fn one_of(dtype: DLDataType) -> Result<Vec<u8>> {
+    use tvm_runtime::dlpack::{kDLBool, kDLFloat, kDLInt, kDLUInt};
+    let bytes = match (dtype.code, dtype.bits) {
+        (c, 1 | 8) if c == kDLUInt || c == kDLInt || c == kDLBool => vec![1u8],
+        (c, 16 | 32 | 64) if c == kDLUInt || c == kDLInt => {
+            let mut b = vec![0u8; dtype.bits as usize / 8];
+            b[0] = 1;
+            b
+        }
+        (c, 16) if c == kDLFloat => 0x3c00u16.to_le_bytes().to_vec(),
+        (c, 32) if c == kDLFloat => 1f32.to_le_bytes().to_vec(),
+        (c, 64) if c == kDLFloat => 1f64.to_le_bytes().to_vec(),
+        _ => return Err(Error::value(format!("no probe value for {dtype:?}: declare the outputs in the config"))),
+    };
+    Ok(bytes.repeat(usize::from(dtype.lanes.max(1))))
+}
+
+/// A function's inputs as its description gives them, when it gives every one's dtype and shape
+/// (a Relax executable's, from its checks; -1 along a symbolic dimension).
+fn typed_inputs(function: &serde_json::Value) -> Option<Vec<TensorSpec>> {
+    function["inputs"]
+        .as_array()?
+        .iter()
+        .map(|i| {
+            let dtype = tvm_runtime::dtype::parse(i["dtype"].as_str()?).ok()?;
+            let shape = i["shape"].as_array()?.iter().map(serde_json::Value::as_i64).collect::<Option<Vec<_>>>()?;
+            Some(TensorSpec::new(i["name"].as_str()?, dtype, shape))
+        })
+        .collect()
 }
 
 /// The inputs and outputs a DLR-style `.meta` lists (`{"Model": {"Inputs": [{"name", "dtype",

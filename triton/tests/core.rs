@@ -294,3 +294,52 @@ fn a_0d_tensor_of_a_model_without_a_batch_axis_is_1_to_triton() {
         }
     }
 }
+
+/// A Relax executable (TVM 0.19, 0.21, 0.27): the config auto-completed from the executable
+/// alone (inputs from its checks, outputs from probe runs; the symbolic batch the batch axis under
+/// max_batch_size), and gathered requests answered as each version's own runtime answered them.
+#[test]
+fn a_relax_model_describes_itself_and_answers_as_its_compiler() {
+    for version in ["0.19", "0.21", "0.27"] {
+        let fixture = format!("relax/{version}/mlp_bound");
+        let dir = version_dir("relax", &[("", &fixture, &["model.so"])]);
+        let mut config = json!({"max_batch_size": 8});
+        let (model, changed) = load(&dir, &mut config, true).unwrap();
+        assert!(changed, "{version}");
+        assert_eq!(config["input"], json!([{"name": "x", "data_type": "TYPE_FP32", "dims": [16]}]), "{version}");
+        assert_eq!(config["output"], json!([{"name": "output_0", "data_type": "TYPE_FP32", "dims": [4]}]), "{version}");
+        let instance = Instance::new(Arc::new(model)).unwrap();
+        let d = fixtures().join(&fixture);
+        let (x2, x5) = (f32s(&d.join("in_0_0.bin")), f32s(&d.join("in_1_0.bin")));
+        let (s2, s5) = ([2i64, 16], [5i64, 16]);
+        let x = |bytes, shape| Given { name: "x", wire_type: 11, shape, pieces: vec![bytes] };
+        let requests = vec![
+            check(&instance.model.spec, Incoming { inputs: vec![x(&x5[..], &s5[..])], requested: vec![] }),
+            check(&instance.model.spec, Incoming { inputs: vec![x(&x2[..], &s2[..])], requested: vec![] }),
+        ];
+        let answers = instance.execute(&requests, &mut (0, 0));
+        let (a5, a2) = (answers[0].as_ref().unwrap(), answers[1].as_ref().unwrap());
+        assert_eq!((a5[0].shape.clone(), a2[0].shape.clone()), (vec![5, 4], vec![2, 4]), "{version}");
+        assert_eq!(a5[0].bytes, f32s(&d.join("out_1_0.bin")), "{version}");
+        assert_eq!(a2[0].bytes, f32s(&d.join("out_0_0.bin")), "{version}");
+    }
+    // A tuple of four dtypes, fixed shapes: every output described, none open.
+    let dir = version_dir("relax-tuple", &[("", "relax/0.27/tuple_mixed", &["model.so"])]);
+    let mut config = json!({});
+    load(&dir, &mut config, true).unwrap();
+    let outs: Vec<(String, Value)> = config["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["data_type"].as_str().unwrap().to_string(), o["dims"].clone()))
+        .collect();
+    assert_eq!(
+        outs,
+        vec![
+            ("TYPE_FP16".to_string(), json!([3, 5])),
+            ("TYPE_INT64".to_string(), json!([3, 5])),
+            ("TYPE_FP32".to_string(), json!([5])),
+            ("TYPE_INT32".to_string(), json!([3, 5]))
+        ]
+    );
+}

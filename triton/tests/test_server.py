@@ -112,6 +112,12 @@ def make_repository(root: Path) -> None:
     for name in FIXTURE_MODELS:
         copy_files(FIXTURES / name, root / model_name(name) / "1", ["lib.so", "graph.json", "params.bin"])
         write_config(root / model_name(name), "")
+    # Relax executables (TVM 0.27): the config completed from the executable alone, a symbolic
+    # batch batched dynamically; a fixed-shape tuple of four dtypes.
+    copy_files(FIXTURES / "relax" / "0.27" / "mlp_bound", root / "relax_mlp" / "1", ["model.so"])
+    write_config(root / "relax_mlp", "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 20000 }\n")
+    copy_files(FIXTURES / "relax" / "0.27" / "tuple_mixed", root / "relax_tuple" / "1", ["model.so"])
+    write_config(root / "relax_tuple", "")
     copy_files(FIXTURES / "aot" / "0.16" / "mlp", root / "aot" / "1", ["lib.so"])
     write_config(root / "aot", "instance_group [{count: 2, kind: KIND_CPU}]\n")
     # Models that must not load, each with the reason named.
@@ -124,7 +130,7 @@ def make_repository(root: Path) -> None:
     write_config(root / "vm_undeclared", "max_batch_size: 8\n")
 
 
-GOOD = ["mlp", "mlpb", "vm", "vm_declared", "aot"] + [model_name(n) for n in FIXTURE_MODELS]
+GOOD = ["mlp", "mlpb", "vm", "vm_declared", "aot", "relax_mlp", "relax_tuple"] + [model_name(n) for n in FIXTURE_MODELS]
 
 
 class Server:
@@ -296,6 +302,34 @@ def test_a_vm_model_runs_each_batch_at_its_own_size(server: Server) -> None:
     ]
     for k, p in pending:
         assert np.array_equal(p.get_result().as_numpy("output_0"), want[k : k + 1 + k % 2])
+
+
+def test_relax_models_answer_as_tvm_027(server: Server) -> None:
+    """Relax executables of TVM 0.27 with auto-completed configs: inputs from the executable's
+    checks, outputs from its probe runs; answers byte-equal to TVM 0.27's own runtime, a batch
+    gathered from several requests answered row by row."""
+    d = FIXTURES / "relax" / "0.27" / "mlp_bound"
+    c = server.http.get_model_config("relax_mlp")
+    assert [(i["name"], i["data_type"], i["dims"]) for i in c["input"]] == [("x", "TYPE_FP32", [16])]
+    assert [(o["name"], o["data_type"], o["dims"]) for o in c["output"]] == [("output_0", "TYPE_FP32", [4])]
+    for case, n in ((0, 2), (1, 5)):
+        x = read(d / f"in_{case}_0.bin", (n, 16))
+        want = read(d / f"out_{case}_0.bin", (n, 4))
+        r = server.grpc.infer("relax_mlp", [infer_input(grpcclient, "x", x)])
+        assert r.as_numpy("output_0").tobytes() == want.tobytes()
+    x = read(d / "in_1_0.bin", (5, 16))
+    want = read(d / "out_1_0.bin", (5, 4))
+    pending = [
+        (k, server.http.async_infer("relax_mlp", [infer_input(httpclient, "x", x[k : k + 1])])) for k in range(5)
+    ]
+    for k, p in pending:
+        assert p.get_result().as_numpy("output_0").tobytes() == want[k : k + 1].tobytes()
+    t = FIXTURES / "relax" / "0.27" / "tuple_mixed"
+    inputs, outputs = manifest(t)
+    answer = server.http.infer("relax_tuple", [infer_input(httpclient, "x", inputs[0][1])])
+    for k, w in enumerate(outputs):
+        got = answer.as_numpy(f"output_{k}")
+        assert got.dtype == w.dtype and got.tobytes() == w.tobytes(), k
 
 
 def test_an_aot_artefact(server: Server) -> None:
