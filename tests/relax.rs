@@ -196,6 +196,36 @@ fn stateful_calls_and_metadata() {
     .contains("cannot return a tuple"));
 }
 
+/// A second load of a library holds no second copy of its weights: each tensor constant of 1 KiB
+/// and more is the first load's, by address, in every generation; answers unchanged.
+#[test]
+fn a_second_load_shares_the_first_ones_constants() {
+    use tvm_runtime::relax::image::Constant;
+    for version in ["0.19", "0.21", "0.27"] {
+        let f = fixture(version, "mlp_bound");
+        let (a, b) = (load(&f.dir), load(&f.dir));
+        let addresses = |m: &ObjRef<Module>| -> Vec<(usize, usize)> {
+            let exe = tvm_runtime::relax::executable_of(m).expect("a Relax executable");
+            exe.image
+                .constants
+                .iter()
+                .filter_map(|c| match c {
+                    Constant::Tensor(t) if t.nbytes() >= tvm_runtime::relax::constants::SHARED_FROM => {
+                        Some((t.dl_tensor().data as usize, t.nbytes()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        let (first, second) = (addresses(&a), addresses(&b));
+        assert!(!first.is_empty(), "{version}: the fixture has weights of 1 KiB or more");
+        assert_eq!(first, second, "{version}");
+        check(&f, 0, run_main(&make_vm(&b), &f.cases[0].inputs).unwrap());
+        drop(a);
+        check(&f, 1, run_main(&make_vm(&b), &f.cases[1].inputs).unwrap());
+    }
+}
+
 /// The profiler VM (`vm_profiler_load_executable`): `profile(name, args...)` times one call's
 /// kernels and builtins as upstream's report; `profile_rpc` gives the same JSON for the inputs
 /// `set_input` gave; the plain VM has neither.

@@ -156,7 +156,7 @@ fn constant(r: &mut Reader<'_>, generation: Generation, i: usize) -> Result<Cons
         r.error(format!("constant {i} has tag {tag}, which no {} executable writes", generation.describe()))
     })?;
     Ok(match kind {
-        ConstKind::Tensor => Constant::Tensor(params::read_record(r)?.to_ndarray()?),
+        ConstKind::Tensor => Constant::Tensor(super::constants::tensor(&params::read_record(r)?)?),
         ConstKind::DataType => Constant::DataType(DLDataType::new(r.u8()?, r.u8()?, r.u16()?)),
         ConstKind::Shape => Constant::Shape(i64s(r)?),
         ConstKind::Str => {

@@ -3,6 +3,7 @@
 //!
 //! - [`image`]: the executable's bytes (header, functions, memory scopes, constants, code);
 //! - [`code`]: the four instructions, every operand checked when read;
+//! - [`constants`]: tensor constants held once per process, whichever load brought them;
 //! - [`value`]: what registers hold, and their crossings to hosts and kernels;
 //! - [`builtins`]: the `vm.builtin.*` set ordinary models call, run inside the machine;
 //! - [`run_ops`]: the `relax.run.*` operators upstream runs from its Python package;
@@ -17,6 +18,7 @@
 
 pub mod builtins;
 pub mod code;
+pub mod constants;
 pub mod image;
 pub mod machine;
 pub mod modules;
