@@ -226,6 +226,37 @@ fn a_second_load_shares_the_first_ones_constants() {
     }
 }
 
+/// Beside upstream's libtvm_ffi, the library it loaded keeps the executable's bytes in its blob:
+/// once parsed, the blob holding exactly those bytes is found among the loaded objects and its
+/// pages given back (they read the same after, from the file); bytes no blob holds are refused.
+#[test]
+fn the_blob_of_a_library_another_loader_opened_is_found_and_given_back() {
+    let f = fixture("0.27", "mlp_bound");
+    let copy = std::env::temp_dir().join(format!("relax-blob-{}.so", std::process::id()));
+    std::fs::copy(f.dir.join("model.so"), &copy).unwrap();
+    // SAFETY: a fixture library, opened as another loader would (its constructors are TVM's).
+    let lib = unsafe { libloading::Library::new(&copy) }.unwrap();
+    // SAFETY: the blob symbol: a u64 length, then the bytes, in the library loaded above.
+    let blob: &[u8] = unsafe {
+        let at: libloading::Symbol<'_, *const u8> = lib.get(b"__tvm_ffi__library_bin\0").unwrap();
+        let base: *const u8 = *at;
+        std::slice::from_raw_parts(base.add(8), (base as *const u64).read_unaligned() as usize)
+    };
+    let before = blob.to_vec();
+    // The executable's bytes: the last module entry (its length, then the bytes).
+    let marker = b"relax.VMExecutable";
+    let at = before.windows(marker.len()).position(|w| w == marker).unwrap() + marker.len();
+    let len = u64::from_le_bytes(before[at..at + 8].try_into().unwrap()) as usize;
+    let exe_bytes = before[at + 8..at + 8 + len].to_vec();
+    assert!(tvm_runtime::library::blob::release_ffi_blob_holding(&exe_bytes).is_some());
+    assert_eq!(blob, &before[..], "the blob reads the same after its pages were given back");
+    let mut other = exe_bytes.clone();
+    other[len / 2] ^= 1;
+    assert!(tvm_runtime::library::blob::release_ffi_blob_holding(&other).is_none());
+    drop(lib);
+    std::fs::remove_file(&copy).unwrap();
+}
+
 /// The profiler VM (`vm_profiler_load_executable`): `profile(name, args...)` times one call's
 /// kernels and builtins as upstream's report; `profile_rpc` gives the same JSON for the inputs
 /// `set_input` gave; the plain VM has neither.

@@ -179,6 +179,32 @@ fn load_ffi_tree(blob: &[u8], lib: ObjRef<Module>) -> Result<ObjRef<Module>> {
     Ok(modules.swap_remove(0))
 }
 
+/// Gives back the resident pages of the tvm-ffi blob (of a library another loader opened:
+/// upstream's libtvm_ffi) that holds a module with exactly these bytes, once they are parsed:
+/// as large as the embedded weights, they need not stay resident beside the parsed copy. Returns
+/// the bytes given back, or `None` when no loaded library's blob holds the module.
+pub fn release_ffi_blob_holding(module_bytes: &[u8]) -> Option<usize> {
+    let holds = |blob: &[u8]| -> Option<bool> {
+        let mut r = Reader::new(blob, "tvm-ffi library blob");
+        let row_ptr = r.u64s().ok()?;
+        let _children = r.u64s().ok()?;
+        for _ in 0..row_ptr.len().checked_sub(1)? {
+            if r.string().ok()? == "_lib" {
+                continue;
+            }
+            let len = r.count(1).ok()?;
+            if r.bytes(len).ok()? == module_bytes {
+                return Some(true);
+            }
+        }
+        Some(false)
+    };
+    super::symbols::loaded_blobs(c"__tvm_ffi__library_bin")
+        .into_iter()
+        .find(|b| holds(b) == Some(true))
+        .map(super::symbols::release_read_only)
+}
+
 /// Imports each module's children, as the import tree says.
 fn link(modules: &[ObjRef<Module>], row_ptr: &[u64], children: &[u64]) -> Result<()> {
     if modules.is_empty() || row_ptr.len() != modules.len() + 1 {

@@ -548,3 +548,50 @@ mod release_tests {
         assert_eq!(release_read_only(&BLOB[..100]), 0);
     }
 }
+
+/// The loaded objects' file names (the main program's is empty and left out).
+fn loaded_objects() -> Vec<std::ffi::CString> {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: libc::size_t, data: *mut c_void) -> libc::c_int {
+        // SAFETY: the loader's record, valid for the call; `data` is the list below.
+        let (info, names) = unsafe { (&*info, &mut *data.cast::<Vec<std::ffi::CString>>()) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: a NUL-terminated name the loader keeps.
+            let name = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) };
+            if !name.to_bytes().is_empty() {
+                names.push(name.to_owned());
+            }
+        }
+        0
+    }
+    let mut names: Vec<std::ffi::CString> = Vec::new();
+    // SAFETY: `visit` only reads the records and pushes to `names`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut names as *mut Vec<std::ffi::CString>).cast()) };
+    names
+}
+
+/// The blob `symbol` (a u64 length, then the bytes) of each loaded object that defines it, as
+/// the object maps it.
+pub fn loaded_blobs(symbol: &std::ffi::CStr) -> Vec<&'static [u8]> {
+    let mut blobs: Vec<&'static [u8]> = Vec::new();
+    for name in loaded_objects() {
+        // SAFETY: RTLD_NOLOAD only finds an object already loaded (it loads nothing, runs no
+        // constructor); its count is given back below, and the object stays loaded by its owner.
+        unsafe {
+            let h = libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+            if h.is_null() {
+                continue;
+            }
+            let addr = libc::dlsym(h, symbol.as_ptr());
+            if !addr.is_null() {
+                // The blob of a library loaded for as long as the process keeps it (read only
+                // here, while its owner holds it: the caller's use ends before any unload).
+                let blob = read_blob(addr.cast());
+                if !blobs.iter().any(|b| b.as_ptr() == blob.as_ptr()) {
+                    blobs.push(blob);
+                }
+            }
+            libc::dlclose(h);
+        }
+    }
+    blobs
+}

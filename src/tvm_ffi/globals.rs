@@ -67,7 +67,11 @@ fn set(api: &'static Api, name: &str, f: crate::object::ObjRef<PackedFunc>) {
 /// `ffi.Module.load_from_bytes.relax.VMExecutable(bytes)`: TVM 0.22 and later's executables.
 fn load_executable(a: &Args<'_>) -> Result<RetValue> {
     a.expect_count("ffi.Module.load_from_bytes.relax.VMExecutable", 1, 1)?;
-    let exe = Executable::from_bytes(a.bytes(0)?, Generation::Ffi)?;
+    let bytes = a.bytes(0)?;
+    let exe = Executable::from_bytes(bytes, Generation::Ffi)?;
+    // Parsed (the constants copied or shared): the library's own blob, which libtvm_ffi mapped
+    // and read these bytes from, need not stay resident, as in a library this runtime loads.
+    crate::library::blob::release_ffi_blob_holding(bytes);
     Ok(ExecutableModule::module(exe, "relax.VMExecutable").into())
 }
 
