@@ -5,8 +5,11 @@ Each side runs in a child process of its own, sides alternated, 3 rounds:
   upstream    TVM 0.27's Python on its own libtvm_runtime.so (runtime only)
   drop-in     the same Python on this libtvm_runtime.so, beside upstream's libtvm_ffi.so
   tvmrt       this project's package (tvmrt.Model), no TVM in the process
+  mapped      the package with map_constants=True (the constants in one file every process maps)
 and each reports what its process grew by (VmRSS, and private memory from smaps_rollup): loading
-the model and running it once, then loading the same file a second time and running that.
+the model and running it once, then loading the same file a second time and running that. The
+measured process runs while another of the same side holds the model (as the first replica of a
+node would): private memory is what each further process costs the node.
 
     bench/relax_memory.sh          (sets the interpreters up; see there)
 """
@@ -33,18 +36,19 @@ def memory() -> tuple[float, float]:
     return rss / 1024, private / 1024
 
 
-def child(side: str, model: str) -> None:
+def child(side: str, model: str, hold: bool = False) -> None:
     import numpy as np
 
     x = np.ones((4, 1024), "float32")
-    if side == "tvmrt":
+    if side in ("tvmrt", "mapped"):
         import tvmrt
 
+        mapped = side == "mapped"
         base = memory()
-        first = tvmrt.Model(model)
+        first = tvmrt.Model(model, map_constants=mapped)
         first.run(x)
         one = memory()
-        second = tvmrt.Model(model)
+        second = tvmrt.Model(model, map_constants=mapped)
         second.run(x)
         two = memory()
     else:
@@ -59,6 +63,9 @@ def child(side: str, model: str) -> None:
         second["main"](tvm.runtime.tensor(x))
         two = memory()
     print(json.dumps({"load": [one[0] - base[0], one[1] - base[1]], "second": [two[0] - one[0], two[1] - one[1]]}))
+    sys.stdout.flush()
+    if hold:
+        sys.stdin.read()  # held until the measured process is done
 
 
 def make(model: Path) -> None:
@@ -88,15 +95,28 @@ def main() -> None:
         "upstream": ([tvm_python], {"TVM_USE_RUNTIME_LIB": "1"}),
         "drop-in": ([tvm_python], {"TVM_USE_RUNTIME_LIB": "1", "TVM_LIBRARY_PATH": ours}),
         "tvmrt": ([tvmrt_python], {"TVMRT_LIBRARY": os.path.join(ours, "libtvm_runtime.so")}),
+        "mapped": ([tvmrt_python], {"TVMRT_LIBRARY": os.path.join(ours, "libtvm_runtime.so")}),
     }
     results: dict[str, list[dict[str, list[float]]]] = {s: [] for s in sides}
     for _ in range(3):
         for side, (python, env) in sides.items():
             e = {k: v for k, v in os.environ.items() if k not in ("TVM_LIBRARY_PATH", "TVM_USE_RUNTIME_LIB")}
             e.update(env)
+            # Another process of this side holds the model while this one is measured.
+            holder = subprocess.Popen(
+                [*python, __file__, "hold", side, model],
+                env=e,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert holder.stdout is not None and holder.stdin is not None
+            holder.stdout.readline()
             out = subprocess.run(
                 [*python, __file__, "child", side, model], env=e, check=True, capture_output=True, text=True
             )
+            holder.stdin.close()
+            holder.wait()
             results[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"A Relax model with {CONST_MB} MB of bound constants (TVM 0.27); MB a process grew by, median of 3")
     head = f"{'':10} {'load+run RSS':>13} {'private':>8} {'x const':>8} {'2nd load RSS':>13} {'private':>8}"
@@ -114,8 +134,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "child":
-        child(sys.argv[2], sys.argv[3])
+    if sys.argv[1] in ("child", "hold"):
+        child(sys.argv[2], sys.argv[3], hold=sys.argv[1] == "hold")
     elif sys.argv[1] == "make":
         make(Path(sys.argv[2]))
     else:

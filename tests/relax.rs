@@ -206,8 +206,7 @@ fn a_second_load_shares_the_first_ones_constants() {
         let (a, b) = (load(&f.dir), load(&f.dir));
         let addresses = |m: &ObjRef<Module>| -> Vec<(usize, usize)> {
             let exe = tvm_runtime::relax::executable_of(m).expect("a Relax executable");
-            exe.image
-                .constants
+            exe.constants()
                 .iter()
                 .filter_map(|c| match c {
                     Constant::Tensor(t) if t.nbytes() >= tvm_runtime::relax::constants::SHARED_FROM => {
@@ -224,6 +223,39 @@ fn a_second_load_shares_the_first_ones_constants() {
         drop(a);
         check(&f, 1, run_main(&make_vm(&b), &f.cases[1].inputs).unwrap());
     }
+}
+
+/// `tvmrt.map_constants(path)`: every tensor constant an array over the one mapped file (written
+/// by the first load, read by the next), VMs made after answering as before.
+#[test]
+fn constants_map_from_one_file() {
+    use tvm_runtime::relax::image::Constant;
+    let f = fixture("0.21", "mlp_bound");
+    let path = std::env::temp_dir().join(format!("relax-constants-{}.params", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    for expect_written in [1, 0] {
+        let exe = load(&f.dir);
+        let written = call(&exe, "tvmrt.map_constants", |a| {
+            a.str(path.to_str().unwrap());
+        })
+        .unwrap();
+        assert!(matches!(written, RetValue::Int(w) if w == expect_written), "{written:?}");
+        let e = tvm_runtime::relax::executable_of(&exe).unwrap();
+        let tensors: Vec<bool> = e
+            .constants()
+            .iter()
+            .filter_map(|c| match c {
+                Constant::Tensor(t) => Some(t.is_mapped()),
+                _ => None,
+            })
+            .collect();
+        assert!(!tensors.is_empty() && tensors.iter().all(|&m| m), "{tensors:?}");
+        let vm = make_vm(&exe);
+        for k in 0..f.cases.len() {
+            check(&f, k, run_main(&vm, &f.cases[k].inputs).unwrap());
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
 }
 
 /// Beside upstream's libtvm_ffi, the library it loaded keeps the executable's bytes in its blob:

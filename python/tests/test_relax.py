@@ -110,3 +110,25 @@ def test_num_threads() -> None:
         m = tvmrt.Model(d, num_threads=n)
         for feed, want, _ in cases:
             assert m.run(feed)[0].tobytes() == want[0].tobytes()
+
+
+def test_constants_mapped_from_one_file(tmp_path, monkeypatch) -> None:
+    """map_constants=True: the weights from one aligned file every process maps (written by the
+    first load, used by the next), answers unchanged; a damaged file is written again."""
+    monkeypatch.setenv("TVMRT_PREPARED_DIR", str(tmp_path / "cache"))
+    for version in ("0.19", "0.27"):
+        d = RELAX / version / "mlp_bound"
+        _, cases = read_cases(d)
+        first = tvmrt.Model(d, map_constants=True)
+        assert first.made_constants_file and first.constants_file is not None and first.constants_file.is_file()
+        again = tvmrt.Model(d, map_constants=True)
+        assert not again.made_constants_file and again.constants_file == first.constants_file
+        for m in (first, again):
+            for feed, want, _ in cases:
+                assert m.run(feed)[0].tobytes() == want[0].tobytes()
+        data = bytearray(first.constants_file.read_bytes())
+        data[len(data) - 100] ^= 0xFF
+        first.constants_file.write_bytes(bytes(data))
+        third = tvmrt.Model(d, map_constants=True)
+        assert third.made_constants_file
+        assert third.run(cases[0][0])[0].tobytes() == cases[0][1][0].tobytes()

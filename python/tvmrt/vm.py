@@ -247,8 +247,6 @@ class VMModel:
         self.relax = key in RELAX_KEYS
         if self.relax:
             self.platform = "tvm_relax_vm"
-        if self.relax and map_constants:
-            raise errors.InvalidValueError(f"{art.lib}: a Relax VM model takes no map_constants= yet (docs/relax.md)")
         #: The aligned constants file mapped (``map_constants=True``), and whether this load wrote it.
         self.constants_file: Path | None = None
         self.made_constants_file = False

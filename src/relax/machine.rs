@@ -17,10 +17,11 @@ use crate::packed::{registry, ArgsBuilder, PackedFunc};
 use crate::tensor::{Buffer, NDArray};
 use crate::vm::storage::{Allocator, Pool, Pools};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// The executable: its image, decoded code and names, shared by every VM made from it.
 pub struct Executable {
+    /// The image as read; its constants moved to [`Executable::constants`].
     pub image: Image,
     pub code: Code,
     pub generation: Generation,
@@ -28,17 +29,57 @@ pub struct Executable {
     /// Storage for every VM of the executable, one pool per device: a block comes back when the
     /// last tensor in it goes, and blocks no call used lately are given back after each call.
     pub pools: Pools,
+    /// The constant pool; its tensors replaceable by ones over a mapped file (`map_constants`),
+    /// which the VMs made after take.
+    constants: RwLock<Vec<Constant>>,
 }
 
 impl Executable {
     pub fn from_bytes(bytes: &[u8], generation: Generation) -> Result<Executable> {
-        let image = Image::read(bytes, generation)?;
+        let mut image = Image::read(bytes, generation)?;
         let code = super::code::decode(&image)?;
         let mut by_name = HashMap::new();
         for (i, f) in image.functions.iter().enumerate() {
             by_name.entry(f.name.clone()).or_insert(i);
         }
-        Ok(Executable { image, code, generation, by_name, pools: Pools::default() })
+        let constants = RwLock::new(std::mem::take(&mut image.constants));
+        Ok(Executable { image, code, generation, by_name, pools: Pools::default(), constants })
+    }
+
+    /// The constant pool as it is now (counts of its tensors).
+    pub fn constants(&self) -> Vec<Constant> {
+        self.constants.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Uses the tensor constants from the aligned params file at `path`, mapped read-only (every
+    /// process mapping it shares its pages), instead of the process's own copies, writing the
+    /// file first when it is missing or not these constants' (a digest record tells). Returns
+    /// whether it wrote the file. VMs made after use the mapped ones. `open` maps the file (the
+    /// caller's promise: it does not change while mapped, as a file renamed into place does not).
+    pub fn map_constants(
+        &self,
+        path: &std::path::Path,
+        open: impl Fn() -> Result<Arc<crate::tensor::FileMap>>,
+    ) -> Result<bool> {
+        let mut constants = self.constants.write().unwrap_or_else(|e| e.into_inner());
+        let tensors: Vec<(usize, ObjRef<NDArray>)> = constants
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match c {
+                Constant::Tensor(t) if t.device() == DLDevice::CPU => Some((i, t.clone())),
+                _ => None,
+            })
+            .collect();
+        let (mapped, wrote) = crate::vm::executable::mapped_constants(path, &tensors, "__tvmrt.relax_constants", open)?;
+        drop(tensors);
+        for (i, t) in mapped {
+            constants[i] = Constant::Tensor(t);
+        }
+        drop(constants);
+        // The process's own copies are gone (unless another load shares them); the heap would
+        // otherwise keep their pages.
+        crate::host_memory::return_free_heap();
+        Ok(wrote)
     }
 
     /// The index of a Relax function (bytecode) called `name`.
@@ -99,8 +140,7 @@ impl Machine {
         let devices: Vec<DLDevice> = devices.into_iter().map(|d| d.0).collect();
         let first = devices[0];
         let constants = exe
-            .image
-            .constants
+            .constants()
             .iter()
             .map(|c| {
                 Ok(match c {

@@ -57,6 +57,15 @@ impl ModuleNode for ExecutableModule {
                 PackedFunc::native(move |_| Ok(text::describe(&exe, !m.imports().is_empty()).to_string().into()))
             }
             "tvmrt.memory_usage" => PackedFunc::native(move |_| Ok(text::memory(&exe).to_string().into())),
+            // This runtime's: the tensor constants from an aligned file every process maps (written
+            // first when it is not these constants'); returns whether it was written.
+            "tvmrt.map_constants" => {
+                let exe = self.exe.clone();
+                PackedFunc::native(move |a| {
+                    let path = std::path::Path::new(a.str(0)?);
+                    Ok(RetValue::Int(i64::from(exe.map_constants(path, || a.mapped_file(0))?)))
+                })
+            }
             "has_function" => {
                 PackedFunc::native(move |a| Ok(RetValue::Int(exe.by_name.contains_key(a.str(0)?) as i64)))
             }

@@ -42,16 +42,17 @@ pub fn params(exe: &Executable, func: usize) -> Vec<ParamInfo> {
         Some(Arg::Reg(Reg::Index(r))) if *r < n => Some(*r),
         _ => None,
     };
+    let constants = exe.constants();
     let imm = |a: Option<&Arg>| match a {
         Some(Arg::Imm(v)) => Some(*v),
-        Some(Arg::Const(c)) => match exe.image.constants.get(*c) {
+        Some(Arg::Const(c)) => match constants.get(*c) {
             Some(Constant::Int(v)) => Some(*v),
             _ => None,
         },
         _ => None,
     };
     let dtype = |a: Option<&Arg>| match a {
-        Some(Arg::Const(c)) => match exe.image.constants.get(*c) {
+        Some(Arg::Const(c)) => match constants.get(*c) {
             Some(Constant::DataType(d)) => Some(*d),
             Some(Constant::Str(s)) => s.parse().ok(),
             _ => None,

@@ -10,8 +10,9 @@ use std::fmt::Write;
 
 pub fn stats(exe: &Executable) -> String {
     let mut s = String::from("Relax VM executable statistics:\n");
-    let _ = writeln!(s, "  Constant pool (# {}): [", exe.image.constants.len());
-    for c in &exe.image.constants {
+    let constants = exe.constants();
+    let _ = writeln!(s, "  Constant pool (# {}): [", constants.len());
+    for c in &constants {
         let _ = writeln!(s, "    {},", c.describe());
     }
     s.push_str("  ]\n");
@@ -115,9 +116,9 @@ pub fn describe(exe: &Executable, has_lib: bool) -> serde_json::Value {
             serde_json::json!({
             "name": f.name, "params": f.params, "registers": f.registers, "inputs": inputs,
             "instructions": (f.end - f.start).max(0)})}).collect::<Vec<_>>(),
-        "constants": exe.image.constants.len(),
+        "constants": exe.constants().len(),
         "constant_bytes": constant_bytes(exe),
-        "constant_shapes": exe.image.constants.iter().map(|c| c.describe()).collect::<Vec<_>>(),
+        "constant_shapes": exe.constants().iter().map(|c| c.describe()).collect::<Vec<_>>(),
         "late_bound": [],
         "primitives": kernels.map(|f| f.name.as_str()).collect::<Vec<_>>(),
         "has_library": has_lib,
@@ -134,5 +135,5 @@ pub fn memory(exe: &Executable) -> serde_json::Value {
 /// The bytes of the executable's constant tensors.
 fn constant_bytes(exe: &Executable) -> usize {
     use super::image::Constant;
-    exe.image.constants.iter().map(|c| if let Constant::Tensor(t) = c { t.nbytes() } else { 0 }).sum()
+    exe.constants().iter().map(|c| if let Constant::Tensor(t) = c { t.nbytes() } else { 0 }).sum()
 }

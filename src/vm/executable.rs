@@ -146,63 +146,18 @@ impl Constants {
         path: &std::path::Path,
         open: impl Fn() -> Result<Arc<crate::tensor::FileMap>>,
     ) -> Result<bool> {
-        const STAMP: &str = "__tvmrt.vm_constants";
         let host = self.snapshot();
-        let tensors: Vec<(String, ObjRef<NDArray>)> = host
+        let tensors: Vec<(usize, ObjRef<NDArray>)> = host
             .iter()
             .enumerate()
             .map(|(i, c)| match c {
-                Constant::Tensor(t) => Ok((format!("const_{i}"), t.clone())),
+                Constant::Tensor(t) => Ok((i, t.clone())),
                 Constant::LateBound(n) => {
                     Err(Error::value(format!("constant {i} ('{n}') is late-bound and not loaded")))
                 }
             })
             .collect::<Result<_>>()?;
-        // One constant's bytes at a time: a model's weights gathered at once would double its size.
-        let digest_of = |items: &mut dyn Iterator<Item = (String, &NDArray)>| {
-            let hashed: Vec<(String, u64)> = items.map(|(n, t)| (n, crate::digest::xxh64(&t.to_vec()))).collect();
-            format!("{:016x}", crate::digest::of_hashed(hashed.iter().map(|(n, h)| (n.as_str(), *h))))
-        };
-        let want = digest_of(&mut tensors.iter().map(|(n, t)| (n.clone(), &**t)));
-        // The file as it is, if it is this executable's.
-        let usable = |map: &Arc<crate::tensor::FileMap>| -> Option<Vec<(usize, ObjRef<NDArray>)>> {
-            let records = crate::params::parse(map.bytes()).ok()?;
-            let stamp = records.iter().find(|(n, _)| *n == STAMP)?;
-            if stamp.1.data != want.as_bytes() {
-                return None;
-            }
-            let mut out = Vec::new();
-            for (i, (name, t)) in tensors.iter().enumerate() {
-                let (_, rec) = records.iter().find(|(n, _)| n == name)?;
-                if rec.shape != t.shape() || rec.dtype != t.dtype() {
-                    return None;
-                }
-                out.push((i, NDArray::over_mapped(map, rec.data, t.shape(), t.dtype()).ok()?));
-            }
-            let found = digest_of(&mut out.iter().map(|(i, t)| (format!("const_{i}"), &**t)));
-            (found == want).then_some(out)
-        };
-        let mut wrote = false;
-        let mapped = match open().ok().as_ref().and_then(usable) {
-            Some(m) => m,
-            None => {
-                let mut items: Vec<(String, ObjRef<NDArray>)> = tensors.clone();
-                items.push((
-                    STAMP.to_string(),
-                    NDArray::from_bytes(
-                        &[want.len() as i64],
-                        crate::dlpack::DLDataType::new(1, 8, 1),
-                        want.as_bytes(),
-                    )?,
-                ));
-                let plain = crate::params::save(items.iter().map(|(n, t)| (n.as_str(), &**t)));
-                crate::files::write_whole(path, &crate::params::align(&plain)?)?;
-                wrote = true;
-                open().ok().as_ref().and_then(usable).ok_or_else(|| {
-                    Error::value(format!("{}: the constants file just written does not read back", path.display()))
-                })?
-            }
-        };
+        let (mapped, wrote) = mapped_constants(path, &tensors, "__tvmrt.vm_constants", open)?;
         let mut host = self.host.write().unwrap_or_else(|e| e.into_inner());
         for (i, t) in mapped {
             host[i] = Constant::Tensor(t);
@@ -311,4 +266,60 @@ impl Executable {
             functions: p.functions.clone(),
         })
     }
+}
+
+/// A constant's index in its pool, and its tensor.
+pub type IndexedTensor = (usize, ObjRef<NDArray>);
+
+/// Tensor constants (by index) as arrays over the aligned params file at `path`, mapped
+/// read-only so every process that maps it shares its pages: the file is used when a record
+/// `stamp` holds the digest of exactly these constants (names `const_<index>`, dtypes, shapes and
+/// bytes; damaged bytes do not match it), else written first (whole, then renamed into place) and
+/// read back. Returns the mapped arrays and whether the file was written. `open` maps the file (the
+/// caller's promise: it does not change while mapped).
+pub fn mapped_constants(
+    path: &std::path::Path,
+    tensors: &[IndexedTensor],
+    stamp: &str,
+    open: impl Fn() -> Result<Arc<crate::tensor::FileMap>>,
+) -> Result<(Vec<IndexedTensor>, bool)> {
+    let named: Vec<(String, &ObjRef<NDArray>)> = tensors.iter().map(|(i, t)| (format!("const_{i}"), t)).collect();
+    // One constant's bytes at a time: a model's weights gathered at once would double its size.
+    let digest_of = |items: &mut dyn Iterator<Item = (String, &NDArray)>| {
+        let hashed: Vec<(String, u64)> = items.map(|(n, t)| (n, crate::digest::xxh64(&t.to_vec()))).collect();
+        format!("{:016x}", crate::digest::of_hashed(hashed.iter().map(|(n, h)| (n.as_str(), *h))))
+    };
+    let want = digest_of(&mut named.iter().map(|(n, t)| (n.clone(), &***t)));
+    // The file as it is, if it is these constants'.
+    let usable = |map: &Arc<crate::tensor::FileMap>| -> Option<Vec<IndexedTensor>> {
+        let records = crate::params::parse(map.bytes()).ok()?;
+        let found = records.iter().find(|(n, _)| *n == stamp)?;
+        if found.1.data != want.as_bytes() {
+            return None;
+        }
+        let mut out = Vec::new();
+        for ((i, t), (name, _)) in tensors.iter().zip(&named) {
+            let (_, rec) = records.iter().find(|(n, _)| n == name)?;
+            if rec.shape != t.shape() || rec.dtype != t.dtype() {
+                return None;
+            }
+            out.push((*i, NDArray::over_mapped(map, rec.data, t.shape(), t.dtype()).ok()?));
+        }
+        let found = digest_of(&mut out.iter().map(|(i, t)| (format!("const_{i}"), &**t)));
+        (found == want).then_some(out)
+    };
+    if let Some(m) = open().ok().as_ref().and_then(usable) {
+        return Ok((m, false));
+    }
+    let mut items: Vec<(String, ObjRef<NDArray>)> = named.iter().map(|(n, t)| (n.clone(), (*t).clone())).collect();
+    items.push((
+        stamp.to_string(),
+        NDArray::from_bytes(&[want.len() as i64], crate::dlpack::DLDataType::new(1, 8, 1), want.as_bytes())?,
+    ));
+    let plain = crate::params::save(items.iter().map(|(n, t)| (n.as_str(), &**t)));
+    crate::files::write_whole(path, &crate::params::align(&plain)?)?;
+    let mapped = open().ok().as_ref().and_then(usable).ok_or_else(|| {
+        Error::value(format!("{}: the constants file just written does not read back", path.display()))
+    })?;
+    Ok((mapped, true))
 }
