@@ -258,3 +258,37 @@ def test_random_inputs_match_upstreams_runtime(model, tmp_path):
             assert g.tobytes() == w.tobytes(), (case, i)
             compared += 1
     assert compared >= len(cases)
+
+
+def test_hostile_arguments_are_errors_never_crashes():
+    """Every VM and executable function called with values of every kind tvm-ffi passes (None,
+    numbers, strings, bytes, lists, tuples, maps, shapes, modules, functions, devices, dtypes,
+    numpy arrays), in wrong counts: each an exception or an answer, the process alive, and the
+    model answering right after."""
+    model = "mlp_args"
+    case = manifest(model)[0]
+    exe = tvm.runtime.load_module(str(FIXTURES / model / "model.so"))
+    vm = relax_vm.VirtualMachine(exe, tvm.cpu())
+    x = tvm.runtime.tensor(case["inputs"][0])
+    kinds = [None, 1, 2.5, True, "text", b"bytes", [1, 2, 3], (x, x), {"a": x}, tvm_ffi.Shape([1, 2])]
+    kinds += [exe, vm["main"], tvm.cpu(), tvm_ffi.dtype("float32"), np.ones(3)]
+    names = ["main", "vm_initialization", "set_input", "invoke_stateful", "get_output", "get_output_arity"]
+    names += ["save_function", "get_function_param_name", "get_function_arity", "invoke_closure", "set_num_threads"]
+    errors = 0
+    for name in names:
+        f = vm.module[name]
+        for w in kinds:
+            for args in ([], [w], [w, w], [w, w, w, w], ["main", w, w, w], [x, w, w, w]):
+                try:
+                    f(*args)
+                except Exception:  # every failure must be an exception, which is the point
+                    errors += 1
+    for name in ["stats", "as_text", "has_function", "vm_load_executable"]:
+        for w in kinds:
+            try:
+                exe[name](w)
+            except Exception:  # as above
+                errors += 1
+    assert errors > 500
+    again = load(model)
+    check(flatten(again["main"](*[tvm.runtime.tensor(a) for a in case["inputs"]]), []), case["outputs"])
