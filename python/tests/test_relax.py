@@ -132,3 +132,50 @@ def test_constants_mapped_from_one_file(tmp_path, monkeypatch) -> None:
         third = tvmrt.Model(d, map_constants=True)
         assert third.made_constants_file
         assert third.run(cases[0][0])[0].tobytes() == cases[0][1][0].tobytes()
+
+
+def test_parameters_bound_once(tmp_path) -> None:
+    """params= binds an nn.Module export's weights (its trailing parameters) once for every VM:
+    from a mapping, an .npz, a params file or MLC's tensor-cache.json with its shard; run then
+    takes the data alone, inputs describe it alone, answers unchanged; wrong names and shapes
+    are refused naming them."""
+    d = RELAX / "0.27" / "mlp_args"
+    _, cases = read_cases(d)
+    weights = {name: cases[0][0][name] for name in ("w1", "b1", "w2")}
+    np.savez(tmp_path / "w.npz", **weights)
+    (tmp_path / "w.params").write_bytes(tvmrt.save_params(weights))
+    shard = b"".join(w.tobytes() for w in weights.values())
+    (tmp_path / "mlc").mkdir()
+    (tmp_path / "mlc" / "params_shard_0.bin").write_bytes(shard)
+    records, at = [], 0
+    for name, w in weights.items():
+        records.append(
+            {
+                "name": name,
+                "shape": list(w.shape),
+                "dtype": "float32",
+                "format": "raw",
+                "nbytes": w.nbytes,
+                "byteOffset": at,
+            }
+        )
+        at += w.nbytes
+    index = {
+        "metadata": {},
+        "records": [{"dataPath": "params_shard_0.bin", "format": "raw-shard", "nbytes": at, "records": records}],
+    }
+    import json
+
+    (tmp_path / "mlc" / "tensor-cache.json").write_text(json.dumps(index))
+    for given in (weights, tmp_path / "w.npz", tmp_path / "w.params", tmp_path / "mlc"):
+        m = tvmrt.Model(d, params=given)
+        assert [i.name for i in m.inputs] == ["x"] and m.inputs[0].shape == (-1, 16)
+        for feed, want, _ in cases:
+            assert m.run(feed["x"])[0].tobytes() == want[0].tobytes(), given
+            assert m.run(x=feed["x"])[0].tobytes() == want[0].tobytes()
+    with pytest.raises(tvmrt.InvalidKeyError, match="'w3'"):
+        tvmrt.Model(d, params={**weights, "w3": weights["w1"]})
+    with pytest.raises(tvmrt.InvalidValueError, match="'w1'"):
+        tvmrt.Model(d, params={**weights, "w1": np.zeros((3, 3), "float32")})
+    with pytest.raises(tvmrt.InvalidValueError, match="takes 1 inputs"):
+        tvmrt.Model(d, params=weights).run(*cases[0][0].values())

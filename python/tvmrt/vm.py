@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
-from . import _ffi, _fork, _tensors, errors
+from . import _bound, _ffi, _fork, _tensors, errors
 from ._artifacts import LIBRARY_NAMES, PathLike, TensorInfo
 from ._devices import device_of, looks_like_device
 from .plugins import load_plugins
@@ -164,8 +164,9 @@ class _VM:
         # A Relax VM's functions take their inputs in the call itself: one call, not two.
         self._direct = _ffi.method(self.module, model.function) if model.relax else None
 
-    def run(self, func: str, arrays: Sequence[np.ndarray]) -> Any:
-        views = [_tensors.TensorView(a) for a in arrays]
+    def run(self, func: str, arrays: Sequence[Any]) -> Any:
+        # Bound parameters are the runtime's arrays already; inputs are viewed where they are.
+        views = [a if isinstance(a, _ffi.Handle) else _tensors.TensorView(a) for a in arrays]
         if self._direct is not None:
             return self._direct(*views)
         self._set_input(func, *views)
@@ -214,6 +215,7 @@ class VMModel:
         function: str = "main",
         map_constants: bool = False,
         plugins: Sequence[PathLike] | PathLike | None = None,
+        params: PathLike | Mapping[str, Any] | None = None,
         **unused: Any,
     ) -> None:
         load_plugins(plugins)
@@ -259,15 +261,29 @@ class VMModel:
         funcs = {f["name"]: f for f in self.description["functions"]}
         if function not in funcs:
             raise errors.InvalidKeyError(f"no function {function!r} (the executable's: {', '.join(funcs)})")
-        self.params: list[str] = list(funcs[function]["params"])
+        every_param: list[str] = list(funcs[function]["params"])
+        described = {
+            i["name"]: (tuple(i["shape"]), i["dtype"])
+            for i in funcs[function].get("inputs", [])
+            if i["dtype"] and i["shape"] is not None
+        }
+        if params is not None and not self.relax:
+            raise errors.InvalidValueError(
+                f"{art.lib}: params= binds a Relax function's parameters; a Relay VM executable holds its weights"
+            )
+        #: Parameters bound at load (``params=``): the runtime's arrays, passed to every call.
+        self._bound: dict[str, _ffi.Handle] = _bound.bind(params, every_param, described) if params is not None else {}
+        self._every_param = every_param
+        #: The function's parameters a call gives (those ``params=`` did not bind), in order.
+        self.params: list[str] = [p for p in every_param if p not in self._bound]
         self.device = device_of(device, self._exe)
         self._devices = [self.device] if self.device.type == _ffi.CPU else [self.device, _ffi.Device(_ffi.CPU, 0)]
         recorded = _read_meta(art.meta) if art.meta is not None else None
         if recorded is None and self.relax:
             # A Relax executable's own checks say its parameters' dtypes and shapes (-1: symbolic).
-            described = funcs[function].get("inputs", [])
-            if described and all(i["dtype"] and i["shape"] is not None for i in described):
-                recorded = ([TensorInfo(i["name"], tuple(i["shape"]), i["dtype"]) for i in described], [])
+            checks = [i for i in funcs[function].get("inputs", []) if i["name"] not in self._bound]
+            if checks and all(i["dtype"] and i["shape"] is not None for i in checks):
+                recorded = ([TensorInfo(i["name"], tuple(i["shape"]), i["dtype"]) for i in checks], [])
         #: The inputs' names, dtypes and shapes: from ``input_specs``, else the ``.meta`` beside
         #: the model, else unknown (shape None, dtype "": the executable records none).
         given = input_specs if input_specs is not None else (recorded[0] if recorded is not None else None)
@@ -366,10 +382,17 @@ class VMModel:
             out.append(arr)
         return out
 
+    def _with_bound(self, arrays: list[np.ndarray]) -> list[Any]:
+        """Every parameter of the function, in order: the inputs given, the bound ones between."""
+        if not self._bound:
+            return list(arrays)
+        given = iter(arrays)
+        return [self._bound[p] if p in self._bound else next(given) for p in self._every_param]
+
     def run(self, *args: Any, cast: _tensors.Cast = False, nested: bool = False, **named: Any) -> Any:
         """Runs the function on inputs given in order, by name, or as a mapping; returns its
         outputs as numpy arrays (flattened, or ``nested``)."""
-        arrays = self._feed(args, named, cast)
+        arrays = self._with_bound(self._feed(args, named, cast))
         result = self._vm().run(self.function, arrays)
         flat: list[np.ndarray] = []
         tree = _unpack(result, flat, _ARRAY if self.relax else _ADT)
@@ -412,16 +435,17 @@ class VMModel:
                 f"benchmark: no inputs; a VM keeps none between calls, so give them as run takes them: "
                 f"benchmark({example}, repeat=5, number=5)"
             )
-        arrays = self._feed(args, named, False)
+        arrays = self._with_bound(self._feed(args, named, False))
         vm = self._vm()
         return time_runs(lambda: vm.run(self.function, arrays), repeat, number, warmup)
 
     def profile(self, *args: Any, **named: Any) -> Report:
         """Profiles a run as TVM's profiler VM does (three warm-up runs, then every kernel and
         allocation timed)."""
-        arrays = self._feed(args, named, False)
+        arrays = self._with_bound(self._feed(args, named, False))
         vm = _VM(self, debug=True)
-        _ffi.method(vm.module, "set_input")(self.function, *[_tensors.TensorView(a) for a in arrays])
+        views = [a if isinstance(a, _ffi.Handle) else _tensors.TensorView(a) for a in arrays]
+        _ffi.method(vm.module, "set_input")(self.function, *views)
         return Report(_ffi.method(vm.module, "profile")(self.function, None))
 
     def memory_usage(self) -> dict[str, Any]:
