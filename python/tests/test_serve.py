@@ -358,7 +358,7 @@ def test_a_relay_vm_model_serves_any_batch_as_it_is(app):
     serve.delete("vm")
 
 
-def test_relax_models_serve_and_answer_as_their_compilers(app):
+def test_relax_models_serve_and_answer_as_their_compilers(app, tmp_path_factory):
     """Relax executables (TVM 0.19, 0.21, 0.27): the protocol's metadata from the executable's own
     checks (a symbolic batch as -1), requests at any batch its function takes, every fixture case
     answered as that version's runtime answered it."""
@@ -396,6 +396,27 @@ def test_relax_models_serve_and_answer_as_their_compilers(app):
         r = requests.post(f"{url}/v2/models/{name}/infer", json=body, timeout=60)
         assert r.status_code == 400 and "'x'" in r.json()["error"], r.text
         serve.delete(name)
+    # An nn.Module-style export: its weights are parameters, bound once from an .npz (params=);
+    # requests and the metadata carry the data alone.
+    d = relax / "0.27" / "mlp_args"
+    lines = [line.split() for line in (d / "manifest.txt").read_text().splitlines()]
+    arrays = {}
+    for t in lines[: next(i for i, t in enumerate(lines) if t[0] == "output")]:
+        if t[0] == "input":
+            arrays[t[1]] = np.fromfile(d / t[-1], dtype=t[2]).reshape([int(v) for v in t[4 : 4 + int(t[3])]])
+    weights = tmp_path_factory.mktemp("relax") / "w.npz"
+    np.savez(weights, **{k: v for k, v in arrays.items() if k != "x"})
+    out_line = next(t for t in lines if t[0] == "output")
+    want = np.fromfile(d / out_line[-1], dtype="float32")
+    handle = serve.run(
+        tserve.deployment(str(d), name="relax_args", params=str(weights), ray_actor_options={"num_cpus": 0}),
+        name="relax_args",
+        route_prefix="/relax_args",
+    )
+    meta = requests.get(f"{url_base}/relax_args/v2/models/relax_args", timeout=60).json()
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 16]}], meta
+    assert handle.infer.remote({"x": arrays["x"]}).result()[0].tobytes() == want.tobytes()
+    serve.delete("relax_args")
 
 
 def test_an_aot_model_serves_its_shape_and_describes_itself(app):

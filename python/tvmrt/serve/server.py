@@ -219,7 +219,7 @@ class ModelServer:
         # A model run in one call per request, at its own shape: a Relay VM's or an AOT artefact's.
         self.vm: VMModel | AOTModel | None = None
         if locate_vm(paths[0]) is not None or locate_aot(paths[0]) is not None:
-            self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs)
+            self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs, params)
             return
         per_build = _params_per_build(params, len(paths))
         self.pad_buckets = pad_buckets
@@ -291,14 +291,17 @@ class ModelServer:
         num_threads: int | None,
         max_body: int | None,
         input_specs: Any = None,
+        params: Any = None,
     ) -> None:
         """A model run in one call: a Relay VM executable runs every shape it accepts, an AOT
         artefact the one it was built for, so a request runs as it is (no builds, no padding, no
         batching); several run at once on the replica's threads."""
         if len(paths) != 1:
             raise errors.InvalidValueError(f"{paths[0]} is served alone: a Relay VM or AOT model has no builds")
+        # A Relax model's weights passed as parameters (nn.Module exports) are bound once, by params=.
+        extra = {"params": params} if params is not None else {}
         kind = VMModel if locate_vm(paths[0]) is not None else AOTModel
-        self.vm = kind(paths[0], device=device, num_threads=num_threads, input_specs=input_specs)
+        self.vm = kind(paths[0], device=device, num_threads=num_threads, input_specs=input_specs, **extra)
         self.prepared, self.made_prepared, self._holding = None, False, None
         self.builds = []
         self.inputs = {}
