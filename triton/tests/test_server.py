@@ -464,3 +464,53 @@ def test_the_client_on_docs_triton_md_as_written(server: Server) -> None:
     lines = out.splitlines()
     assert lines[0].startswith("class ") and 0 <= int(lines[0].split()[1]) < 10, out
     assert "'name': 'data'" in lines[1] and "'dims': ['1', '1', '28', '28']" in lines[1], out
+
+
+def test_kserve_s_stock_triton_runtime_arguments(tmp_path: Path) -> None:
+    """KServe's stock Triton runtime (ClusterServingRuntime kserve-tritonserver) starts
+    `tritonserver --model-store=/mnt/models --grpc-port=9000 --http-port=8080 --allow-grpc=true
+    --allow-http=true`, every model of the store loaded at start, the storage initializer having
+    laid the storageUri's model repository out under /mnt/models. The same arguments here (ports
+    free ones, addresses 127.0.0.1, and the backend directory the image's default holds the backend
+    in), on a store so laid out: a Relax model and a graph model, answered over the v2 protocol."""
+    binary = Path(os.environ["TRITONSERVER"])
+    libs = os.environ.get("TRITON_LIBS", str(binary.parents[3] / "nvidia_pytriton.libs"))
+    backends = tmp_path / "opt" / "tritonserver" / "backends"
+    (backends / "tvm").mkdir(parents=True)
+    shutil.copy(Path(os.environ["TRITON_TVM_BACKEND"]), backends / "tvm" / "libtriton_tvm.so")
+    store = tmp_path / "mnt" / "models"
+    copy_files(FIXTURES / "relax" / "0.27" / "mlp_bound", store / "relax" / "1", ["model.so"])
+    write_config(store / "relax", "max_batch_size: 8\n")
+    copy_files(FIXTURES / "mlp_b1", store / "mlp" / "1", ["lib.so", "graph.json", "params.bin"])
+    write_config(store / "mlp", "")
+    http, grpc = free_port(), free_port()
+    args = [str(binary), f"--model-store={store}", f"--grpc-port={grpc}", f"--http-port={http}"]
+    args += ["--allow-grpc=true", "--allow-http=true", f"--backend-directory={backends}"]
+    args += ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"]
+    args += [f"--metrics-port={free_port()}", "--allow-sagemaker=false", "--allow-vertex-ai=false"]
+    with open(tmp_path / "server.log", "w") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "LD_LIBRARY_PATH": libs})
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+    try:
+        deadline = time.time() + 120
+        while not (client_ready(client, "relax") and client_ready(client, "mlp")):
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "server.log").read_text()[-4000:]
+            time.sleep(0.2)
+        d = FIXTURES / "relax" / "0.27" / "mlp_bound"
+        x, want = read(d / "in_1_0.bin", (5, 16)), read(d / "out_1_0.bin", (5, 4))
+        r = client.infer("relax", [infer_input(httpclient, "x", x)])
+        assert r.as_numpy("output_0").tobytes() == want.tobytes()
+        inputs, outputs = manifest(FIXTURES / "mlp_b1")
+        r = client.infer("mlp", [infer_input(httpclient, inputs[0][0], inputs[0][1])])
+        assert r.as_numpy("output_0").tobytes() == outputs[0].tobytes()
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(30)
+
+
+def client_ready(client: Any, model: str) -> bool:
+    try:
+        return bool(client.is_model_ready(model))
+    except Exception:  # not listening yet
+        return False
