@@ -123,8 +123,22 @@ fn int(args: &[Value], i: usize) -> Result<i64> {
     arg(args, i)?.int().map_err(|e| e.context(format!("argument {i}")))
 }
 
-fn context(args: &[Value], i: usize) -> String {
-    args.get(i).and_then(Value::opt_str).map(|s| format!("{s} ")).unwrap_or_default()
+/// A check's error context (the compiler's `ErrorContext(...)` string argument), written before its
+/// message: formatted only when a check fails (checks run on every call).
+#[derive(Clone, Copy)]
+struct Context<'a>(Option<&'a str>);
+
+impl std::fmt::Display for Context<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(s) => write!(f, "{s} "),
+            None => Ok(()),
+        }
+    }
+}
+
+fn context(args: &[Value], i: usize) -> Context<'_> {
+    Context(args.get(i).and_then(Value::opt_str))
 }
 
 /// How `match_shape` treats one dimension.
