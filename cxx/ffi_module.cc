@@ -55,7 +55,7 @@ constexpr int kDeleteWeak = 2;
 // `TVMFFIByteArray` follows its header.
 std::string Text(const Cell& s) {
   if (s.type_index == kSmallStr) {
-    return std::string(reinterpret_cast<const char*>(&s.value), s.small_len < 8 ? s.small_len : 7);
+    return std::string(reinterpret_cast<const char*>(&s.value), s.small_len <= 7 ? s.small_len : 7);
   }
   if (s.type_index == kStr && s.value != 0) {
     const char* obj = reinterpret_cast<const char*>(s.value);

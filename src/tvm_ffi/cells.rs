@@ -105,7 +105,8 @@ pub unsafe fn text(c: &TVMFFIAny) -> Option<&[u8]> {
         Some(match c.type_index {
             index::SMALL_STR | index::SMALL_BYTES => {
                 let p: *const u8 = (&c.value as *const u64).cast();
-                std::slice::from_raw_parts(p, (c.small_len as usize).min(8))
+                // At most 7 bytes inline (the eighth is the terminating NUL).
+                std::slice::from_raw_parts(p, (c.small_len as usize).min(7))
             }
             index::STR | index::BYTES => bytes_of(cell_of::<TVMByteArray>(c.value as Handle)),
             index::RAW_STR if c.value != 0 => CStr::from_ptr(c.value as *const std::ffi::c_char).to_bytes(),
