@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 /// Constants this large and larger are shared.
+/// cbindgen:ignore
 pub const SHARED_FROM: usize = 1024;
 
 static LIVE: Mutex<Option<HashMap<usize, Vec<Weak<Buffer>>>>> = Mutex::new(None);
