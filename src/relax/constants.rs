@@ -78,7 +78,10 @@ mod tests {
         let z = tensor(&record(&b)).unwrap();
         assert_ne!(x.dl_tensor().data, z.dl_tensor().data, "a byte apart is another constant");
         assert_eq!(z.to_vec(), b);
-        // Small constants are copies of their own.
+        // From SHARED_FROM bytes on, shared; below, copies of their own.
+        let edge = vec![3u8; SHARED_FROM];
+        let (e, f) = (tensor(&record(&edge)).unwrap(), tensor(&record(&edge)).unwrap());
+        assert_eq!(e.dl_tensor().data, f.dl_tensor().data);
         let small = [1u8; 64];
         let (s, t) = (tensor(&record(&small)).unwrap(), tensor(&record(&small)).unwrap());
         assert_ne!(s.dl_tensor().data, t.dl_tensor().data);
