@@ -6,6 +6,7 @@ runtime. scripts/test_relax_python.sh runs it once per version."""
 
 import os
 import pathlib
+import sys
 import threading
 
 import numpy as np
@@ -14,6 +15,11 @@ import tvm
 from tvm.runtime import vm as relax_vm
 
 import tvm_ffi
+
+# The fixture reader both TVM-side suites share (tests/relax_manifest.py).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import relax_manifest
+from relax_manifest import flatten
 
 VERSION = ".".join(tvm.__version__.split(".")[:2])
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "relax" / VERSION
@@ -33,30 +39,7 @@ def test_the_runtime_is_ours_beside_upstreams_ffi():
 
 
 def manifest(model):
-    cases, case = [], None
-    for line in (FIXTURES / model / "manifest.txt").read_text().splitlines():
-        t = line.split()
-        if not t:
-            continue
-        if t[0] == "case":
-            case = {"inputs": [], "outputs": []}
-            cases.append(case)
-        elif t[0] in ("input", "output"):
-            dtype, rest = (t[2], t[3:]) if t[0] == "input" else (t[1], t[2:])
-            nd = int(rest[0])
-            shape = [int(d) for d in rest[1 : 1 + nd]]
-            a = np.fromfile(FIXTURES / model / rest[1 + nd], dtype=dtype).reshape(shape)
-            case[t[0] + "s"].append(a)
-    return cases
-
-
-def flatten(o, out):
-    if hasattr(o, "numpy"):
-        out.append(o.numpy())
-    else:
-        for x in o:
-            flatten(x, out)
-    return out
+    return relax_manifest.manifest(FIXTURES / model)
 
 
 def load(model):
