@@ -36,17 +36,9 @@ def pss_kb(pid: int) -> int:
     raise RuntimeError("no Pss")
 
 
-def measure(backend: Path, model_dir: Path, root: Path) -> float:
-    shutil.rmtree(root, ignore_errors=True)
-    (root / "backends" / "tvm").mkdir(parents=True)
-    shutil.copy(backend, root / "backends" / "tvm" / "libtriton_tvm.so")
-    version = root / "models" / "resnet" / "1"
-    version.mkdir(parents=True)
-    shutil.copy(model_dir / "lib.so", version / "lib.so")
-    config = 'backend: "tvm"\ninstance_group [{count: 4, kind: KIND_CPU}]\n'
-    (root / "models" / "resnet" / "config.pbtxt").write_text(config)
-    http = free_port()
-    args = [
+def server_args(root: Path, http: int) -> list[str]:
+    """The server over `root`'s models/ and backends/, every address 127.0.0.1, HTTP on `http`."""
+    return [
         os.environ["TRITONSERVER"],
         f"--model-repository={root / 'models'}",
         f"--backend-directory={root / 'backends'}",
@@ -59,6 +51,19 @@ def measure(backend: Path, model_dir: Path, root: Path) -> float:
         "--allow-sagemaker=false",
         "--allow-vertex-ai=false",
     ]
+
+
+def measure(backend: Path, model_dir: Path, root: Path) -> float:
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "backends" / "tvm").mkdir(parents=True)
+    shutil.copy(backend, root / "backends" / "tvm" / "libtriton_tvm.so")
+    version = root / "models" / "resnet" / "1"
+    version.mkdir(parents=True)
+    shutil.copy(model_dir / "lib.so", version / "lib.so")
+    config = 'backend: "tvm"\ninstance_group [{count: 4, kind: KIND_CPU}]\n'
+    (root / "models" / "resnet" / "config.pbtxt").write_text(config)
+    http = free_port()
+    args = server_args(root, http)
     env = {
         **os.environ,
         "LD_LIBRARY_PATH": os.environ["TRITON_LIBS"],

@@ -19,7 +19,7 @@ import numpy as np
 import tritonclient.http as httpclient
 
 sys.path.insert(0, str(Path(__file__).parent))
-from triton_pss import free_port, pss_kb
+from triton_pss import free_port, pss_kb, server_args
 
 
 def measure(backend: Path, model: Path, count: int, root: Path) -> float:
@@ -31,19 +31,7 @@ def measure(backend: Path, model: Path, count: int, root: Path) -> float:
     config = f'backend: "tvm"\nmax_batch_size: 8\ninstance_group [{{count: {count}, kind: KIND_CPU}}]\n'
     (root / "models" / "relax" / "config.pbtxt").write_text(config)
     http = free_port()
-    args = [
-        os.environ["TRITONSERVER"],
-        f"--model-repository={root / 'models'}",
-        f"--backend-directory={root / 'backends'}",
-        "--http-address=127.0.0.1",
-        f"--http-port={http}",
-        "--grpc-address=127.0.0.1",
-        f"--grpc-port={free_port()}",
-        "--metrics-address=127.0.0.1",
-        f"--metrics-port={free_port()}",
-        "--allow-sagemaker=false",
-        "--allow-vertex-ai=false",
-    ]
+    args = server_args(root, http)
     env = {**os.environ, "LD_LIBRARY_PATH": os.environ["TRITON_LIBS"], "TVM_NUM_THREADS": "1"}
     with open(root / "server.log", "w") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
