@@ -14,6 +14,7 @@ from conftest import FIXTURES
 from test_vm import read_cases, structure
 
 import tvmrt
+from tvmrt import _ffi
 
 RELAX = FIXTURES / "relax"
 VERSIONS = ["0.19", "0.21", "0.25", "0.26", "0.27"]
@@ -36,6 +37,52 @@ def test_every_version_byte_equal(d):
         assert [g.tobytes() for g in got] == [w.tobytes() for w in want], d
         assert structure(m.run(**feed, nested=True)) == nesting
         assert [g.tobytes() for g in m.run(*[feed[p] for p in params])] == [w.tobytes() for w in want]
+
+
+@pytest.mark.parametrize("d", DIRS, ids=lambda d: f"{d.parent.name}-{d.name}")
+def test_quick_requests_answer_as_the_general_path(d):
+    """Inputs in order as numpy arrays take one call from C (tvmrt._fast, where it loads) once a
+    request of their shapes has run; the answers stay those of the version's own runtime."""
+    params, cases = read_cases(d)
+    m = tvmrt.Model(d)
+    for feed, want, _ in cases:
+        for _ in range(3):
+            got = m.run(*[feed[p] for p in params])
+            assert [(g.dtype, g.shape, g.tobytes()) for g in got] == [(w.dtype, w.shape, w.tobytes()) for w in want], d
+    learned = [q for q in m._vm().quick.values() if q is not None]
+    assert bool(learned) == (_ffi._fast is not None)
+
+
+def test_quick_requests_take_what_the_plan_does_not_fit_the_general_way():
+    """An output whose shape follows the data (nonzero, unique) differs at the same input shape:
+    the answer is read the general way and that shape's quick request dropped. Another dtype, a
+    non-contiguous array and bound parameters keep their general behaviour."""
+    m = tvmrt.Model(RELAX / "0.27" / "runtime_ops")
+    rng = np.random.default_rng(0)
+    counts = set()
+    for _ in range(8):
+        x = rng.random(8, dtype="float32")
+        counts.add(int((x > 0.5).sum()))
+        got = m.run(x)
+        want = m.run({"x": x})  # a mapping: the general path
+        assert [(g.dtype, g.shape, g.tobytes()) for g in got] == [(w.dtype, w.shape, w.tobytes()) for w in want]
+    assert len(counts) > 1 and m._vm().quick[((8,),)] is None
+
+    d = RELAX / "0.27" / "mlp_args"
+    params, cases = read_cases(d)
+    feed, want, _ = cases[0]
+    m = tvmrt.Model(d)
+    ordered = [feed[p] for p in params]
+    for _ in range(2):
+        assert m.run(*ordered)[0].tobytes() == want[0].tobytes()
+    with pytest.raises(tvmrt.InvalidTypeError, match="float64"):
+        m.run(ordered[0].astype("float64"), *ordered[1:])
+    fortran = [np.asfortranarray(a) for a in ordered]
+    assert m.run(*fortran)[0].tobytes() == want[0].tobytes()
+    bound = tvmrt.Model(d, params={p: feed[p] for p in ("w1", "b1", "w2")})
+    for _ in range(3):
+        assert bound.run(feed["x"])[0].tobytes() == want[0].tobytes()
+    assert any(q is not None for q in bound._vm().quick.values()) == (_ffi._fast is not None)
 
 
 def test_inputs_described_from_the_executable():

@@ -278,6 +278,10 @@ class PreparedCall:
         if self._raw(*self._args) != 0:
             raise lib().last_error()
 
+    def result(self) -> Any:
+        """What the last call returned (a handle among it is the caller's now)."""
+        return _unpack(self.ret, self.ret_code.value)
+
     def bound(self, tensors: Sequence[ctypes.Structure], written: int, plan: tuple[Any, ...] = ()) -> Any:
         """This call made from C (``tvmrt._fast``) with `tensors` (DLTensors among its arguments)
         bound to the arrays given at each call, in order, those from index `written` on written

@@ -10,6 +10,7 @@ model), otherwise only by what the kernels check (rank, dtype).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import struct
@@ -144,7 +145,7 @@ def _read_meta(meta: Path) -> tuple[list[TensorInfo], list[TensorInfo]]:
 class _VM:
     """One VM of the model: used by one thread (or session) at a time."""
 
-    __slots__ = ("__weakref__", "_direct", "_invoke", "_set_input", "module")
+    __slots__ = ("__weakref__", "_direct", "_invoke", "_set_input", "module", "quick")
 
     def __init__(self, model: VMModel, debug: bool = False) -> None:
         if model.relax:
@@ -163,6 +164,9 @@ class _VM:
         self._invoke = _ffi.method(self.module, "invoke")
         # A Relax VM's functions take their inputs in the call itself: one call, not two.
         self._direct = _ffi.method(self.module, model.function) if model.relax else None
+        #: The quick requests learned, by the inputs' shapes (None: that request takes the
+        #: general path; see VMModel._quick).
+        self.quick: dict[tuple[tuple[int, ...], ...], _Quick | None] = {}
 
     def run(self, func: str, arrays: Sequence[Any]) -> Any:
         # Bound parameters are the runtime's arrays already; inputs are viewed where they are.
@@ -171,6 +175,73 @@ class _VM:
             return self._direct(*views)
         self._set_input(func, *views)
         return self._invoke(func)
+
+
+class _Quick:
+    """A Relax request as one call from C (``tvmrt._fast``): ``tvmrt.run_into`` prepared for inputs
+    of the shapes and dtypes an earlier request had, and outputs as its result had them. The
+    runtime writes the outputs only when this call's result has those shapes too; otherwise it
+    returns the result, which is then read the general way."""
+
+    __slots__ = ("call", "fast", "keep")
+
+    def __init__(self, vm: _VM, model: VMModel, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        every = model._every_param
+        name = _ffi.c_string(model.function)
+        codes = [_ffi.STR, _ffi.INT]
+        codes += [model._bound[p].code if p in model._bound else _ffi.DLTENSOR for p in every]
+        codes += [_ffi.DLTENSOR] * len(outputs)
+        self.call = _ffi.PreparedCall(_ffi.method(vm.module, "tvmrt.run_into"), codes)
+        self.keep: list[Any] = [name]
+        self.call.values[0].v_str = name
+        self.call.values[1].v_int64 = len(every)
+        given = iter(inputs)
+        tensors = []
+        for k, p in enumerate(every):
+            bound = model._bound.get(p)
+            if bound is not None:
+                self.call.values[2 + k].v_handle = bound.value
+                continue
+            tensors.append(self._tensor(next(given)))
+            self.call.values[2 + k].v_handle = ctypes.addressof(tensors[-1])
+        for k, o in enumerate(outputs):
+            tensors.append(self._tensor(o))
+            self.call.values[2 + len(every) + k].v_handle = ctypes.addressof(tensors[-1])
+        plan = (
+            np.ndarray,
+            np.empty,
+            tuple(a.dtype for a in inputs),
+            tuple(a.shape for a in inputs),
+            tuple(o.dtype for o in outputs),
+            tuple(o.shape for o in outputs),
+        )
+        self.fast = self.call.bound(tensors, len(inputs), plan)
+
+    def _tensor(self, like: np.ndarray) -> Any:
+        """A host DLTensor of `like`'s shape and dtype over no memory yet (each call binds it)."""
+        shape = _ffi.shape_tuple(like.shape)
+        t = _ffi.DLTensor()
+        t.device = _ffi.DLDevice(_ffi.CPU, 0)
+        t.ndim = like.ndim
+        t.dtype = _tensors.dl_dtype(like.dtype)
+        t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        self.keep += [shape, t]
+        return t
+
+    def request(self, inputs: tuple[Any, ...]) -> tuple[list[np.ndarray] | None, bool]:
+        """The outputs (None: an input not as planned, for the general path), and whether the
+        plan still holds (False: the outputs' shapes followed the data, this time they differed)."""
+        got = self.fast.request(inputs, None)
+        if type(got) is not list:
+            if got is None:
+                return None, True
+            raise _ffi.lib().last_error()
+        ret = self.call.result()
+        if ret == 0 and type(ret) is int:
+            return got, True
+        flat: list[np.ndarray] = []
+        _unpack(ret, flat, _ARRAY)
+        return flat, False
 
 
 # How a result's tuples are read: a Relay VM's are ADTs, a Relax VM's arrays.
@@ -392,11 +463,47 @@ class VMModel:
     def run(self, *args: Any, cast: _tensors.Cast = False, nested: bool = False, **named: Any) -> Any:
         """Runs the function on inputs given in order, by name, or as a mapping; returns its
         outputs as numpy arrays (flattened, or ``nested``)."""
-        arrays = self._with_bound(self._feed(args, named, cast))
-        result = self._vm().run(self.function, arrays)
+        quick = self.relax and not named and not nested and cast is False
+        if quick:
+            got = self._quick(args)
+            if got is not None:
+                return got
+        fed = self._feed(args, named, cast)
+        vm = self._vm()
+        result = vm.run(self.function, self._with_bound(fed))
         flat: list[np.ndarray] = []
         tree = _unpack(result, flat, _ARRAY if self.relax else _ADT)
+        if quick and len(fed) == len(args) and all(f is a for f, a in zip(fed, args)):
+            self._learn(vm, fed, flat)
         return tree if nested else flat
+
+    #: How many input shapes a VM keeps quick requests for (a model of many sequence lengths
+    #: takes the general path for the rest).
+    QUICK_SHAPES = 64
+
+    def _quick(self, args: tuple[Any, ...]) -> list[np.ndarray] | None:
+        """The plainest Relax request (numpy arrays in order, of shapes an earlier request had) as
+        one call from C; None for the general path."""
+        vm = self._vm()
+        try:
+            key = tuple(a.shape for a in args)
+        except AttributeError:
+            return None
+        q = vm.quick.get(key)
+        if q is None:
+            return None
+        got, holds = q.request(args)
+        if not holds:
+            vm.quick[key] = None
+        return got
+
+    def _learn(self, vm: _VM, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        """Prepares the quick request for inputs of these shapes (the general path just ran it)."""
+        key = tuple(a.shape for a in inputs)
+        if key in vm.quick or len(vm.quick) >= self.QUICK_SHAPES:
+            return
+        q = _Quick(vm, self, inputs, outputs)
+        vm.quick[key] = q if q.fast is not None else None
 
     __call__ = run
 

@@ -68,7 +68,8 @@ pub fn kernel(f: SafeCall, name: String, owner: AnyObject) -> crate::object::Obj
     })
 }
 
-fn call(f: SafeCall, name: &str, a: &Args<'_>) -> Result<RetValue> {
+/// Calls `f` with the classic arguments `a` as cells (borrowed), on the stack for up to 16.
+pub(crate) fn with_cells<R>(a: &Args<'_>, f: impl FnOnce(&[TVMFFIAny]) -> Result<R>) -> Result<R> {
     const SMALL: usize = 16;
     let mut small = [TVMFFIAny::default(); SMALL];
     let mut large = Vec::new();
@@ -81,6 +82,14 @@ fn call(f: SafeCall, name: &str, a: &Args<'_>) -> Result<RetValue> {
     for (i, c) in cells.iter_mut().enumerate() {
         *c = to_cell(a, i)?;
     }
+    f(cells)
+}
+
+fn call(f: SafeCall, name: &str, a: &Args<'_>) -> Result<RetValue> {
+    with_cells(a, |cells| call_cells(f, name, cells))
+}
+
+fn call_cells(f: SafeCall, name: &str, cells: &[TVMFFIAny]) -> Result<RetValue> {
     let mut result = TVMFFIAny::default();
     // SAFETY: a tvm-ffi kernel's contract: it reads `n` cells, each what its type index says
     // (tensors and strings alive for the call, as the classic arguments they came from are),

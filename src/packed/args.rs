@@ -310,6 +310,15 @@ impl<'a> Args<'a> {
 
     /// A tensor argument: a plain DLTensor (7) or an NDArray (13).
     #[inline]
+    /// Copies `from` into tensor argument `i`, an output the caller gave (a packed call may
+    /// write the tensors it is given, for the call); byte sizes must match.
+    pub fn write_tensor(&self, i: usize, from: RawTensor<'_>) -> Result<()> {
+        let to = self.tensor(i)?;
+        // SAFETY: the caller's tensor, writable and not touched by others for the call (the
+        // packed-call contract); its bytes are checked against `from`'s before the copy.
+        unsafe { crate::tensor::raw::copy_tensor(from, to) }
+    }
+
     pub fn tensor(&self, i: usize) -> Result<RawTensor<'a>> {
         let (v, c) = self.get(i)?;
         match c {
@@ -408,6 +417,7 @@ pub fn with_object_args<R>(objects: &[&AnyObject], f: impl FnOnce(&Args<'_>) -> 
 }
 
 /// One argument of [`with_items`]: what a VM passes to kernels and functions, borrowed.
+#[derive(Clone, Copy)]
 pub enum Item<'a> {
     Null,
     Int(i64),
@@ -532,5 +542,28 @@ impl ArgsBuilder {
 
     pub fn args(&self) -> Args<'_> {
         Args { values: &self.values, codes: &self.codes }
+    }
+
+    /// Empties the builder (releasing what it holds), its capacity kept.
+    fn clear(&mut self) {
+        self.values.clear();
+        self.codes.clear();
+        self.strings.clear();
+        self.objects.clear();
+        self.byte_arrays.clear();
+    }
+
+    /// Calls `f` with an empty builder: the thread's spare one, so calls made over and over (a
+    /// host's calls of a VM function) do not allocate argument arrays each time. What `f` put in
+    /// it is released when `f` returns; a nested call gets a builder of its own.
+    pub fn with_spare<R>(f: impl FnOnce(&mut ArgsBuilder) -> R) -> R {
+        thread_local! {
+            static SPARE: std::cell::Cell<Option<Box<ArgsBuilder>>> = const { std::cell::Cell::new(None) };
+        }
+        let mut b = SPARE.try_with(|s| s.take()).ok().flatten().unwrap_or_default();
+        let r = f(&mut b);
+        b.clear();
+        let _ = SPARE.try_with(|s| s.set(Some(b)));
+        r
     }
 }

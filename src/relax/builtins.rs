@@ -110,16 +110,16 @@ pub trait Machine {
     /// A device by the index the code uses (-1: the host).
     fn device_at(&self, i: i64) -> Result<DLDevice>;
     /// Calls a function value (a closure or a packed function).
-    fn call_value(&self, f: &Value, args: &[Value], cx: &mut CallCtx) -> Result<Value>;
+    fn call_value(&self, f: &Value, args: &[&Value], cx: &mut CallCtx) -> Result<Value>;
     /// A block of `bytes` on the device the code calls `device` (-1: the host), from its pool.
     fn storage(&self, device: i64, bytes: usize) -> Result<Arc<Buffer>>;
 }
 
-fn arg(args: &[Value], i: usize) -> Result<&Value> {
-    args.get(i).ok_or_else(|| Error::type_err(format!("argument {i} missing: {} given", args.len())))
+fn arg<'a>(args: &[&'a Value], i: usize) -> Result<&'a Value> {
+    args.get(i).copied().ok_or_else(|| Error::type_err(format!("argument {i} missing: {} given", args.len())))
 }
 
-fn int(args: &[Value], i: usize) -> Result<i64> {
+fn int(args: &[&Value], i: usize) -> Result<i64> {
     arg(args, i)?.int().map_err(|e| e.context(format!("argument {i}")))
 }
 
@@ -137,8 +137,8 @@ impl std::fmt::Display for Context<'_> {
     }
 }
 
-fn context(args: &[Value], i: usize) -> Context<'_> {
-    Context(args.get(i).and_then(Value::opt_str))
+fn context<'a>(args: &[&'a Value], i: usize) -> Context<'a> {
+    Context(args.get(i).copied().and_then(Value::opt_str))
 }
 
 /// How `match_shape` treats one dimension.
@@ -246,7 +246,7 @@ fn ints_of(t: &NDArray) -> Result<Vec<i64>> {
 
 impl Builtin {
     /// Runs the builtin on `args` for machine `m`.
-    pub fn call(self, m: &impl Machine, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
+    pub fn call(self, m: &impl Machine, args: &[&Value], cx: &mut CallCtx) -> Result<Value> {
         use Builtin::*;
         Ok(match self {
             AllocShapeHeap => {
@@ -264,7 +264,7 @@ impl Builtin {
                 Value::None
             }
             MatchShape => {
-                let shape = shape_of(arg(args, 0)?)?.to_vec();
+                let shape = shape_of(arg(args, 0)?)?;
                 let mut heap = Heap::of(cx, arg(args, 1)?)?;
                 let n = int(args, 2)?;
                 let n_us = usize::try_from(n).map_err(|_| Error::value(format!("match_shape of {n} dims")))?;
@@ -402,7 +402,7 @@ impl Builtin {
             }
             MakeClosure => match arg(args, 0)? {
                 Value::Func(Callable::Closure { func, bound }) => {
-                    let mut all: Vec<Value> = args[1..].to_vec();
+                    let mut all: Vec<Value> = args[1..].iter().map(|&v| v.clone()).collect();
                     all.extend(bound.iter().cloned());
                     Value::Func(Callable::Closure { func: *func, bound: all.into() })
                 }
@@ -413,8 +413,9 @@ impl Builtin {
                 let f = arg(args, 0)?;
                 let (last, middle) =
                     args[1..].split_last().ok_or_else(|| Error::type_err("call_tir_dyn without a shape"))?;
+                let dims: Vec<Value> = last.shape()?.iter().map(|&d| Value::Int(d)).collect();
                 let mut all = middle.to_vec();
-                all.extend(last.shape()?.iter().map(|&d| Value::Int(d)));
+                all.extend(&dims);
                 m.call_value(f, &all, cx)?
             }
             ShapeOf => Value::Shape(arg(args, 0)?.tensor()?.shape().into()),
@@ -450,7 +451,7 @@ impl Builtin {
             // Resetting frees an item early; tuples are shared values here, so the item goes
             // with the tuple instead.
             TupleResetItem => Value::None,
-            MakeTuple => Value::Tuple(args.to_vec().into()),
+            MakeTuple => Value::Tuple(args.iter().map(|&v| v.clone()).collect()),
             TensorToShape => {
                 let t = arg(args, 0)?.tensor()?;
                 if t.shape().len() != 1 {

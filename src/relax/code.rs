@@ -33,9 +33,17 @@ pub enum Reg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arg {
     Reg(Reg),
-    Imm(i64),
+    Imm(Imm),
     Const(usize),
     Func(usize),
+}
+
+/// An immediate argument: its value, and its place in [`Code::ints`] (where the VM finds it as
+/// a value it can lend to a call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Imm {
+    pub value: i64,
+    pub slot: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,11 +68,14 @@ pub enum Instr {
 pub struct Code {
     pub instrs: Vec<Instr>,
     pub args: Vec<Arg>,
+    /// Every distinct immediate, by its slot.
+    pub ints: Vec<i64>,
 }
 
 struct Decoder<'a> {
     image: &'a Image,
     code: Code,
+    slots: std::collections::HashMap<i64, usize>,
 }
 
 impl Decoder<'_> {
@@ -84,7 +95,7 @@ impl Decoder<'_> {
         }
     }
 
-    fn arg(&self, word: i64, f: &FuncInfo) -> Result<Arg> {
+    fn arg(&mut self, word: i64, f: &FuncInfo) -> Result<Arg> {
         let kind = (word as u64 >> VALUE_BITS) as u8;
         // The value is the low 56 bits, sign-extended.
         let value = (word << 8) >> 8;
@@ -96,7 +107,14 @@ impl Decoder<'_> {
         };
         Ok(match kind {
             0 => Arg::Reg(self.reg(value, f)?),
-            1 => Arg::Imm(value),
+            1 => {
+                let ints = &mut self.code.ints;
+                let slot = *self.slots.entry(value).or_insert_with(|| {
+                    ints.push(value);
+                    ints.len() - 1
+                });
+                Arg::Imm(Imm { value, slot })
+            }
             2 => Arg::Const(index("constant", self.image.constants.len())?),
             3 => Arg::Func(index("function", self.image.functions.len())?),
             k => return Err(Error::value(format!("argument kind {k}"))),
@@ -152,7 +170,7 @@ impl Decoder<'_> {
 /// The instructions of every bytecode function of `image`, checked.
 pub fn decode(image: &Image) -> Result<Code> {
     let n = image.instr_offsets.len();
-    let mut d = Decoder { image, code: Code::default() };
+    let mut d = Decoder { image, code: Code::default(), slots: Default::default() };
     // Instructions no function owns stay `Ret(Void)`: never reached, as no jump leaves a function.
     d.code.instrs = vec![Instr::Ret(Reg::Void); n];
     let mut owner: Vec<Option<usize>> = vec![None; n];

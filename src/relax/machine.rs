@@ -111,6 +111,12 @@ pub struct Machine {
     storage: Vec<(Arc<Pool>, Allocator)>,
     constants: Vec<Value>,
     targets: Vec<Target>,
+    /// What the code's operands other than registers stand for, as values a call can borrow:
+    /// each function-table entry, each distinct immediate, `%void` and `%vm`.
+    functions: Vec<Value>,
+    ints: Vec<Value>,
+    void: Value,
+    vm: Value,
 }
 
 /// A function of the executable's library or its imports.
@@ -183,7 +189,9 @@ impl Machine {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Machine { exe, devices, storage, constants, targets })
+        let functions = (0..targets.len()).map(|g| function_value(&targets, g)).collect();
+        let ints = exe.code.ints.iter().map(|&i| Value::Int(i)).collect();
+        Ok(Machine { exe, devices, storage, constants, targets, functions, ints, void: Value::None, vm: Value::Vm })
     }
 
     pub fn devices(&self) -> &[DLDevice] {
@@ -218,11 +226,11 @@ impl builtins::Machine for Machine {
         pool.take(bytes, 0, *how)
     }
 
-    fn call_value(&self, f: &Value, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
+    fn call_value(&self, f: &Value, args: &[&Value], cx: &mut CallCtx) -> Result<Value> {
         match f {
             Value::Func(Callable::Closure { func, bound }) => {
                 let mut all = args.to_vec();
-                all.extend(bound.iter().cloned());
+                all.extend(bound.iter());
                 self.call_index(*func, &all, cx)
             }
             Value::Func(Callable::Packed(p)) => self.call_packed(p, args),
@@ -237,13 +245,20 @@ impl Machine {
         let mut cx = CallCtx::default();
         let out = match self.targets[func] {
             Target::Bytecode => self.run(func, args, &mut cx),
-            _ => self.call_index(func, &args, &mut cx),
+            _ => self.call_index(func, &args.iter().collect::<Vec<_>>(), &mut cx),
         };
-        // Blocks no call used lately go back to the system.
-        for (pool, _) in &self.storage {
-            pool.end();
-        }
+        self.end_call();
         out
+    }
+
+    /// Blocks no call used lately go back to the system: once per pool (devices given twice,
+    /// as the host usually is, share one).
+    fn end_call(&self) {
+        for (i, (pool, _)) in self.storage.iter().enumerate() {
+            if !self.storage[..i].iter().any(|(p, _)| Arc::ptr_eq(p, pool)) {
+                pool.end();
+            }
+        }
     }
 
     /// `invoke` with every kernel and builtin call timed (the profiler VM's `profile`): the
@@ -254,26 +269,25 @@ impl Machine {
             self.devices.iter().map(|&d| Ok((d, crate::profiling::Timer::start(d)?))).collect::<Result<Vec<_>>>()?;
         let out = match self.targets[func] {
             Target::Bytecode => self.run(func, args, &mut cx),
-            _ => self.call_index(func, &args, &mut cx),
+            _ => self.call_index(func, &args.iter().collect::<Vec<_>>(), &mut cx),
         }?;
         let ends = totals.iter().rev().map(|(d, t)| Ok((*d, t.stop()?))).collect::<Result<Vec<_>>>()?;
         let ends: Vec<_> = ends.into_iter().rev().collect();
-        for (pool, _) in &self.storage {
-            pool.end();
-        }
+        self.end_call();
         Ok((out, cx.recorder.take().expect("set above").report(&ends)))
     }
 
     /// Calls a function value a host holds (`invoke_closure`).
     pub fn invoke_value(&self, f: &Value, args: &[Value]) -> Result<Value> {
-        builtins::Machine::call_value(self, f, args, &mut CallCtx::default())
+        builtins::Machine::call_value(self, f, &args.iter().collect::<Vec<_>>(), &mut CallCtx::default())
     }
 
-    fn call_packed(&self, f: &PackedFunc, args: &[Value]) -> Result<Value> {
+    fn call_packed(&self, f: &PackedFunc, args: &[&Value]) -> Result<Value> {
         // Kernels take tensors and numbers: borrowed, with no argument arrays on the heap.
-        let items: Option<Vec<crate::packed::Item<'_>>> = args.iter().map(Value::item).collect();
-        if let Some(items) = items {
-            return Value::from_ret(crate::packed::with_items(&items, |a| f.call(a))?);
+        const SMALL: usize = 16;
+        let mut items = [crate::packed::Item::Null; SMALL];
+        if args.len() <= SMALL && args.iter().zip(&mut items).all(|(a, slot)| a.item().map(|i| *slot = i).is_some()) {
+            return Value::from_ret(crate::packed::with_items(&items[..args.len()], |a| f.call(a))?);
         }
         let mut b = ArgsBuilder::new();
         for (i, a) in args.iter().enumerate() {
@@ -282,7 +296,7 @@ impl Machine {
         Value::from_ret(f.call(&b.args())?)
     }
 
-    fn call_index(&self, func: usize, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
+    fn call_index(&self, func: usize, args: &[&Value], cx: &mut CallCtx) -> Result<Value> {
         let name = || &self.exe.image.functions[func].name;
         match &self.targets[func] {
             Target::Builtin(_) | Target::Packed(_) if cx.recorder.is_some() => self.call_timed(func, args, cx),
@@ -293,7 +307,7 @@ impl Machine {
                     return Err(Error::value(format!("Relax calls nested deeper than {MAX_DEPTH} in '{}'", name())));
                 }
                 cx.depth += 1;
-                let r = self.run(func, args.to_vec(), cx);
+                let r = self.run(func, args.iter().map(|&v| v.clone()).collect(), cx);
                 cx.depth -= 1;
                 r
             }
@@ -301,7 +315,7 @@ impl Machine {
     }
 
     /// A kernel's or builtin's call, timed on the first device, with its tensors' shapes.
-    fn call_timed(&self, func: usize, args: &[Value], cx: &mut CallCtx) -> Result<Value> {
+    fn call_timed(&self, func: usize, args: &[&Value], cx: &mut CallCtx) -> Result<Value> {
         let device = self.first_device();
         let started = crate::profiling::Timer::start(device)?;
         let mut recorder = cx.recorder.take();
@@ -313,7 +327,7 @@ impl Machine {
         let name = &self.exe.image.functions[func].name;
         let tensors: Vec<ObjRef<NDArray>> = args
             .iter()
-            .filter_map(|a| match a {
+            .filter_map(|&a| match a {
                 Value::Tensor(t) => Some(t.clone()),
                 _ => None,
             })
@@ -341,30 +355,34 @@ impl Machine {
         regs.resize_with(f.registers as usize, Value::default);
         let code = &self.exe.code;
         let mut pc = f.start as usize;
-        // One argument list for every call of this frame, refilled each time.
-        let mut values: Vec<Value> = Vec::with_capacity(8);
+        // A call's arguments are lent: registers, constants and the like by reference, in an
+        // array on the stack for the usual few.
+        const SMALL: usize = 16;
         loop {
             match &code.instrs[pc] {
                 Instr::Call { dst, func: callee, args } => {
-                    values.clear();
-                    values.extend(code.args[args.clone()].iter().map(|a| match *a {
-                        super::code::Arg::Reg(r) => read(&regs, r),
-                        super::code::Arg::Imm(i) => Value::Int(i),
-                        super::code::Arg::Const(c) => self.constants[c].clone(),
-                        super::code::Arg::Func(g) => self.function_value(g),
-                    }));
-                    let ret =
-                        self.call_index(*callee, &values, cx).map_err(|e| e.context(format!("in '{}'", f.name)))?;
+                    let operands = &code.args[args.clone()];
+                    let ret = if operands.len() <= SMALL {
+                        let mut lent = [&self.void; SMALL];
+                        for (slot, a) in lent.iter_mut().zip(operands) {
+                            *slot = self.operand(&regs, a);
+                        }
+                        self.call_index(*callee, &lent[..operands.len()], cx)
+                    } else {
+                        let lent: Vec<&Value> = operands.iter().map(|a| self.operand(&regs, a)).collect();
+                        self.call_index(*callee, &lent, cx)
+                    };
+                    let ret = ret.map_err(|e| e.context(format!("in '{}'", f.name)))?;
                     if let Some(d) = dst {
                         regs[*d] = ret;
                     }
                     pc += 1;
                 }
-                Instr::Ret(r) => return Ok(read(&regs, *r)),
+                Instr::Ret(r) => return Ok(self.reg(&regs, *r).clone()),
                 Instr::Goto(to) => pc = *to,
                 Instr::If { cond, else_pc } => {
-                    let taken = match read(&regs, *cond) {
-                        Value::Int(i) => i != 0,
+                    let taken = match self.reg(&regs, *cond) {
+                        Value::Int(i) => *i != 0,
                         other => {
                             return Err(Error::type_err(format!(
                                 "'{}': an If on a {}, not an int",
@@ -379,19 +397,36 @@ impl Machine {
         }
     }
 
-    /// A function-table entry as a value (a function argument).
-    fn function_value(&self, g: usize) -> Value {
-        match &self.targets[g] {
-            Target::Packed(p) => Value::Func(Callable::Packed(p.clone())),
-            _ => Value::Func(Callable::Closure { func: g, bound: Arc::from(Vec::new()) }),
+    /// The capacity an argument list for `invoke` of `func` should have: its whole frame, so
+    /// running it allocates no registers.
+    pub fn frame_capacity(&self, func: usize) -> usize {
+        self.exe.image.functions[func].registers.max(0) as usize
+    }
+
+    /// What register `r` holds.
+    fn reg<'a>(&'a self, regs: &'a [Value], r: Reg) -> &'a Value {
+        match r {
+            Reg::Index(i) => &regs[i],
+            Reg::Void => &self.void,
+            Reg::Vm => &self.vm,
+        }
+    }
+
+    /// What a call's operand stands for.
+    fn operand<'a>(&'a self, regs: &'a [Value], a: &super::code::Arg) -> &'a Value {
+        match *a {
+            super::code::Arg::Reg(r) => self.reg(regs, r),
+            super::code::Arg::Imm(i) => &self.ints[i.slot],
+            super::code::Arg::Const(c) => &self.constants[c],
+            super::code::Arg::Func(g) => &self.functions[g],
         }
     }
 }
 
-fn read(regs: &[Value], r: Reg) -> Value {
-    match r {
-        Reg::Index(i) => regs[i].clone(),
-        Reg::Void => Value::None,
-        Reg::Vm => Value::Vm,
+/// A function-table entry as a value (a function argument).
+fn function_value(targets: &[Target], g: usize) -> Value {
+    match &targets[g] {
+        Target::Packed(p) => Value::Func(Callable::Packed(p.clone())),
+        _ => Value::Func(Callable::Closure { func: g, bound: Arc::from(Vec::new()) }),
     }
 }

@@ -144,18 +144,19 @@ impl VirtualMachine {
 
     /// A host's arguments as values, on the VM's first device (booleans as the kernels' ABI
     /// has them).
-    fn values(m: &Machine, a: &Args<'_>, from: usize) -> Result<Vec<Value>> {
+    fn values(m: &Machine, a: &Args<'_>, from: usize, capacity: usize) -> Result<Vec<Value>> {
+        Self::values_of(m, a, from..a.len(), capacity)
+    }
+
+    /// Arguments `range` of a host's call as values, in a list of at least `capacity`.
+    fn values_of(m: &Machine, a: &Args<'_>, range: std::ops::Range<usize>, capacity: usize) -> Result<Vec<Value>> {
         let ffi = m.exe.generation == Generation::Ffi;
-        (from..a.len())
-            .map(|i| {
-                let v = Value::from_arg(a, i, m.first_device())?;
-                if ffi {
-                    v.relabel_bools(CLASSIC_BOOL, FFI_BOOL)
-                } else {
-                    Ok(v)
-                }
-            })
-            .collect()
+        let mut values = Vec::with_capacity(capacity.max(range.len()));
+        for i in range {
+            let v = Value::from_arg(a, i, m.first_device())?;
+            values.push(if ffi { v.relabel_bools(CLASSIC_BOOL, FFI_BOOL)? } else { v });
+        }
+        Ok(values)
     }
 
     /// A value returned to a (classic) host.
@@ -166,8 +167,40 @@ impl VirtualMachine {
 
     fn call(&self, func: usize, a: &Args<'_>) -> Result<RetValue> {
         let m = self.machine()?;
-        let args = Self::values(&m, a, 0)?;
+        let args = Self::values(&m, a, 0, m.frame_capacity(func))?;
         self.ret(m.invoke(func, args)?)
+    }
+
+    /// `tvmrt.run_into(func_name, n, args (n of them), outputs...)`: calls the function, then
+    /// copies its result (tuples flattened, in order) into the output tensors and returns 0 when
+    /// each has its shape and dtype; otherwise writes nothing and returns the result itself. A
+    /// host that made the outputs from an earlier result of the same input shapes (the package's
+    /// quick request) so learns of an output whose shape follows the data.
+    fn run_into(&self, a: &Args<'_>) -> Result<RetValue> {
+        let func = self.exe.function(a.str(0)?)?;
+        let n = a.int(1)?;
+        let ins = usize::try_from(n).ok().filter(|&n| n + 2 <= a.len()).ok_or_else(|| {
+            Error::type_err(format!("tvmrt.run_into takes (name, n, n arguments, outputs...): n = {n} of {}", a.len()))
+        })?;
+        let m = self.machine()?;
+        let args = Self::values_of(&m, a, 2..2 + ins, m.frame_capacity(func))?;
+        let out = m.invoke(func, args)?;
+        let out = if self.exe.generation == Generation::Ffi { out.relabel_bools(FFI_BOOL, CLASSIC_BOOL)? } else { out };
+        let mut flat = Vec::new();
+        let targets = 2 + ins..a.len();
+        let fits = out.flatten_tensors(&mut flat)
+            && flat.len() == targets.len()
+            && flat
+                .iter()
+                .zip(targets.clone())
+                .all(|(t, i)| a.tensor(i).is_ok_and(|to| to.has_shape(t.shape()) && to.dtype() == t.dtype()));
+        if !fits {
+            return out.to_ret();
+        }
+        for (t, i) in flat.iter().zip(targets) {
+            a.write_tensor(i, t.raw()).map_err(|e| e.context(format!("output {}", i - 2 - ins)))?;
+        }
+        Ok(RetValue::Int(0))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Stateful> {
@@ -184,7 +217,7 @@ impl VirtualMachine {
                 a.len() - 1
             )));
         }
-        let values = Self::values(&*self.machine()?, a, 1)?;
+        let values = Self::values(&*self.machine()?, a, 1, 0)?;
         self.lock().inputs.insert(name.to_string(), values);
         Ok(())
     }
@@ -222,7 +255,7 @@ impl VirtualMachine {
     fn save_function(&self, a: &Args<'_>) -> Result<()> {
         let (func, save_name) = (self.exe.function(a.str(0)?)?, a.str(1)?);
         let include_return = a.int(2)? != 0;
-        let bound = Self::values(&*self.machine()?, a, 3)?;
+        let bound = Self::values(&*self.machine()?, a, 3, 0)?;
         self.lock().saved.insert(save_name.to_string(), (func, bound, include_return));
         Ok(())
     }
@@ -231,7 +264,7 @@ impl VirtualMachine {
         let (func, bound, include_return) =
             self.lock().saved.get(name).cloned().ok_or_else(|| Error::value(format!("Unknown function: {name}")))?;
         let m = self.machine()?;
-        let mut args = Self::values(&m, a, 0)?;
+        let mut args = Self::values(&m, a, 0, m.frame_capacity(func))?;
         args.extend(bound);
         let out = m.invoke(func, args)?;
         if include_return {
@@ -253,7 +286,7 @@ impl VirtualMachine {
         }
         let func = self.exe.function(name)?;
         let m = self.machine()?;
-        let args = Self::values(&m, a, 1)?;
+        let args = Self::values(&m, a, 1, 0)?;
         m.invoke(func, args.clone())?;
         Ok(m.invoke_profiled(func, args)?.1)
     }
@@ -299,6 +332,7 @@ impl ModuleNode for VirtualMachine {
                 vm.ret(out)
             }),
             "set_input" => with(|vm, a| vm.set_input(a).map(|_| RetValue::None)),
+            "tvmrt.run_into" => with(|vm, a| vm.run_into(a)),
             "save_function" => with(|vm, a| vm.save_function(a).map(|_| RetValue::None)),
             // Found (hosts look them up as they make a VM), refused when called.
             "set_input_with_param_module" | "set_instrument" => {
@@ -326,7 +360,7 @@ impl ModuleNode for VirtualMachine {
             }),
             "invoke_closure" => with(|vm, a| {
                 let m = vm.machine()?;
-                let values = Self::values(&m, a, 0)?;
+                let values = Self::values(&m, a, 0, 0)?;
                 let (f, rest) = values.split_first().ok_or_else(|| Error::type_err("invoke_closure of nothing"))?;
                 vm.ret(m.invoke_value(f, rest)?)
             }),

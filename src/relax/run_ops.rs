@@ -78,14 +78,14 @@ fn keys(t: &NDArray) -> Result<Vec<Key>> {
 }
 
 /// `shape_to_tensor(shape)`: the dims as an int64 tensor.
-pub fn shape_to_tensor(args: &[Value]) -> Result<Value> {
-    let dims = args.first().ok_or_else(|| Error::type_err("shape_to_tensor of nothing"))?.shape()?;
+pub fn shape_to_tensor(args: &[&Value]) -> Result<Value> {
+    let dims = args.first().copied().ok_or_else(|| Error::type_err("shape_to_tensor of nothing"))?.shape()?;
     int64_tensor(&[dims.len() as i64], dims)
 }
 
 /// `nonzero(x)`: the indices of the non-zero elements, one row per axis (a 0-d tensor as 1-d).
-pub fn nonzero(args: &[Value]) -> Result<Value> {
-    let t = args.first().ok_or_else(|| Error::type_err("nonzero of nothing"))?.tensor()?;
+pub fn nonzero(args: &[&Value]) -> Result<Value> {
+    let t = args.first().copied().ok_or_else(|| Error::type_err("nonzero of nothing"))?.tensor()?;
     let shape: Vec<i64> = if t.shape().is_empty() { vec![1] } else { t.shape().to_vec() };
     let found: Vec<usize> = keys(t)?
         .iter()
@@ -109,8 +109,8 @@ pub fn nonzero(args: &[Value]) -> Result<Value> {
 
 /// `unique(x, sorted, return_index, return_inverse, return_counts[, axis])`, over the flattened
 /// tensor (axis None): the unique values, then the requested extras, as numpy returns them.
-pub fn unique(args: &[Value]) -> Result<Value> {
-    let t: &ObjRef<NDArray> = args.first().ok_or_else(|| Error::type_err("unique of nothing"))?.tensor()?;
+pub fn unique(args: &[&Value]) -> Result<Value> {
+    let t: &ObjRef<NDArray> = args.first().copied().ok_or_else(|| Error::type_err("unique of nothing"))?.tensor()?;
     let flag = |i: usize| args.get(i).map(|v| v.int().map(|x| x != 0)).unwrap_or(Ok(false));
     let (sorted, want_index, want_inverse, want_counts) = (flag(1)?, flag(2)?, flag(3)?, flag(4)?);
     if let Some(axis) = args.get(5).filter(|v| !matches!(v, Value::None)) {
@@ -195,7 +195,7 @@ fn render(v: &Value) -> String {
 }
 
 /// Python's `str.format` with positional `{}` fields only.
-fn format(fmt: &str, values: &[Value]) -> String {
+fn format(fmt: &str, values: &[&Value]) -> String {
     let mut out = String::new();
     let mut next = values.iter();
     let mut rest = fmt;
@@ -203,7 +203,7 @@ fn format(fmt: &str, values: &[Value]) -> String {
         out.push_str(&rest[..at]);
         match rest[at..].find('}') {
             Some(end) => {
-                out.push_str(&next.next().map(render).unwrap_or_default());
+                out.push_str(&next.next().map(|v| render(v)).unwrap_or_default());
                 rest = &rest[at + end + 1..];
             }
             None => {
@@ -217,20 +217,20 @@ fn format(fmt: &str, values: &[Value]) -> String {
 }
 
 /// The message of `print` and of a failed `assert_op`: the format, else the values joined.
-fn message(fmt: &str, values: &[Value], otherwise: &str) -> String {
+fn message(fmt: &str, values: &[&Value], otherwise: &str) -> String {
     if !fmt.is_empty() {
         format(fmt, values)
     } else if values.is_empty() {
         otherwise.to_string()
     } else {
-        values.iter().map(render).collect::<Vec<_>>().join(", ")
+        values.iter().map(|v| render(v)).collect::<Vec<_>>().join(", ")
     }
 }
 
 /// `assert_op(condition, format, values...)`: an error when the condition (a bool or int, or a
 /// bool scalar tensor) is false.
-pub fn assert_op(args: &[Value]) -> Result<Value> {
-    let holds = match args.first() {
+pub fn assert_op(args: &[&Value]) -> Result<Value> {
+    let holds = match args.first().copied() {
         Some(Value::Int(i)) => *i != 0,
         Some(Value::Tensor(t)) => {
             if !t.shape().is_empty() {
@@ -256,14 +256,14 @@ pub fn assert_op(args: &[Value]) -> Result<Value> {
     if holds {
         return Ok(Value::None);
     }
-    let fmt = args.get(1).and_then(Value::opt_str).unwrap_or("");
+    let fmt = args.get(1).copied().and_then(Value::opt_str).unwrap_or("");
     let rest = args.get(2..).unwrap_or(&[]);
     Err(Error::value(format!("AssertionError: {}", message(fmt, rest, "Assertion Failed"))))
 }
 
 /// `print(format, values...)`: to standard output.
-pub fn print(args: &[Value]) -> Result<Value> {
-    let fmt = args.first().and_then(Value::opt_str).unwrap_or("");
+pub fn print(args: &[&Value]) -> Result<Value> {
+    let fmt = args.first().copied().and_then(Value::opt_str).unwrap_or("");
     let rest = args.get(1..).unwrap_or(&[]);
     println!("{}", message(fmt, rest, ""));
     Ok(Value::None)
@@ -272,6 +272,10 @@ pub fn print(args: &[Value]) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refs(values: &[Value]) -> Vec<&Value> {
+        values.iter().collect()
+    }
 
     fn floats(v: &[f32]) -> Value {
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -287,7 +291,7 @@ mod tests {
     #[test]
     fn unique_as_numpy() {
         let x = floats(&[3.0, 1.0, 3.0, 2.0, 1.0]);
-        let all = unique(&[x.clone(), Value::Int(1), Value::Int(1), Value::Int(1), Value::Int(1)]).unwrap();
+        let all = unique(&refs(&[x.clone(), Value::Int(1), Value::Int(1), Value::Int(1), Value::Int(1)])).unwrap();
         let parts = all.tuple().unwrap();
         assert_eq!(
             parts[0].tensor().unwrap().to_vec(),
@@ -296,7 +300,7 @@ mod tests {
         assert_eq!(ints(&parts[1]), [1, 3, 0]); // first occurrences
         assert_eq!(ints(&parts[2]), [2, 0, 2, 1, 0]); // inverse
         assert_eq!(ints(&parts[3]), [2, 1, 2]); // counts
-        let unsorted = unique(&[x, Value::Int(0), Value::Int(0), Value::Int(0), Value::Int(0)]).unwrap();
+        let unsorted = unique(&refs(&[x, Value::Int(0), Value::Int(0), Value::Int(0), Value::Int(0)])).unwrap();
         assert_eq!(
             unsorted.tensor().unwrap().to_vec(),
             [3.0f32, 1.0, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>()
@@ -307,19 +311,20 @@ mod tests {
     fn nonzero_rows_per_axis() {
         let bytes: Vec<u8> = [0i32, 5, 0, 7, 0, 9].iter().flat_map(|x| x.to_le_bytes()).collect();
         let t = NDArray::from_bytes(&[2, 3], DLDataType { code: kDLInt, bits: 32, lanes: 1 }, &bytes).unwrap();
-        let nz = nonzero(&[Value::Tensor(t)]).unwrap();
+        let nz = nonzero(&refs(&[Value::Tensor(t)])).unwrap();
         assert_eq!(nz.tensor().unwrap().shape(), &[2, 3]);
         assert_eq!(ints(&nz), [0, 1, 1, 1, 0, 2]);
     }
 
     #[test]
     fn assert_formats_like_python() {
-        assert!(assert_op(&[Value::Int(1), Value::Str("x".into())]).is_ok());
-        let e = assert_op(&[Value::Int(0), Value::Str("got {} and {}".into()), Value::Int(3), Value::Float(0.5)])
-            .err()
-            .unwrap();
+        assert!(assert_op(&refs(&[Value::Int(1), Value::Str("x".into())])).is_ok());
+        let e =
+            assert_op(&refs(&[Value::Int(0), Value::Str("got {} and {}".into()), Value::Int(3), Value::Float(0.5)]))
+                .err()
+                .unwrap();
         assert!(e.to_string().contains("AssertionError: got 3 and 0.5"), "{e}");
-        let e = assert_op(&[Value::Int(0), Value::Str("".into())]).err().unwrap();
+        let e = assert_op(&refs(&[Value::Int(0), Value::Str("".into())])).err().unwrap();
         assert!(e.to_string().contains("Assertion Failed"), "{e}");
     }
 }

@@ -44,7 +44,7 @@ pub fn params(exe: &Executable, func: usize) -> Vec<ParamInfo> {
     };
     let constants = exe.constants();
     let imm = |a: Option<&Arg>| match a {
-        Some(Arg::Imm(v)) => Some(*v),
+        Some(Arg::Imm(v)) => Some(v.value),
         Some(Arg::Const(c)) => match constants.get(*c) {
             Some(Constant::Int(v)) => Some(*v),
             _ => None,

@@ -35,7 +35,7 @@ fn reg(r: Reg) -> String {
 fn arg(exe: &Executable, a: &Arg) -> String {
     match a {
         Arg::Reg(r) => reg(*r),
-        Arg::Imm(i) => format!("i{i}"),
+        Arg::Imm(i) => format!("i{}", i.value),
         Arg::Const(c) => format!("c[{c}]"),
         Arg::Func(f) => format!("f[{}]", exe.image.functions[*f].name),
     }

@@ -81,6 +81,19 @@ impl Value {
         }
     }
 
+    /// Appends the tensors of this value to `out`, tuples flattened in order: false (with `out`
+    /// partly filled) when a leaf is anything but a tensor.
+    pub fn flatten_tensors<'a>(&'a self, out: &mut Vec<&'a ObjRef<NDArray>>) -> bool {
+        match self {
+            Value::Tensor(t) => {
+                out.push(t);
+                true
+            }
+            Value::Tuple(items) => items.iter().all(|v| v.flatten_tensors(out)),
+            _ => false,
+        }
+    }
+
     pub fn tuple(&self) -> Result<&Arc<[Value]>> {
         match self {
             Value::Tuple(t) => Ok(t),

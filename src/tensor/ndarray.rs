@@ -21,6 +21,9 @@ pub enum Owner {
     DLPack(*mut DLManagedTensor),
     /// Bytes of a file mapped read-only (shared with every process mapping it): never written.
     Mapped(Arc<super::buffer::FileMap>),
+    /// One count of another runtime's object that keeps the bytes alive (a tvm-ffi host's
+    /// tensor), given back by `release` when the array goes.
+    Counted { handle: *mut c_void, release: unsafe fn(*mut c_void) },
 }
 
 #[repr(C)]
@@ -32,8 +35,44 @@ pub struct NDArray {
     shape_obj: *mut c_void,
     /// The dimensions the tensor's `shape` points at: at least one element (a 0-d array's is a
     /// zero past its `ndim`), so the pointer always addresses memory.
-    shape: Box<[i64]>,
+    shape: Dims,
     owner: Owner,
+}
+
+/// Up to this many dimensions live inside the array's object: most arrays cost one allocation.
+const INLINE_DIMS: usize = 6;
+
+/// An array's dimensions, in its object or (rarely, for high ranks) a block of their own. In a
+/// cell: a C host holds `shape` as `int64_t*` and may write through it.
+enum Dims {
+    Inline(UnsafeCell<[i64; INLINE_DIMS]>),
+    Heap(Box<[UnsafeCell<i64>]>),
+}
+
+impl Dims {
+    fn of(shape: &[i64]) -> Dims {
+        if shape.len() <= INLINE_DIMS {
+            let mut dims = [0; INLINE_DIMS];
+            dims[..shape.len()].copy_from_slice(shape);
+            Dims::Inline(UnsafeCell::new(dims))
+        } else {
+            Dims::Heap(shape.iter().map(|&d| UnsafeCell::new(d)).collect())
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Dims::Inline(_) => INLINE_DIMS,
+            Dims::Heap(d) => d.len(),
+        }
+    }
+
+    fn as_ptr(&self) -> *mut i64 {
+        match self {
+            Dims::Inline(d) => d.get().cast(),
+            Dims::Heap(d) => UnsafeCell::raw_get(d.as_ptr()),
+        }
+    }
 }
 
 crate::object::object_type!(NDArray, crate::object::type_index::NDARRAY);
@@ -54,13 +93,18 @@ const _: () = assert!(std::mem::offset_of!(NDArray, tensor) == 0);
 
 impl Drop for NDArray {
     fn drop(&mut self) {
-        if let Owner::DLPack(managed) = self.owner {
-            // SAFETY: we took the managed tensor over in `from_dlpack`; its deleter runs once.
-            unsafe {
-                if let Some(deleter) = (*managed).deleter {
-                    deleter(managed);
+        match self.owner {
+            Owner::DLPack(managed) => {
+                // SAFETY: we took the managed tensor over in `from_dlpack`; its deleter runs once.
+                unsafe {
+                    if let Some(deleter) = (*managed).deleter {
+                        deleter(managed);
+                    }
                 }
             }
+            // SAFETY: the count `over_counted` took over, given back once.
+            Owner::Counted { handle, release } => unsafe { release(handle) },
+            _ => {}
         }
     }
 }
@@ -92,25 +136,28 @@ impl NDArray {
         owner: Owner,
     ) -> ObjRef<NDArray> {
         // Kernels and shape functions read `shape[0]` before they check the rank: a 0-d array's
-        // shape points at a real (zero) element, as upstream's does, never at a dangling address.
-        let mut dims: Box<[i64]> = if shape.is_empty() { Box::new([0]) } else { shape.into() };
+        // shape points at a real (zero) element, as upstream's does, never at a dangling address
+        // (inline dimensions always have one).
         let tensor = DLTensor {
             data,
             device,
             ndim: shape.len() as i32,
             dtype,
-            shape: dims.as_mut_ptr(),
+            shape: std::ptr::null_mut(),
             strides: std::ptr::null_mut(),
             byte_offset,
         };
-        let shape = dims;
-        ObjRef::new(NDArray {
+        let array = ObjRef::new(NDArray {
             tensor: UnsafeCell::new(tensor),
             manager_ctx: std::ptr::null_mut(),
             shape_obj: std::ptr::null_mut(),
-            shape,
+            shape: Dims::of(shape),
             owner,
-        })
+        });
+        // SAFETY: the object is in its final place now (objects never move), and nobody else
+        // holds it yet: the tensor's shape can point into it.
+        unsafe { (*array.tensor.get()).shape = array.shape.as_ptr() };
+        array
     }
 
     /// A new zeroed array on `device`.
@@ -230,6 +277,34 @@ impl NDArray {
         Ok(Self::build(t.data_ptr().cast(), t.shape(), t.dtype(), t.device(), Owner::DLPack(managed)))
     }
 
+    /// An array over another runtime's tensor `t`, kept alive by the count of `handle` the
+    /// array takes over (given back with `release`, also when this fails). Compact CPU tensors
+    /// aligned to 64 bytes only, as for DLPack.
+    ///
+    /// # Safety
+    /// `t` must be a well-formed tensor whose bytes live while `handle`'s count is held, and
+    /// `release(handle)` must give back one count.
+    pub unsafe fn over_counted(
+        t: RawTensor<'_>,
+        handle: *mut c_void,
+        release: unsafe fn(*mut c_void),
+    ) -> Result<ObjRef<NDArray>> {
+        let fits = check_cpu(t.device()).and_then(|()| {
+            if t.is_compact() && t.data_ptr() as usize % 64 == 0 {
+                Ok(())
+            } else {
+                Err(Error::value("a shared tensor must be compact and aligned to 64 bytes"))
+            }
+        });
+        if let Err(e) = fits {
+            // SAFETY: the count the caller gave, not taken.
+            unsafe { release(handle) };
+            return Err(e);
+        }
+        let owner = Owner::Counted { handle, release };
+        Ok(Self::build(t.data_ptr().cast(), t.shape(), t.dtype(), t.device(), owner))
+    }
+
     #[inline]
     fn tensor(&self) -> &DLTensor {
         // SAFETY: written only by C hosts through the handle and by `retarget`, neither of which
@@ -264,7 +339,10 @@ impl NDArray {
     }
 
     pub fn shape(&self) -> &[i64] {
-        &self.shape[..self.tensor().ndim as usize]
+        let n = (self.tensor().ndim.max(0) as usize).min(self.shape.len());
+        // SAFETY: our own dimensions, at least `n` of them; C hosts may not write them while the
+        // array is in use.
+        unsafe { std::slice::from_raw_parts(self.shape.as_ptr(), n) }
     }
 
     pub fn dtype(&self) -> DLDataType {
@@ -351,5 +429,40 @@ impl NDArray {
             Owner::Mapped(m) => Ok(Self::build_at(data, offset, shape, dtype, this.device(), Owner::Mapped(m.clone()))),
             _ => Err(Error::value("views are only supported on arrays allocated by this runtime")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dlpack::kDLFloat;
+
+    const F32: DLDataType = DLDataType { code: kDLFloat, bits: 32, lanes: 1 };
+
+    /// The dimensions as a C host reads them: through the tensor's `shape` pointer.
+    fn through_pointer(a: &NDArray) -> Vec<i64> {
+        let t = a.dl_tensor();
+        // SAFETY: our own tensor: `ndim` dimensions at `shape`.
+        unsafe { std::slice::from_raw_parts(t.shape, t.ndim as usize) }.to_vec()
+    }
+
+    #[test]
+    fn dimensions_inline_and_on_the_heap_read_the_same_both_ways() {
+        for shape in [vec![], vec![3], vec![1, 2, 3, 1, 2, 1], vec![1, 2, 1, 1, 2, 1, 1, 2, 1]] {
+            let a = NDArray::empty(&shape, F32, DLDevice::CPU).unwrap();
+            assert_eq!(a.shape(), &shape[..]);
+            assert_eq!(through_pointer(&a), shape);
+            // A view keeps its own dimensions, whatever its source's.
+            let v = NDArray::create_view(&a, &[shape.iter().product::<i64>()], F32).unwrap();
+            assert_eq!(through_pointer(&v), [shape.iter().product::<i64>()]);
+            assert_eq!(through_pointer(&a), shape);
+        }
+    }
+
+    #[test]
+    fn a_zero_d_array_points_at_a_real_zero() {
+        let a = NDArray::empty(&[], F32, DLDevice::CPU).unwrap();
+        // SAFETY: a 0-d array's shape still addresses one element (kernels read it).
+        assert_eq!(unsafe { *a.dl_tensor().shape }, 0);
     }
 }

@@ -139,21 +139,19 @@ pub(super) unsafe fn shared_tensor(api: &Api, h: Handle) -> Result<Option<ObjRef
     if t.device().device_type != kDLCPU || !t.is_compact() || t.data_ptr() as usize % 64 != 0 {
         return Ok(None);
     }
-    let mut managed: *mut DLManagedTensor = std::ptr::null_mut();
-    // SAFETY: a live tensor and an out-pointer; the DLPack tensor holds a count of the host's.
-    api.check(unsafe { (api.tensor_to_dlpack)(h, &mut managed) }, "TVMFFITensorToDLPack")?;
-    // SAFETY: handed over; on failure it is not taken, so its deleter runs here.
-    match unsafe { NDArray::from_dlpack(managed) } {
-        Ok(a) => Ok(Some(a)),
-        Err(e) => {
-            // SAFETY: the tensor we were given and did not take.
-            unsafe {
-                if let Some(d) = (*managed).deleter {
-                    d(managed)
-                }
-            }
-            Err(e)
-        }
+    // The array holds a count of the host's tensor: no DLPack tensor made and deleted per call.
+    // SAFETY: a live object; the count is the array's (or released on failure).
+    unsafe {
+        (api.inc_ref)(h);
+        NDArray::over_counted(t, h.cast(), release_tensor).map(Some)
+    }
+}
+
+/// Gives back the count an array over a host's tensor held (`Owner::Counted`).
+unsafe fn release_tensor(h: *mut std::ffi::c_void) {
+    if let Some(api) = super::api::api() {
+        // SAFETY: the count `shared_tensor` took.
+        unsafe { (api.dec_ref)(h.cast()) };
     }
 }
 

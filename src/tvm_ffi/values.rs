@@ -109,15 +109,19 @@ pub unsafe fn object_in(api: &'static Api, c: &TVMFFIAny) -> Result<AnyObject> {
 
 /// A result cell of a tvm-ffi call as our value (the cell's count is consumed).
 pub fn ret_in(api: &'static Api, c: TVMFFIAny) -> Result<RetValue> {
+    // Plain values own nothing (a kernel's result is one): no cell to release.
+    match c.type_index {
+        index::NONE => return Ok(RetValue::None),
+        index::INT | index::BOOL => return Ok(RetValue::Int(c.value as i64)),
+        index::FLOAT => return Ok(RetValue::Float(f64::from_bits(c.value))),
+        index::OPAQUE_PTR => return Ok(RetValue::Handle(c.value as *mut c_void)),
+        index::DATA_TYPE => return Ok(RetValue::DataType(data_type(c.value))),
+        index::DEVICE => return Ok(RetValue::Device(device(c.value))),
+        _ => {}
+    }
     let c = Cells(api, vec![c]);
     let v = &c.1[0];
     Ok(match v.type_index {
-        index::NONE => RetValue::None,
-        index::INT | index::BOOL => RetValue::Int(v.value as i64),
-        index::FLOAT => RetValue::Float(f64::from_bits(v.value)),
-        index::OPAQUE_PTR => RetValue::Handle(v.value as *mut c_void),
-        index::DATA_TYPE => RetValue::DataType(data_type(v.value)),
-        index::DEVICE => RetValue::Device(device(v.value)),
         // SAFETY: a live cell of the result.
         index::SMALL_STR | index::STR => RetValue::Str(utf8(unsafe { text(v) }.expect("a string"))?.to_string()),
         // SAFETY: as above.
@@ -301,12 +305,10 @@ pub fn function_in(api: &'static Api, f: Owned) -> ObjRef<PackedFunc> {
         }
     }
     PackedFunc::native(move |a| {
-        let mut cells = Vec::with_capacity(a.len());
-        for i in 0..a.len() {
-            cells.push(crate::library::ffi_kernel::to_cell(a, i)?);
-        }
-        // SAFETY: a function object we hold a count of; the cells point at the call's arguments.
-        ret_in(api, unsafe { call(api, f.as_ptr(), &cells)? })
+        crate::library::ffi_kernel::with_cells(a, |cells| {
+            // SAFETY: a function object we hold a count of; the cells point at the call's arguments.
+            ret_in(api, unsafe { call(api, f.as_ptr(), cells)? })
+        })
     })
 }
 
@@ -347,12 +349,13 @@ unsafe extern "C" fn call_ours(ctx: *mut c_void, args: *const TVMFFIAny, n: i32,
             // SAFETY: the caller's `n` cells.
             unsafe { std::slice::from_raw_parts(args, n as usize) }
         };
-        let mut b = ArgsBuilder::new();
-        for (i, c) in cells.iter().enumerate() {
-            // SAFETY: live cells for the call.
-            unsafe { push_arg(api, &mut b, c) }.map_err(|e| e.context(format!("argument {i}")))?;
-        }
-        ret_out(api, f.call(&b.args())?)
+        ArgsBuilder::with_spare(|b| {
+            for (i, c) in cells.iter().enumerate() {
+                // SAFETY: live cells for the call.
+                unsafe { push_arg(api, b, c) }.map_err(|e| e.context(format!("argument {i}")))?;
+            }
+            ret_out(api, f.call(&b.args())?)
+        })
     }));
     match r {
         Ok(Ok(c)) => {
