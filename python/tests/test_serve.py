@@ -419,6 +419,45 @@ def test_relax_models_serve_and_answer_as_their_compilers(app, tmp_path_factory)
     serve.delete("relax_args")
 
 
+def test_relax_requests_batch_along_the_symbolic_batch(app):
+    """A Relax function whose inputs and outputs follow one symbolic batch: requests in flight
+    together run as one batch (their rows stacked), each answered with its own rows, as a run of
+    its own answers; a model whose outputs do not follow its batch runs each request alone."""
+    from tvmrt.serve.server import _symbolic_rows
+
+    relax = FIXTURES / "relax"
+    assert _symbolic_rows(tvmrt.Model(relax / "0.27" / "mlp_bound")) == {"x": (16,)}
+    assert _symbolic_rows(tvmrt.Model(relax / "0.27" / "runtime_ops")) is None  # nonzero's rows are data
+    assert _symbolic_rows(tvmrt.Model(relax / "0.27" / "control")) is None  # a flag without rows
+    d = relax / "0.27" / "mlp_bound"
+    handle = serve.run(
+        tserve.deployment(
+            str(d),
+            name="relaxb",
+            concurrency=1,
+            max_batch_size=8,
+            batch_wait_timeout_s=0.05,
+            ray_actor_options={"num_cpus": 0},
+        ),
+        name="relaxb",
+        route_prefix="/relaxb",
+    )
+    direct = tvmrt.Model(d)
+    rng = np.random.default_rng(9)
+    xs = [rng.standard_normal((rows, 16)).astype("float32") for rows in (1, 2, 3, 1, 2, 1, 20)]
+    answers = [f.result() for f in [handle.infer.remote({"x": x}, details=True) for x in xs]]
+    for x, a in zip(xs, answers):
+        assert a.outputs[0].tobytes() == direct.run(x)[0].tobytes()
+        assert [r[2] for r in a.runs] == [x.shape[0]]
+    assert any(a.runs[0][3] > a.runs[0][2] for a in answers[:-1]), [a.runs for a in answers]
+    assert answers[-1].runs == [("vm", 0, 20, 20)]  # more rows than a batch: alone
+    url = app[1].rsplit("/", 1)[0] + "/relaxb/v2/models/relaxb/infer"
+    body = {"inputs": [{"name": "x", "shape": [2, 15], "datatype": "FP32", "data": [0.5] * 30}]}
+    r = requests.post(url, json=body, timeout=60)
+    assert r.status_code == 400 and "'x'" in r.json()["error"], r.text
+    serve.delete("relaxb")
+
+
 def test_an_aot_model_serves_its_shape_and_describes_itself(app):
     """An AOT artefact (Executor("aot")): served as it is built, its inputs and outputs in the
     protocol's metadata from the library's own, a request of another shape the client's mistake."""

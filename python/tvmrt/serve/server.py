@@ -119,6 +119,42 @@ def _fill_wait(builds: Sequence[Build]) -> float:
     return 0.0
 
 
+def _symbolic_rows(vm: VMModel) -> dict[str, tuple[int, ...]] | None:
+    """Each input's row shape when the model's function batches along a symbolic first axis (see
+    ModelServer._batch_vm); None when it does not, or cannot be told."""
+    rows = {}
+    for t in vm.inputs:
+        if not t.dtype or t.shape is None or len(t.shape) < 1 or t.shape[0] != -1 or -1 in t.shape[1:]:
+            return None
+        rows[t.name] = tuple(t.shape[1:])
+    if not rows:
+        return None
+    dtypes = {t.name: _tensors.np_dtype(t.dtype) for t in vm.inputs}
+    try:
+        one = vm.run({n: np.ones((1, *r), dtypes[n]) for n, r in rows.items()})
+        two = vm.run({n: np.stack([np.ones(r, dtypes[n]), np.zeros(r, dtypes[n])]) for n, r in rows.items()})
+    except errors.TVMRTError:
+        return None
+    for a, b in zip(one, two):
+        if a.ndim == 0 or a.shape[0] != 1 or b.shape != (2, *a.shape[1:]):
+            return None
+        if not (np.array_equal(a[0], b[0]) or (a.dtype.kind == "f" and np.allclose(a[0], b[0], equal_nan=True))):
+            return None
+    return rows if len(one) == len(two) else None
+
+
+def _vm_cost(vm: VMModel, rows: dict[str, tuple[int, ...]], n: int) -> float:
+    """Seconds a run of `n` rows takes: the least of a few."""
+    feed = {t.name: np.zeros((n, *rows[t.name]), _tensors.np_dtype(t.dtype)) for t in vm.inputs}
+    vm.run(feed)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        vm.run(feed)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def fill_the_node(concurrency: int | None, num_threads: int | None) -> tuple[int, int]:
     """Runs in flight and kernel threads per run, the ones not given chosen so that together they
     fill the CPUs this process may use: a run per CPU with one kernel thread each by default
@@ -220,6 +256,8 @@ class ModelServer:
         self.vm: VMModel | AOTModel | None = None
         if locate_vm(paths[0]) is not None or locate_aot(paths[0]) is not None:
             self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs, params)
+            if isinstance(self.vm, VMModel) and self.vm.relax:
+                self._batch_vm(max_batch_size, batch_wait_timeout_s, concurrency, max_request_rows, max_body_bytes)
             return
         per_build = _params_per_build(params, len(paths))
         self.pad_buckets = pad_buckets
@@ -311,6 +349,8 @@ class ModelServer:
         }
         self.limits = Limits(1 << 31, max_body or (256 << 20))
         self.max_batch_size = 0
+        #: A Relax function over a symbolic batch: each input's row shape (requests batch along it).
+        self.vm_rows: dict[str, tuple[int, ...]] | None = None
         self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tvmrt-run")
         self._metrics()
         what = "Relay VM" if isinstance(self.vm, VMModel) else "AOT"
@@ -323,6 +363,70 @@ class ModelServer:
                 "writes beside the executable (docs/dynamic-shapes.md)",
                 paths[0],
             )
+
+    def _batch_vm(
+        self,
+        max_batch_size: int | None,
+        batch_wait_timeout_s: float | None,
+        concurrency: int,
+        max_request_rows: int | None,
+        max_body: int | None,
+    ) -> None:
+        """Batches a Relax function's requests along its symbolic batch, when it has one: every
+        input's first axis is symbolic (and no other), and the outputs follow it row by row (runs
+        at 1 and 2 rows, the second row another, give the first row's outputs alike). Requests
+        then join a batch as graph models' do, counting rows; a batch is one run."""
+        assert isinstance(self.vm, VMModel)
+        rows = _symbolic_rows(self.vm)
+        if rows is None:
+            return
+        self.vm_rows = rows
+        self.specs = {n: InputSpec(n, self.specs[n].dtype, (row,), frozenset()) for n, row in rows.items()}
+        self.max_batch_size = max_batch_size or 8
+        most = max_request_rows or max(64, 8 * self.max_batch_size)
+        row_bytes = sum(s.row_bytes() for s in self.specs.values())
+        self.limits = Limits(most, max_body or (32 * most * row_bytes + (1 << 20)))
+        self._in_flight = 0
+        if batch_wait_timeout_s is None:
+            # As graph models' builds: wait for a batch only where a full one costs a fifth less
+            # per row than single rows (measured here), and only while others are in flight.
+            costs = [_vm_cost(self.vm, rows, n) for n in (1, self.max_batch_size)]
+            self._fill_wait = _fill_wait(
+                [Build("vm", cast(Any, None), n, rows, c) for n, c in zip((1, self.max_batch_size), costs)]
+            )
+        else:
+            self._fill_wait = None
+        self._batched = serve.batch(
+            max_batch_size=self.max_batch_size,
+            batch_wait_timeout_s=batch_wait_timeout_s or 0.0,
+            max_concurrent_batches=concurrency,
+            batch_size_fn=lambda items: sum(r.rows for r in items),
+        )(self._run_vm_batch)
+        self._set_batch_wait = cast(Any, self._batched).set_batch_wait_timeout_s
+        logger.info("tvmrt: requests batched along the symbolic batch, up to %d rows a run", self.max_batch_size)
+
+    async def _run_vm_batch(self, requests: list[_Request]) -> list[Answer]:
+        started = time.perf_counter()
+        for r in requests:
+            self.m_wait.observe((started - r.arrived) * 1e3)
+        loop = asyncio.get_running_loop()
+        answers: list[Answer] = await loop.run_in_executor(self._threads, self._run_vm_rows, requests)
+        self.m_rows.observe(sum(r.rows for r in requests))
+        return answers
+
+    def _run_vm_rows(self, requests: list[_Request]) -> list[Answer]:
+        """One run of the requests' rows stacked; each gets its rows of every output back."""
+        if len(requests) == 1:
+            return [self._run_vm(requests[0])]
+        assert self.vm is not None and self.vm_rows is not None
+        stacked = {n: np.concatenate([r.inputs[n] for r in requests]) for n in self.vm_rows}
+        total = sum(r.rows for r in requests)
+        outputs = self._run_vm(_Request(stacked, total, ())).outputs
+        answers, at = [], 0
+        for r in requests:
+            answers.append(Answer([o[at : at + r.rows] for o in outputs], [("vm", at, r.rows, total)]))
+            at += r.rows
+        return answers
 
     def _run_vm(self, request: _Request) -> Answer:
         assert self.vm is not None
@@ -387,7 +491,7 @@ class ModelServer:
         return self.postprocess(answer.outputs, request)
 
     async def _answer(self, request: _Request) -> Answer:
-        if self.vm is not None:
+        if self.vm is not None and (self.vm_rows is None or request.rows > self.max_batch_size):
             loop = asyncio.get_running_loop()
             answer: Answer = await loop.run_in_executor(self._threads, self._run_vm, request)
             return answer
@@ -497,6 +601,10 @@ class ModelServer:
             rows = arr.shape[0]
             arrays[name] = arr
         assert rows is not None
+        if self.vm_rows is not None and len({a.shape[0] for a in arrays.values()}) > 1:
+            raise BadRequest(
+                "inputs have different numbers of rows: " + ", ".join(f"{n} {a.shape[0]}" for n, a in arrays.items())
+            )
         if self.vm is not None:
             return _Request(arrays, rows, ())
         row_shapes = {n: tuple(a.shape[1:]) for n, a in arrays.items()}
