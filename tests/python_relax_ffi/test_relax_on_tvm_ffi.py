@@ -60,6 +60,24 @@ def test_every_case_matches(model):
         check(flatten(vm["main"](*[tvm.runtime.tensor(a) for a in case["inputs"]]), []), case["outputs"])
 
 
+def test_constants_mapped_from_one_file_through_tvms_python(tmp_path):
+    """The executable's `tvmrt.map_constants(path)`, called from TVM's own Python: the first load
+    writes the aligned file (1), later loads map it (0), a damaged one is written again; the
+    answers stay the fixtures'."""
+    path = str(tmp_path / "constants.vmconst")
+    for wrote in (1, 0, "damaged", 0):
+        if wrote == "damaged":
+            with open(path, "r+b") as f:
+                f.seek(-8, 2)
+                f.write(b"\xff" * 8)
+            wrote = 1
+        exe = tvm.runtime.load_module(str(FIXTURES / "mlp_bound" / "model.so"))
+        assert exe["tvmrt.map_constants"](path) == wrote
+        vm = relax_vm.VirtualMachine(exe, tvm.cpu())
+        for case in manifest("mlp_bound"):
+            check(flatten(vm["main"](*[tvm.runtime.tensor(a) for a in case["inputs"]]), []), case["outputs"])
+
+
 @pytest.mark.parametrize("memory", ["naive", "pooled"])
 def test_both_allocators(memory):
     model = "mlp_bound"

@@ -254,6 +254,8 @@ class ModelServer:
         self._protocol_meta: _protocol.ModelMeta | None = None
         # A model run in one call per request, at its own shape: a Relay VM's or an AOT artefact's.
         self.vm: VMModel | AOTModel | None = None
+        #: A Relax function over a symbolic batch: each input's row shape (requests batch along it).
+        self.vm_rows: dict[str, tuple[int, ...]] | None = None
         if locate_vm(paths[0]) is not None or locate_aot(paths[0]) is not None:
             self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs, params)
             if isinstance(self.vm, VMModel) and self.vm.relax:
@@ -349,8 +351,6 @@ class ModelServer:
         }
         self.limits = Limits(1 << 31, max_body or (256 << 20))
         self.max_batch_size = 0
-        #: A Relax function over a symbolic batch: each input's row shape (requests batch along it).
-        self.vm_rows: dict[str, tuple[int, ...]] | None = None
         self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tvmrt-run")
         self._metrics()
         what = "Relay VM" if isinstance(self.vm, VMModel) else "AOT"
