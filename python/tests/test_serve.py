@@ -419,6 +419,29 @@ def test_relax_models_serve_and_answer_as_their_compilers(app, tmp_path_factory)
     serve.delete("relax_args")
 
 
+def test_every_relax_fixture_answers_as_its_compiler(app):
+    """Every Relax fixture of TVM 0.19 (the classic ABI) and 0.27 (tvm-ffi) deployed as it is:
+    each case answered byte for byte as that version's own runtime answered it (tuples flattened
+    in order), by a Python handle."""
+    from test_vm import read_cases
+
+    for version in ("0.19", "0.27"):
+        for d in sorted((FIXTURES / "relax" / version).iterdir()):
+            _, cases = read_cases(d)
+            name = f"rx{version.replace('.', '')}{d.name}"
+            handle = serve.run(
+                tserve.deployment(str(d), name=name, concurrency=1, ray_actor_options={"num_cpus": 0}),
+                name=name,
+                route_prefix="/" + name,
+            )
+            for feed, want, _ in cases:
+                got = handle.infer.remote(feed).result()
+                assert [(g.dtype, g.shape, g.tobytes()) for g in got] == [
+                    (w.dtype, w.shape, w.tobytes()) for w in want
+                ], (version, d.name)
+            serve.delete(name)
+
+
 def test_relax_requests_batch_along_the_symbolic_batch(app):
     """A Relax function whose inputs and outputs follow one symbolic batch: requests in flight
     together run as one batch (their rows stacked), each answered with its own rows, as a run of

@@ -295,6 +295,84 @@ fn a_0d_tensor_of_a_model_without_a_batch_axis_is_1_to_triton() {
     }
 }
 
+/// One tensor of a fixture's manifest: its name (inputs), dtype, shape and bytes.
+struct Tensor {
+    name: String,
+    dtype: String,
+    shape: Vec<i64>,
+    bytes: Vec<u8>,
+}
+
+/// A Relax fixture's cases (`manifest.txt`): each one's inputs and outputs.
+fn relax_cases(d: &Path) -> Vec<(Vec<Tensor>, Vec<Tensor>)> {
+    let mut cases: Vec<(Vec<Tensor>, Vec<Tensor>)> = Vec::new();
+    for line in std::fs::read_to_string(d.join("manifest.txt")).unwrap().lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let tensor = |name: &str, at: usize| {
+            let nd: usize = w[at + 1].parse().unwrap();
+            Tensor {
+                name: name.to_string(),
+                dtype: w[at].to_string(),
+                shape: w[at + 2..at + 2 + nd].iter().map(|v| v.parse().unwrap()).collect(),
+                bytes: std::fs::read(d.join(w[at + 2 + nd])).unwrap(),
+            }
+        };
+        match w.first() {
+            Some(&"case") => cases.push((Vec::new(), Vec::new())),
+            Some(&"input") => cases.last_mut().unwrap().0.push(tensor(w[1], 2)),
+            Some(&"output") => cases.last_mut().unwrap().1.push(tensor("", 1)),
+            _ => {}
+        }
+    }
+    cases
+}
+
+/// Every Relax fixture of every version (TVM 0.19 to 0.27, all three ABI generations) with the
+/// config completed from the executable alone (no batching): each case's outputs, a tuple
+/// flattened in order and a 0-d tensor as `[1]`, as that version's own runtime gave them.
+#[test]
+fn every_relax_fixture_answers_as_its_compiler() {
+    let shape = |s: &[i64]| if s.is_empty() { vec![1] } else { s.to_vec() };
+    let mut compared = 0;
+    for version in ["0.19", "0.21", "0.25", "0.26", "0.27"] {
+        let mut names: Vec<String> = std::fs::read_dir(fixtures().join("relax").join(version))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 7, "{version}");
+        for name in names {
+            let fixture = format!("relax/{version}/{name}");
+            let dir = version_dir("relax-every", &[("", &fixture, &["model.so"])]);
+            let (model, _) = load(&dir, &mut json!({}), true).unwrap_or_else(|e| panic!("{fixture}: {e}"));
+            let instance = Instance::new(Arc::new(model)).unwrap();
+            for (c, (inputs, outputs)) in relax_cases(&fixtures().join(&fixture)).into_iter().enumerate() {
+                let shapes: Vec<Vec<i64>> = inputs.iter().map(|t| shape(&t.shape)).collect();
+                let given = inputs
+                    .iter()
+                    .zip(&shapes)
+                    .map(|(t, s)| Given {
+                        name: &t.name,
+                        wire_type: triton_tvm::signature::wire_type(t.dtype.parse().unwrap()).unwrap(),
+                        shape: s,
+                        pieces: vec![&t.bytes],
+                    })
+                    .collect();
+                let request = check(&instance.model.spec, Incoming { inputs: given, requested: vec![] });
+                let answers = instance.execute(&[request], &mut (0, 0));
+                let got = answers[0].as_ref().unwrap_or_else(|e| panic!("{fixture} case {c}: {e}"));
+                assert_eq!(got.len(), outputs.len(), "{fixture} case {c}");
+                for (k, (g, w)) in got.iter().zip(&outputs).enumerate() {
+                    assert_eq!((&g.shape, &g.bytes), (&shape(&w.shape), &w.bytes), "{fixture} case {c} output {k}");
+                    compared += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{compared} outputs compared");
+    assert!(compared >= 5 * 7 * 2, "{compared} outputs");
+}
+
 /// A Relax executable (TVM 0.19, 0.21, 0.27): the config auto-completed from the executable
 /// alone (inputs from its checks, outputs from probe runs; the symbolic batch the batch axis under
 /// max_batch_size), and gathered requests answered as each version's own runtime answered them.
