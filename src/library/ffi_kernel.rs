@@ -4,89 +4,21 @@
 //! translated cell by cell; an error a kernel raises (through its `__TVMFFIErrorSetRaisedFromCStr`
 //! slot or `TVMFFIErrorSetRaisedFromCStrParts`, both the C boundary's) is the thread's last error.
 
-use crate::dlpack::*;
 use crate::error::{Error, Result};
 use crate::last_error;
 use crate::object::AnyObject;
-use crate::packed::{Args, PackedFunc, RetValue};
+use crate::packed::{PackedFunc, RetValue};
 
 pub use crate::dlpack::{SafeCall, TVMFFIAny};
 
-/// tvm-ffi's type indices for the values a kernel takes or returns.
-pub(crate) mod index {
-    pub(crate) const NONE: i32 = 0;
-    pub(crate) const INT: i32 = 1;
-    pub(crate) const BOOL: i32 = 2;
-    pub(crate) const FLOAT: i32 = 3;
-    pub(crate) const OPAQUE_PTR: i32 = 4;
-    pub(crate) const DATA_TYPE: i32 = 5;
-    pub(crate) const DEVICE: i32 = 6;
-    pub(crate) const DL_TENSOR_PTR: i32 = 7;
-    pub(crate) const RAW_STR: i32 = 8;
-    pub(crate) const STATIC_OBJECT_BEGIN: i32 = 64;
-}
-
-fn cell(type_index: i32, value: u64) -> TVMFFIAny {
-    TVMFFIAny { type_index, small_len: 0, value }
-}
-
-/// One classic argument as a cell (borrowed: the cell points at what the argument points at).
-pub(crate) fn to_cell(a: &Args<'_>, i: usize) -> Result<TVMFFIAny> {
-    let v = a.raw_values()[i];
-    // SAFETY: each arm reads the union member its type code says the value holds.
-    Ok(unsafe {
-        match a.code(i) {
-            kTVMArgInt | 1 => cell(index::INT, v.v_int64 as u64),
-            kTVMArgFloat => cell(index::FLOAT, v.v_float64.to_bits()),
-            kTVMNullptr => cell(index::NONE, 0),
-            kTVMOpaqueHandle => cell(index::OPAQUE_PTR, v.v_handle as u64),
-            kTVMDataType => {
-                let t = v.v_type;
-                cell(index::DATA_TYPE, u64::from(t.code) | u64::from(t.bits) << 8 | u64::from(t.lanes) << 16)
-            }
-            kDLDevice => {
-                let d = v.v_device;
-                cell(index::DEVICE, (d.device_type as u32 as u64) | (d.device_id as u32 as u64) << 32)
-            }
-            kTVMDLTensorHandle | kTVMNDArrayHandle => cell(index::DL_TENSOR_PTR, v.v_handle as u64),
-            kTVMStr => cell(index::RAW_STR, v.v_str as u64),
-            code => {
-                return Err(Error::type_err(format!(
-                    "argument {i}: a {} cannot be passed to a tvm-ffi kernel",
-                    crate::packed::args::type_code_name(code)
-                )))
-            }
-        }
-    })
-}
+pub(crate) use crate::packed::cells::index;
 
 /// The kernel at `f` as a packed function; `owner` (its library) stays alive with it.
 pub fn kernel(f: SafeCall, name: String, owner: AnyObject) -> crate::object::ObjRef<PackedFunc> {
-    PackedFunc::native(move |a| {
+    PackedFunc::over_cells(move |cells| {
         let _owner = &owner;
-        call(f, &name, a)
+        call_cells(f, &name, cells)
     })
-}
-
-/// Calls `f` with the classic arguments `a` as cells (borrowed), on the stack for up to 16.
-pub(crate) fn with_cells<R>(a: &Args<'_>, f: impl FnOnce(&[TVMFFIAny]) -> Result<R>) -> Result<R> {
-    const SMALL: usize = 16;
-    let mut small = [TVMFFIAny::default(); SMALL];
-    let mut large = Vec::new();
-    let cells: &mut [TVMFFIAny] = if a.len() <= SMALL {
-        &mut small[..a.len()]
-    } else {
-        large.resize(a.len(), TVMFFIAny::default());
-        &mut large
-    };
-    for (i, c) in cells.iter_mut().enumerate() {
-        *c = to_cell(a, i)?;
-    }
-    f(cells)
-}
-
-fn call(f: SafeCall, name: &str, a: &Args<'_>) -> Result<RetValue> {
-    with_cells(a, |cells| call_cells(f, name, cells))
 }
 
 fn call_cells(f: SafeCall, name: &str, cells: &[TVMFFIAny]) -> Result<RetValue> {

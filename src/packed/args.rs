@@ -207,6 +207,17 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// The address a pointer argument holds (an opaque handle, a tensor, a string), as bits: for
+    /// translating arguments into tvm-ffi's cells, which borrow the same.
+    pub(crate) fn pointer_bits(&self, i: usize) -> Result<u64> {
+        let (v, c) = self.get(i)?;
+        match c {
+            // SAFETY: these codes carry a pointer (`v_str` is the same bits as `v_handle`).
+            kTVMOpaqueHandle | kTVMDLTensorHandle | kTVMNDArrayHandle | kTVMStr => Ok(unsafe { v.v_handle } as u64),
+            _ => Err(self.mismatch(i, "pointer")),
+        }
+    }
+
     pub fn handle(&self, i: usize) -> Result<*mut c_void> {
         let (v, c) = self.get(i)?;
         match c {

@@ -10,6 +10,7 @@ use crate::object::{AnyObject, ObjRef};
 use std::ffi::c_void;
 
 pub type NativeFn = dyn Fn(&Args<'_>) -> Result<RetValue> + Send + Sync;
+pub type CellsFn = dyn Fn(&[crate::dlpack::TVMFFIAny]) -> Result<RetValue> + Send + Sync;
 
 pub enum FuncImpl {
     Native(Box<NativeFn>),
@@ -19,6 +20,9 @@ pub enum FuncImpl {
         resource: *mut c_void,
         finalizer: TVMPackedCFuncFinalizer,
     },
+    /// A function that takes tvm-ffi's cells (a TVM 0.21+ kernel, a function of libtvm_ffi's):
+    /// a VM's arguments go to it as cells directly.
+    Cells(Box<CellsFn>),
     /// An operator of a loaded library; `_owner`, never read, keeps the library loaded.
     Kernel {
         func: TVMBackendPackedCFunc,
@@ -110,6 +114,34 @@ impl PackedFunc {
         PackedFunc::make(FuncImpl::Callback { func, resource, finalizer }, true)
     }
 
+    /// A function over tvm-ffi's cells (`f` reads them for the call; classic arguments are
+    /// translated).
+    pub fn over_cells<F>(f: F) -> ObjRef<PackedFunc>
+    where
+        F: Fn(&[crate::dlpack::TVMFFIAny]) -> Result<RetValue> + Send + Sync + 'static,
+    {
+        PackedFunc::make(FuncImpl::Cells(Box::new(f)), false)
+    }
+
+    /// Calls with a VM's arguments lent, each as the item `item` makes of it: as cells where the
+    /// function takes them, else as classic arguments, on the stack either way. None (nothing
+    /// called) when an argument is no item or there are many.
+    #[inline]
+    pub fn call_lent<T>(&self, args: &[T], item: impl Fn(&T) -> Option<super::Item<'_>>) -> Option<Result<RetValue>> {
+        if let FuncImpl::Cells(f) = &self.imp {
+            return super::cells::with_lent_cells(args, item, |cells| f(cells));
+        }
+        const SMALL: usize = 16;
+        let mut items = [super::Item::Null; SMALL];
+        if args.len() > SMALL {
+            return None;
+        }
+        for (slot, a) in items.iter_mut().zip(args) {
+            *slot = item(a)?;
+        }
+        Some(super::with_items(&items[..args.len()], |a| self.call(a)))
+    }
+
     pub fn from_kernel(func: TVMBackendPackedCFunc, owner: AnyObject) -> ObjRef<PackedFunc> {
         PackedFunc::make(FuncImpl::Kernel { func, _owner: owner }, true)
     }
@@ -126,6 +158,7 @@ impl PackedFunc {
     pub fn call(&self, args: &Args<'_>) -> Result<RetValue> {
         match &self.imp {
             FuncImpl::Native(f) => f(args),
+            FuncImpl::Cells(f) => super::cells::with_cells(args, |cells| f(cells)),
             FuncImpl::Callback { func, resource, .. } => {
                 let mut ret = RetValue::None;
                 // SAFETY: the arrays hold `len` valid values; `ret` outlives the call and is only

@@ -1,6 +1,7 @@
 //! Packed functions: arguments, return values, the function object, containers, global registry.
 
 pub(crate) mod args;
+pub(crate) mod cells;
 mod containers;
 pub(crate) mod function;
 pub mod registry;

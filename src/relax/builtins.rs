@@ -115,12 +115,34 @@ pub trait Machine {
     fn storage(&self, device: i64, bytes: usize) -> Result<Arc<Buffer>>;
 }
 
+// The argument readers run several times a call: inlined, their errors made out of line.
+#[inline]
 fn arg<'a>(args: &[&'a Value], i: usize) -> Result<&'a Value> {
-    args.get(i).copied().ok_or_else(|| Error::type_err(format!("argument {i} missing: {} given", args.len())))
+    match args.get(i) {
+        Some(v) => Ok(v),
+        None => Err(missing(args, i)),
+    }
 }
 
+#[cold]
+fn missing(args: &[&Value], i: usize) -> Error {
+    Error::type_err(format!("argument {i} missing: {} given", args.len()))
+}
+
+#[inline]
 fn int(args: &[&Value], i: usize) -> Result<i64> {
-    arg(args, i)?.int().map_err(|e| e.context(format!("argument {i}")))
+    match args.get(i) {
+        Some(Value::Int(v)) => Ok(*v),
+        _ => Err(not_int(args, i)),
+    }
+}
+
+#[cold]
+fn not_int(args: &[&Value], i: usize) -> Error {
+    match arg(args, i) {
+        Err(missing) => missing,
+        Ok(v) => v.int().expect_err("called for a value that is not an int").context(format!("argument {i}")),
+    }
 }
 
 /// A check's error context (the compiler's `ErrorContext(...)` string argument), written before its

@@ -63,13 +63,47 @@ pub enum Instr {
     },
 }
 
+/// Where the VM finds a call's argument: a register of the frame, or a value fixed for the
+/// whole executable, by its place in the VM's table of them: `%void`, `%vm`, the constants, the
+/// function-table entries, then the immediates by slot (see [`Code::fixed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operand {
+    Reg(usize),
+    Fixed(usize),
+}
+
 /// The decoded code of an executable: instructions by their global index, arguments in one list.
 #[derive(Debug, Default)]
 pub struct Code {
     pub instrs: Vec<Instr>,
     pub args: Vec<Arg>,
+    /// Each of `args` as the VM finds it.
+    pub operands: Vec<Operand>,
     /// Every distinct immediate, by its slot.
     pub ints: Vec<i64>,
+}
+
+/// The places of `%void` and `%vm` in the table of fixed values.
+pub(crate) const FIXED_VOID: usize = 0;
+pub(crate) const FIXED_VM: usize = 1;
+
+impl Code {
+    /// The table of fixed values an [`Operand::Fixed`] indexes, from the values of `constants`
+    /// and of `functions` (the function-table entries) and `void`, `vm` and `int` to make them.
+    pub fn fixed<V>(
+        &self,
+        constants: impl IntoIterator<Item = V>,
+        functions: impl IntoIterator<Item = V>,
+        void: V,
+        vm: V,
+        int: impl Fn(i64) -> V,
+    ) -> Vec<V> {
+        let mut table = vec![void, vm];
+        table.extend(constants);
+        table.extend(functions);
+        table.extend(self.ints.iter().map(|&i| int(i)));
+        table
+    }
 }
 
 struct Decoder<'a> {
@@ -202,6 +236,20 @@ pub fn decode(image: &Image) -> Result<Code> {
             return Err(ctx(Error::value("the last instruction falls through past the function")));
         }
     }
+    let (constants, functions) = (image.constants.len(), image.functions.len());
+    d.code.operands = d
+        .code
+        .args
+        .iter()
+        .map(|a| match *a {
+            Arg::Reg(Reg::Index(i)) => Operand::Reg(i),
+            Arg::Reg(Reg::Void) => Operand::Fixed(FIXED_VOID),
+            Arg::Reg(Reg::Vm) => Operand::Fixed(FIXED_VM),
+            Arg::Const(c) => Operand::Fixed(2 + c),
+            Arg::Func(g) => Operand::Fixed(2 + constants + g),
+            Arg::Imm(i) => Operand::Fixed(2 + constants + functions + i.slot),
+        })
+        .collect();
     Ok(d.code)
 }
 

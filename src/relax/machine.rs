@@ -6,7 +6,7 @@
 #![forbid(unsafe_code)]
 
 use super::builtins::{self, Builtin, CallCtx};
-use super::code::{Code, Instr, Reg};
+use super::code::{Code, Instr, Operand, Reg, FIXED_VM, FIXED_VOID};
 use super::image::{Constant, FuncKind, Generation, Image};
 use super::value::{Callable, Value};
 use crate::dlpack::{kDLCPU, DLDevice};
@@ -109,14 +109,11 @@ pub struct Machine {
     /// allocates.
     devices: Vec<DLDevice>,
     storage: Vec<(Arc<Pool>, Allocator)>,
-    constants: Vec<Value>,
     targets: Vec<Target>,
-    /// What the code's operands other than registers stand for, as values a call can borrow:
-    /// each function-table entry, each distinct immediate, `%void` and `%vm`.
-    functions: Vec<Value>,
-    ints: Vec<Value>,
-    void: Value,
-    vm: Value,
+    /// What the code's operands other than registers stand for, as values a call borrows:
+    /// `%void`, `%vm`, the constants, the function-table entries and the immediates
+    /// (`Code::fixed`).
+    fixed: Vec<Value>,
 }
 
 /// A function of the executable's library or its imports.
@@ -189,9 +186,9 @@ impl Machine {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let functions = (0..targets.len()).map(|g| function_value(&targets, g)).collect();
-        let ints = exe.code.ints.iter().map(|&i| Value::Int(i)).collect();
-        Ok(Machine { exe, devices, storage, constants, targets, functions, ints, void: Value::None, vm: Value::Vm })
+        let functions: Vec<Value> = (0..targets.len()).map(|g| function_value(&targets, g)).collect();
+        let fixed = exe.code.fixed(constants, functions, Value::None, Value::Vm, Value::Int);
+        Ok(Machine { exe, devices, storage, targets, fixed })
     }
 
     pub fn devices(&self) -> &[DLDevice] {
@@ -283,11 +280,9 @@ impl Machine {
     }
 
     fn call_packed(&self, f: &PackedFunc, args: &[&Value]) -> Result<Value> {
-        // Kernels take tensors and numbers: borrowed, with no argument arrays on the heap.
-        const SMALL: usize = 16;
-        let mut items = [crate::packed::Item::Null; SMALL];
-        if args.len() <= SMALL && args.iter().zip(&mut items).all(|(a, slot)| a.item().map(|i| *slot = i).is_some()) {
-            return Value::from_ret(crate::packed::with_items(&items[..args.len()], |a| f.call(a))?);
+        // Kernels take tensors and numbers: lent, with no argument arrays on the heap.
+        if let Some(r) = f.call_lent(args, |a| a.item()) {
+            return Value::from_ret(r?);
         }
         let mut b = ArgsBuilder::new();
         for (i, a) in args.iter().enumerate() {
@@ -307,7 +302,9 @@ impl Machine {
                     return Err(Error::value(format!("Relax calls nested deeper than {MAX_DEPTH} in '{}'", name())));
                 }
                 cx.depth += 1;
-                let r = self.run(func, args.iter().map(|&v| v.clone()).collect(), cx);
+                let mut list = self.frame_for(func);
+                list.extend(args.iter().map(|&v| v.clone()));
+                let r = self.run(func, list, cx);
                 cx.depth -= 1;
                 r
             }
@@ -351,26 +348,25 @@ impl Machine {
                 args.len()
             )));
         }
-        let mut regs: Vec<Value> = args;
+        let mut frame = Frame(args);
+        let regs = &mut frame.0;
         regs.resize_with(f.registers as usize, Value::default);
         let code = &self.exe.code;
         let mut pc = f.start as usize;
-        // A call's arguments are lent: registers, constants and the like by reference, in an
-        // array on the stack for the usual few.
-        const SMALL: usize = 16;
         loop {
             match &code.instrs[pc] {
                 Instr::Call { dst, func: callee, args } => {
-                    let operands = &code.args[args.clone()];
-                    let ret = if operands.len() <= SMALL {
-                        let mut lent = [&self.void; SMALL];
-                        for (slot, a) in lent.iter_mut().zip(operands) {
-                            *slot = self.operand(&regs, a);
+                    // A call's arguments are lent: registers, constants and the like by
+                    // reference, in an array on the stack of about their number.
+                    let operands = &code.operands[args.clone()];
+                    let ret = match operands.len() {
+                        0..=4 => self.call_lent::<4>(*callee, regs, operands, cx),
+                        5..=8 => self.call_lent::<8>(*callee, regs, operands, cx),
+                        9..=16 => self.call_lent::<16>(*callee, regs, operands, cx),
+                        _ => {
+                            let lent: Vec<&Value> = operands.iter().map(|a| self.operand(regs, a)).collect();
+                            self.call_index(*callee, &lent, cx)
                         }
-                        self.call_index(*callee, &lent[..operands.len()], cx)
-                    } else {
-                        let lent: Vec<&Value> = operands.iter().map(|a| self.operand(&regs, a)).collect();
-                        self.call_index(*callee, &lent, cx)
                     };
                     let ret = ret.map_err(|e| e.context(format!("in '{}'", f.name)))?;
                     if let Some(d) = dst {
@@ -378,10 +374,10 @@ impl Machine {
                     }
                     pc += 1;
                 }
-                Instr::Ret(r) => return Ok(self.reg(&regs, *r).clone()),
+                Instr::Ret(r) => return Ok(self.reg(regs, *r).clone()),
                 Instr::Goto(to) => pc = *to,
                 Instr::If { cond, else_pc } => {
-                    let taken = match self.reg(&regs, *cond) {
+                    let taken = match self.reg(regs, *cond) {
                         Value::Int(i) => *i != 0,
                         other => {
                             return Err(Error::type_err(format!(
@@ -397,28 +393,70 @@ impl Machine {
         }
     }
 
-    /// The capacity an argument list for `invoke` of `func` should have: its whole frame, so
-    /// running it allocates no registers.
-    pub fn frame_capacity(&self, func: usize) -> usize {
-        self.exe.image.functions[func].registers.max(0) as usize
+    /// Calls `callee` with `operands` (at most `N`) lent from the frame and the fixed values.
+    #[inline]
+    fn call_lent<const N: usize>(
+        &self,
+        callee: usize,
+        regs: &[Value],
+        operands: &[Operand],
+        cx: &mut CallCtx,
+    ) -> Result<Value> {
+        let mut lent = [&self.fixed[FIXED_VOID]; N];
+        for (slot, a) in lent.iter_mut().zip(operands) {
+            *slot = self.operand(regs, a);
+        }
+        self.call_index(callee, &lent[..operands.len()], cx)
+    }
+
+    /// An empty argument list for `invoke` of `func`, with room for its whole frame: the
+    /// thread's spare one when it has one (a frame gives its list back when it ends), so calls
+    /// made over and over allocate no registers.
+    pub fn frame_for(&self, func: usize) -> Vec<Value> {
+        let registers = self.exe.image.functions[func].registers.max(0) as usize;
+        let mut list = SPARE_FRAMES.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+        list.reserve(registers);
+        list
     }
 
     /// What register `r` holds.
     fn reg<'a>(&'a self, regs: &'a [Value], r: Reg) -> &'a Value {
         match r {
             Reg::Index(i) => &regs[i],
-            Reg::Void => &self.void,
-            Reg::Vm => &self.vm,
+            Reg::Void => &self.fixed[FIXED_VOID],
+            Reg::Vm => &self.fixed[FIXED_VM],
         }
     }
 
     /// What a call's operand stands for.
-    fn operand<'a>(&'a self, regs: &'a [Value], a: &super::code::Arg) -> &'a Value {
+    #[inline]
+    fn operand<'a>(&'a self, regs: &'a [Value], a: &Operand) -> &'a Value {
         match *a {
-            super::code::Arg::Reg(r) => self.reg(regs, r),
-            super::code::Arg::Imm(i) => &self.ints[i.slot],
-            super::code::Arg::Const(c) => &self.constants[c],
-            super::code::Arg::Func(g) => &self.functions[g],
+            Operand::Reg(i) => &regs[i],
+            Operand::Fixed(k) => &self.fixed[k],
+        }
+    }
+}
+
+thread_local! {
+    /// Register lists of frames that ended, for the thread's next calls (a few, not large ones).
+    static SPARE_FRAMES: std::cell::RefCell<Vec<Vec<Value>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A frame's registers: emptied and kept for the thread's next frame when it ends.
+struct Frame(Vec<Value>);
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        let mut list = std::mem::take(&mut self.0);
+        list.clear();
+        if list.capacity() <= 4096 {
+            let _ = SPARE_FRAMES.try_with(|s| {
+                let mut spare = s.borrow_mut();
+                if spare.len() < 8 {
+                    spare.push(list);
+                }
+            });
         }
     }
 }

@@ -144,14 +144,19 @@ impl VirtualMachine {
 
     /// A host's arguments as values, on the VM's first device (booleans as the kernels' ABI
     /// has them).
-    fn values(m: &Machine, a: &Args<'_>, from: usize, capacity: usize) -> Result<Vec<Value>> {
-        Self::values_of(m, a, from..a.len(), capacity)
+    fn values(m: &Machine, a: &Args<'_>, from: usize) -> Result<Vec<Value>> {
+        Self::values_into(m, a, from..a.len(), Vec::new())
     }
 
-    /// Arguments `range` of a host's call as values, in a list of at least `capacity`.
-    fn values_of(m: &Machine, a: &Args<'_>, range: std::ops::Range<usize>, capacity: usize) -> Result<Vec<Value>> {
+    /// Arguments `range` of a host's call as values, appended to `values`.
+    fn values_into(
+        m: &Machine,
+        a: &Args<'_>,
+        range: std::ops::Range<usize>,
+        mut values: Vec<Value>,
+    ) -> Result<Vec<Value>> {
         let ffi = m.exe.generation == Generation::Ffi;
-        let mut values = Vec::with_capacity(capacity.max(range.len()));
+        values.reserve(range.len());
         for i in range {
             let v = Value::from_arg(a, i, m.first_device())?;
             values.push(if ffi { v.relabel_bools(CLASSIC_BOOL, FFI_BOOL)? } else { v });
@@ -167,7 +172,7 @@ impl VirtualMachine {
 
     fn call(&self, func: usize, a: &Args<'_>) -> Result<RetValue> {
         let m = self.machine()?;
-        let args = Self::values(&m, a, 0, m.frame_capacity(func))?;
+        let args = Self::values_into(&m, a, 0..a.len(), m.frame_for(func))?;
         self.ret(m.invoke(func, args)?)
     }
 
@@ -183,7 +188,7 @@ impl VirtualMachine {
             Error::type_err(format!("tvmrt.run_into takes (name, n, n arguments, outputs...): n = {n} of {}", a.len()))
         })?;
         let m = self.machine()?;
-        let args = Self::values_of(&m, a, 2..2 + ins, m.frame_capacity(func))?;
+        let args = Self::values_into(&m, a, 2..2 + ins, m.frame_for(func))?;
         let out = m.invoke(func, args)?;
         let out = if self.exe.generation == Generation::Ffi { out.relabel_bools(FFI_BOOL, CLASSIC_BOOL)? } else { out };
         let mut flat = Vec::new();
@@ -217,7 +222,7 @@ impl VirtualMachine {
                 a.len() - 1
             )));
         }
-        let values = Self::values(&*self.machine()?, a, 1, 0)?;
+        let values = Self::values(&*self.machine()?, a, 1)?;
         self.lock().inputs.insert(name.to_string(), values);
         Ok(())
     }
@@ -255,7 +260,7 @@ impl VirtualMachine {
     fn save_function(&self, a: &Args<'_>) -> Result<()> {
         let (func, save_name) = (self.exe.function(a.str(0)?)?, a.str(1)?);
         let include_return = a.int(2)? != 0;
-        let bound = Self::values(&*self.machine()?, a, 3, 0)?;
+        let bound = Self::values(&*self.machine()?, a, 3)?;
         self.lock().saved.insert(save_name.to_string(), (func, bound, include_return));
         Ok(())
     }
@@ -264,7 +269,7 @@ impl VirtualMachine {
         let (func, bound, include_return) =
             self.lock().saved.get(name).cloned().ok_or_else(|| Error::value(format!("Unknown function: {name}")))?;
         let m = self.machine()?;
-        let mut args = Self::values(&m, a, 0, m.frame_capacity(func))?;
+        let mut args = Self::values_into(&m, a, 0..a.len(), m.frame_for(func))?;
         args.extend(bound);
         let out = m.invoke(func, args)?;
         if include_return {
@@ -286,7 +291,7 @@ impl VirtualMachine {
         }
         let func = self.exe.function(name)?;
         let m = self.machine()?;
-        let args = Self::values(&m, a, 1, 0)?;
+        let args = Self::values(&m, a, 1)?;
         m.invoke(func, args.clone())?;
         Ok(m.invoke_profiled(func, args)?.1)
     }
@@ -360,7 +365,7 @@ impl ModuleNode for VirtualMachine {
             }),
             "invoke_closure" => with(|vm, a| {
                 let m = vm.machine()?;
-                let values = Self::values(&m, a, 0, 0)?;
+                let values = Self::values(&m, a, 0)?;
                 let (f, rest) = values.split_first().ok_or_else(|| Error::type_err("invoke_closure of nothing"))?;
                 vm.ret(m.invoke_value(f, rest)?)
             }),

@@ -81,6 +81,16 @@ impl Value {
         }
     }
 
+    /// Whether this value is, or a tuple in it holds, a tensor of `dtype`.
+    #[inline]
+    fn holds_dtype(&self, dtype: DLDataType) -> bool {
+        match self {
+            Value::Tensor(t) => t.dtype() == dtype,
+            Value::Tuple(items) => items.iter().any(|v| v.holds_dtype(dtype)),
+            _ => false,
+        }
+    }
+
     /// Appends the tensors of this value to `out`, tuples flattened in order: false (with `out`
     /// partly filled) when a leaf is anything but a tensor.
     pub fn flatten_tensors<'a>(&'a self, out: &mut Vec<&'a ObjRef<NDArray>>) -> bool {
@@ -260,7 +270,17 @@ pub(crate) const FFI_BOOL: DLDataType = DLDataType { code: kDLBool, bits: 8, lan
 
 impl Value {
     /// The value with its boolean tensors (at any depth) relabelled from `from` to `to`.
+    #[inline]
     pub fn relabel_bools(self, from: DLDataType, to: DLDataType) -> Result<Value> {
+        // Most values hold no tensor of `from`: given back as they are, without a rebuild.
+        if self.holds_dtype(from) {
+            self.relabelled(from, to)
+        } else {
+            Ok(self)
+        }
+    }
+
+    fn relabelled(self, from: DLDataType, to: DLDataType) -> Result<Value> {
         Ok(match self {
             Value::Tensor(t) if t.dtype() == from => {
                 let view = NDArray::create_view(&t, t.shape(), to).or_else(|_| {

@@ -304,11 +304,9 @@ pub fn function_in(api: &'static Api, f: Owned) -> ObjRef<PackedFunc> {
             }
         }
     }
-    PackedFunc::native(move |a| {
-        crate::library::ffi_kernel::with_cells(a, |cells| {
-            // SAFETY: a function object we hold a count of; the cells point at the call's arguments.
-            ret_in(api, unsafe { call(api, f.as_ptr(), cells)? })
-        })
+    PackedFunc::over_cells(move |cells| {
+        // SAFETY: a function object we hold a count of; the cells point at the call's arguments.
+        ret_in(api, unsafe { call(api, f.as_ptr(), cells)? })
     })
 }
 
