@@ -23,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import threading
-
 from pathlib import Path
 
 from relax_memory import memory
