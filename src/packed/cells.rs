@@ -100,3 +100,51 @@ pub(crate) fn with_lent_cells<T, R>(
     }
     Some(f(&small[..args.len()]))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packed::ArgsBuilder;
+    use crate::tensor::NDArray;
+
+    #[test]
+    fn classic_arguments_and_lent_items_make_the_same_cells() {
+        let dtype = DLDataType { code: kDLFloat, bits: 16, lanes: 4 };
+        let device = DLDevice { device_type: 4, device_id: 3 };
+        let t = NDArray::empty(&[2, 3], DLDataType::F32, DLDevice::CPU).unwrap();
+        let mut b = ArgsBuilder::new();
+        b.int(-7).float(0.5).null().dtype(dtype).device(device).object(t.clone().into_any()).str("s");
+        let a = b.args();
+        let cells: Vec<TVMFFIAny> = (0..a.len()).map(|i| to_cell(&a, i).unwrap()).collect();
+        let want = [
+            (index::INT, -7i64 as u64),
+            (index::FLOAT, 0.5f64.to_bits()),
+            (index::NONE, 0),
+            (index::DATA_TYPE, 2 | 16 << 8 | 4 << 16),
+            (index::DEVICE, 4 | 3 << 32),
+            (index::DL_TENSOR_PTR, t.tensor_ptr() as u64),
+        ];
+        for (k, (c, (i, v))) in cells.iter().zip(want).enumerate() {
+            assert_eq!((c.type_index, c.value), (i, v), "argument {k}");
+        }
+        assert_eq!(cells[6].type_index, index::RAW_STR);
+        with_cells(&a, |c| {
+            assert_eq!(c.iter().map(|c| (c.type_index, c.value)).collect::<Vec<_>>(), {
+                cells.iter().map(|c| (c.type_index, c.value)).collect::<Vec<_>>()
+            });
+            Ok(())
+        })
+        .unwrap();
+        // The VM's items of the same values: the same cells, without the classic arrays.
+        let items = [Item::Int(-7), Item::Float(0.5), Item::Null, Item::DataType(dtype), Item::Tensor(&t)];
+        let lent =
+            with_lent_cells(&items, |i| Some(*i), |c| c.iter().map(|c| (c.type_index, c.value)).collect::<Vec<_>>())
+                .unwrap();
+        let classic: Vec<_> = [0, 1, 2, 3, 5].iter().map(|&k| (cells[k].type_index, cells[k].value)).collect();
+        assert_eq!(lent, classic);
+        // An object has no cell of its own here: the caller takes the classic way.
+        let any = t.clone().into_any();
+        assert!(with_lent_cells(&[Item::Object(&any)], |i| Some(*i), |_| ()).is_none());
+        assert!(with_lent_cells(&[Item::Null; 17], |i| Some(*i), |_| ()).is_none());
+    }
+}
