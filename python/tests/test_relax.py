@@ -179,6 +179,9 @@ def test_constants_mapped_from_one_file(tmp_path, monkeypatch) -> None:
         third = tvmrt.Model(d, map_constants=True)
         assert third.made_constants_file
         assert third.run(cases[0][0])[0].tobytes() == cases[0][1][0].tobytes()
+        # Graph models' spelling, map_params=True, maps the same file.
+        fourth = tvmrt.Model(d, map_params=True)
+        assert fourth.constants_file == first.constants_file and not fourth.made_constants_file
 
 
 def test_parameters_bound_once(tmp_path) -> None:

@@ -290,6 +290,8 @@ class VMModel:
         **unused: Any,
     ) -> None:
         load_plugins(plugins)
+        # Graph models' name for weights mapped from one prepared file: the same here.
+        map_constants = map_constants or bool(unused.pop("map_params", False))
         if unused.get("share_weights_with") is not None:
             raise errors.InvalidValueError(
                 f"{path or lib}: a Relay VM model is no variant of a graph model; its executable runs every "
