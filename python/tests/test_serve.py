@@ -465,6 +465,9 @@ def test_relax_requests_batch_along_the_symbolic_batch(app):
         name="relaxb",
         route_prefix="/relaxb",
     )
+    # The executable's constants come from one file every replica of the node maps.
+    prepared = handle.stats.remote().result()["prepared"]
+    assert prepared and prepared.endswith(".vmconst"), prepared
     direct = tvmrt.Model(d)
     rng = np.random.default_rng(9)
     xs = [rng.standard_normal((rows, 16)).astype("float32") for rows in (1, 2, 3, 1, 2, 1, 20)]

@@ -257,7 +257,7 @@ class ModelServer:
         #: A Relax function over a symbolic batch: each input's row shape (requests batch along it).
         self.vm_rows: dict[str, tuple[int, ...]] | None = None
         if locate_vm(paths[0]) is not None or locate_aot(paths[0]) is not None:
-            self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs, params)
+            self._init_vm(paths, device, concurrency, num_threads, max_body_bytes, input_specs, params, map_params)
             if isinstance(self.vm, VMModel) and self.vm.relax:
                 self._batch_vm(max_batch_size, batch_wait_timeout_s, concurrency, max_request_rows, max_body_bytes)
             return
@@ -332,6 +332,7 @@ class ModelServer:
         max_body: int | None,
         input_specs: Any = None,
         params: Any = None,
+        map_params: bool = False,
     ) -> None:
         """A model run in one call: a Relay VM executable runs every shape it accepts, an AOT
         artefact the one it was built for, so a request runs as it is (no builds, no padding, no
@@ -339,10 +340,15 @@ class ModelServer:
         if len(paths) != 1:
             raise errors.InvalidValueError(f"{paths[0]} is served alone: a Relay VM or AOT model has no builds")
         # A Relax model's weights passed as parameters (nn.Module exports) are bound once, by params=.
-        extra = {"params": params} if params is not None else {}
+        extra: dict[str, Any] = {"params": params} if params is not None else {}
         kind = VMModel if locate_vm(paths[0]) is not None else AOTModel
+        if kind is VMModel and map_params:
+            # A VM executable's constants from one file every replica of the node maps.
+            extra["map_constants"] = True
         self.vm = kind(paths[0], device=device, num_threads=num_threads, input_specs=input_specs, **extra)
         self.prepared, self.made_prepared, self._holding = None, False, None
+        if isinstance(self.vm, VMModel) and self.vm.constants_file is not None:
+            self.prepared, self.made_prepared = self.vm.constants_file, self.vm.made_constants_file
         self.builds = []
         self.inputs = {}
         self.specs = {
