@@ -89,17 +89,23 @@ def make(model: Path) -> None:
     tvm.compile(bb.get(), target).export_library(str(model))
 
 
-def main() -> None:
-    tvm_python, tvmrt_python, ours, model = sys.argv[1:5]
-    sides = {
+def sides(tvm_python: str, tvmrt_python: str, ours: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each side's interpreter and environment: TVM 0.27's Python on its own runtime and on this
+    one (the folder `ours`), and the package on this one."""
+    return {
         "upstream": ([tvm_python], {"TVM_USE_RUNTIME_LIB": "1"}),
         "drop-in": ([tvm_python], {"TVM_USE_RUNTIME_LIB": "1", "TVM_LIBRARY_PATH": ours}),
         "tvmrt": ([tvmrt_python], {"TVMRT_LIBRARY": os.path.join(ours, "libtvm_runtime.so")}),
-        "mapped": ([tvmrt_python], {"TVMRT_LIBRARY": os.path.join(ours, "libtvm_runtime.so")}),
     }
-    results: dict[str, list[dict[str, list[float]]]] = {s: [] for s in sides}
+
+
+def main() -> None:
+    tvm_python, tvmrt_python, ours, model = sys.argv[1:5]
+    sides_ = sides(tvm_python, tvmrt_python, ours)
+    sides_["mapped"] = sides_["tvmrt"]
+    results: dict[str, list[dict[str, list[float]]]] = {s: [] for s in sides_}
     for _ in range(3):
-        for side, (python, env) in sides.items():
+        for side, (python, env) in sides_.items():
             e = {k: v for k, v in os.environ.items() if k not in ("TVM_LIBRARY_PATH", "TVM_USE_RUNTIME_LIB")}
             e.update(env)
             # Another process of this side holds the model while this one is measured.

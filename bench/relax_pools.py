@@ -25,7 +25,7 @@ import sys
 import threading
 from pathlib import Path
 
-from relax_memory import memory
+from relax_memory import memory, sides
 
 BURST_THREADS, BURST_CALLS, BURST_BATCH, QUIET_CALLS, WIDTH = 4, 5, 256, 10, 16384
 
@@ -97,14 +97,9 @@ def make(model: Path) -> None:
 
 def main() -> None:
     tvm_python, tvmrt_python, ours, model = sys.argv[1:5]
-    sides = {
-        "upstream": ([tvm_python], {"TVM_USE_RUNTIME_LIB": "1"}),
-        "drop-in": ([tvm_python], {"TVM_USE_RUNTIME_LIB": "1", "TVM_LIBRARY_PATH": ours}),
-        "tvmrt": ([tvmrt_python], {"TVMRT_LIBRARY": os.path.join(ours, "libtvm_runtime.so")}),
-    }
-    results: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
+    results: dict[str, list[dict[str, float]]] = {s: [] for s in sides(tvm_python, tvmrt_python, ours)}
     for _ in range(3):
-        for side, (python, env) in sides.items():
+        for side, (python, env) in sides(tvm_python, tvmrt_python, ours).items():
             e = {k: v for k, v in os.environ.items() if k not in ("TVM_LIBRARY_PATH", "TVM_USE_RUNTIME_LIB")}
             e.update(env)
             out = subprocess.run(

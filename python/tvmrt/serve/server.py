@@ -295,21 +295,8 @@ class ModelServer:
         # `_fill_wait`); a number: that wait always, as Serve's batching does.
         self._fill_wait = _fill_wait(self.builds) if batch_wait_timeout_s is None else None
         self.max_batch_size = max_batch_size or self.largest
-        # A request larger than a batch runs as several runs of the builds (the plan): refused
-        # only past this, to bound what one request holds.
-        rows = max_request_rows or max(64, 8 * self.max_batch_size)
-        row_bytes = sum(s.row_bytes() for s in self.specs.values())
-        # JSON spells a number in up to ~25 bytes: room for that, and for headers and framing.
-        self.limits = Limits(rows, max_body_bytes or (32 * rows * row_bytes + (1 << 20)))
-        # Batches count rows, not requests; several run at once (the arena pool's concurrency).
-        self._batched = serve.batch(
-            max_batch_size=self.max_batch_size,
-            batch_wait_timeout_s=batch_wait_timeout_s or 0.0,
-            max_concurrent_batches=concurrency,
-            batch_size_fn=lambda items: sum(r.rows for r in items),
-        )(self._run_batch)
-        # Serve's batching takes a new wait through a setter on the function it makes.
-        self._set_batch_wait: Callable[[float], None] = cast(Any, self._batched).set_batch_wait_timeout_s
+        # A request larger than a batch runs as several runs of the builds (the plan).
+        self._batch_with(self._run_batch, batch_wait_timeout_s, concurrency, max_request_rows, max_body_bytes)
         self._metrics()
         logger.info(
             "tvmrt: %d build(s) (batch %s) on %s, weights %s, %d runs in flight of %d kernel thread(s)",
@@ -389,9 +376,6 @@ class ModelServer:
         self.vm_rows = rows
         self.specs = {n: InputSpec(n, self.specs[n].dtype, (row,), frozenset()) for n, row in rows.items()}
         self.max_batch_size = max_batch_size or 8
-        most = max_request_rows or max(64, 8 * self.max_batch_size)
-        row_bytes = sum(s.row_bytes() for s in self.specs.values())
-        self.limits = Limits(most, max_body or (32 * most * row_bytes + (1 << 20)))
         self._in_flight = 0
         if batch_wait_timeout_s is None:
             # As graph models' builds: wait for a batch only where a full one costs a fifth less
@@ -402,14 +386,33 @@ class ModelServer:
             )
         else:
             self._fill_wait = None
+        self._batch_with(self._run_vm_batch, batch_wait_timeout_s, concurrency, max_request_rows, max_body)
+        logger.info("tvmrt: requests batched along the symbolic batch, up to %d rows a run", self.max_batch_size)
+
+    def _batch_with(
+        self,
+        run: Callable[[list[_Request]], Any],
+        batch_wait_timeout_s: float | None,
+        concurrency: int,
+        max_request_rows: int | None,
+        max_body: int | None,
+    ) -> None:
+        """Requests join batches of up to `max_batch_size` rows, which `run` runs (several at once:
+        the runs in flight); a request holds at most `max_request_rows` rows (refused past that,
+        to bound what one request holds) and `max_body` bytes."""
+        rows = max_request_rows or max(64, 8 * self.max_batch_size)
+        row_bytes = sum(s.row_bytes() for s in self.specs.values())
+        # JSON spells a number in up to ~25 bytes: room for that, and for headers and framing.
+        self.limits = Limits(rows, max_body or (32 * rows * row_bytes + (1 << 20)))
+        # Batches count rows, not requests.
         self._batched = serve.batch(
             max_batch_size=self.max_batch_size,
             batch_wait_timeout_s=batch_wait_timeout_s or 0.0,
             max_concurrent_batches=concurrency,
             batch_size_fn=lambda items: sum(r.rows for r in items),
-        )(self._run_vm_batch)
-        self._set_batch_wait = cast(Any, self._batched).set_batch_wait_timeout_s
-        logger.info("tvmrt: requests batched along the symbolic batch, up to %d rows a run", self.max_batch_size)
+        )(run)
+        # Serve's batching takes a new wait through a setter on the function it makes.
+        self._set_batch_wait: Callable[[float], None] = cast(Any, self._batched).set_batch_wait_timeout_s
 
     async def _run_vm_batch(self, requests: list[_Request]) -> list[Answer]:
         started = time.perf_counter()
