@@ -321,15 +321,6 @@ impl<'a> Args<'a> {
 
     /// A tensor argument: a plain DLTensor (7) or an NDArray (13).
     #[inline]
-    /// Copies `from` into tensor argument `i`, an output the caller gave (a packed call may
-    /// write the tensors it is given, for the call); byte sizes must match.
-    pub fn write_tensor(&self, i: usize, from: RawTensor<'_>) -> Result<()> {
-        let to = self.tensor(i)?;
-        // SAFETY: the caller's tensor, writable and not touched by others for the call (the
-        // packed-call contract); its bytes are checked against `from`'s before the copy.
-        unsafe { crate::tensor::raw::copy_tensor(from, to) }
-    }
-
     pub fn tensor(&self, i: usize) -> Result<RawTensor<'a>> {
         let (v, c) = self.get(i)?;
         match c {
@@ -339,6 +330,15 @@ impl<'a> Args<'a> {
             }
             _ => Err(self.mismatch(i, "tensor")),
         }
+    }
+
+    /// Copies `from` into tensor argument `i`, an output the caller gave (a packed call may
+    /// write the tensors it is given, for the call); byte sizes must match.
+    pub fn write_tensor(&self, i: usize, from: RawTensor<'_>) -> Result<()> {
+        let to = self.tensor(i)?;
+        // SAFETY: the caller's tensor, writable and not touched by others for the call (the
+        // packed-call contract); its bytes are checked against `from`'s before the copy.
+        unsafe { crate::tensor::raw::copy_tensor(from, to) }
     }
 
     /// A tensor argument to bind with zero-copy. Only for the functions whose documented

@@ -164,10 +164,18 @@ impl VirtualMachine {
         Ok(values)
     }
 
+    /// A value as a (classic) host sees it: booleans as `uint1`.
+    fn for_host(&self, v: Value) -> Result<Value> {
+        if self.exe.generation == Generation::Ffi {
+            v.relabel_bools(FFI_BOOL, CLASSIC_BOOL)
+        } else {
+            Ok(v)
+        }
+    }
+
     /// A value returned to a (classic) host.
     fn ret(&self, v: Value) -> Result<RetValue> {
-        let v = if self.exe.generation == Generation::Ffi { v.relabel_bools(FFI_BOOL, CLASSIC_BOOL)? } else { v };
-        v.to_ret()
+        self.for_host(v)?.to_ret()
     }
 
     fn call(&self, func: usize, a: &Args<'_>) -> Result<RetValue> {
@@ -189,8 +197,7 @@ impl VirtualMachine {
         })?;
         let m = self.machine()?;
         let args = Self::values_into(&m, a, 2..2 + ins, m.frame_for(func))?;
-        let out = m.invoke(func, args)?;
-        let out = if self.exe.generation == Generation::Ffi { out.relabel_bools(FFI_BOOL, CLASSIC_BOOL)? } else { out };
+        let out = self.for_host(m.invoke(func, args)?)?;
         let mut flat = Vec::new();
         let targets = 2 + ins..a.len();
         let fits = out.flatten_tensors(&mut flat)

@@ -119,6 +119,16 @@ fn check_cpu(device: DLDevice) -> Result<()> {
     Ok(())
 }
 
+/// Whether another runtime's tensor can be an array's memory as it is: on the CPU, compact, and
+/// aligned as ours (`refused` says why not otherwise).
+fn shareable(t: RawTensor<'_>, refused: &str) -> Result<()> {
+    check_cpu(t.device())?;
+    if !t.is_compact() || t.data_ptr() as usize % 64 != 0 {
+        return Err(Error::value(refused));
+    }
+    Ok(())
+}
+
 impl NDArray {
     fn build(data: *mut c_void, shape: &[i64], dtype: DLDataType, device: DLDevice, owner: Owner) -> ObjRef<NDArray> {
         Self::build_at(data, 0, shape, dtype, device, owner)
@@ -270,10 +280,7 @@ impl NDArray {
     pub unsafe fn from_dlpack(managed: *mut DLManagedTensor) -> Result<ObjRef<NDArray>> {
         // SAFETY: per the contract.
         let t = unsafe { RawTensor::from_ptr(&(*managed).dl_tensor) }?;
-        check_cpu(t.device())?;
-        if !t.is_compact() || t.data_ptr() as usize % 64 != 0 {
-            return Err(Error::value("DLPack import needs a compact tensor aligned to 64 bytes"));
-        }
+        shareable(t, "DLPack import needs a compact tensor aligned to 64 bytes")?;
         Ok(Self::build(t.data_ptr().cast(), t.shape(), t.dtype(), t.device(), Owner::DLPack(managed)))
     }
 
@@ -289,14 +296,7 @@ impl NDArray {
         handle: *mut c_void,
         release: unsafe fn(*mut c_void),
     ) -> Result<ObjRef<NDArray>> {
-        let fits = check_cpu(t.device()).and_then(|()| {
-            if t.is_compact() && t.data_ptr() as usize % 64 == 0 {
-                Ok(())
-            } else {
-                Err(Error::value("a shared tensor must be compact and aligned to 64 bytes"))
-            }
-        });
-        if let Err(e) = fits {
+        if let Err(e) = shareable(t, "a shared tensor must be compact and aligned to 64 bytes") {
             // SAFETY: the count the caller gave, not taken.
             unsafe { release(handle) };
             return Err(e);

@@ -4,6 +4,7 @@ activation arenas, requests batched by rows and run on the builds that serve the
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import logging
@@ -143,16 +144,22 @@ def _symbolic_rows(vm: VMModel) -> dict[str, tuple[int, ...]] | None:
     return rows if len(one) == len(two) else None
 
 
-def _vm_cost(vm: VMModel, rows: dict[str, tuple[int, ...]], n: int) -> float:
-    """Seconds a run of `n` rows takes: the least of a few."""
-    feed = {t.name: np.zeros((n, *rows[t.name]), _tensors.np_dtype(t.dtype)) for t in vm.inputs}
-    vm.run(feed)
+def _least_time(run: Callable[[], Any]) -> float:
+    """Seconds `run` takes: the least of a few, after one untimed (replicas starting together
+    measure on a busy machine)."""
+    run()
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        vm.run(feed)
+        run()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def _vm_cost(vm: VMModel, rows: dict[str, tuple[int, ...]], n: int) -> float:
+    """Seconds a run of `n` rows takes."""
+    feed = {t.name: np.zeros((n, *rows[t.name]), _tensors.np_dtype(t.dtype)) for t in vm.inputs}
+    return _least_time(functools.partial(vm.run, feed))
 
 
 def fill_the_node(concurrency: int | None, num_threads: int | None) -> tuple[int, int]:
@@ -554,14 +561,7 @@ class ModelServer:
         """What each build's run costs: the plan chooses builds by it."""
         for b in self.builds:
             zeros = {n: np.zeros((b.batch, *s), self.inputs[n].dtype) for n, s in b.row_shapes.items()}
-            b.model.run(zeros)
-            # The least of a few runs: replicas starting together measure on a busy machine.
-            times = []
-            for _ in range(5):
-                start = time.perf_counter()
-                b.model.run(zeros)
-                times.append(time.perf_counter() - start)
-            b.cost = min(times)
+            b.cost = _least_time(functools.partial(b.model.run, zeros))
 
     def _metrics(self) -> None:
         self.m_requests = metrics.Counter(
