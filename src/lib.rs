@@ -46,7 +46,8 @@
 //! - beside upstream's `libtvm_ffi.so`: `src/tvm_ffi/` (its C ABI found in the process and
 //!   called; its objects' cells read; ours handed to it by count);
 //! - loading compiled code: `src/library/mod.rs`, `src/library/context.rs`,
-//!   `src/library/symbols.rs`, `src/library/linked.rs` (weights linked into a library),
+//!   `src/library/symbols.rs`, `src/library/pages.rs` (what is mapped where, pages given back),
+//!   `src/library/linked.rs` (weights linked into a library),
 //!   `src/library/opencl.rs` (a packed call's buffer handles launched as OpenCL kernels),
 //!   `src/library/plugin.rs` (a plug-in's loaders, given a stream over a module blob),
 //!   `src/library/ffi_kernel.rs` (TVM 0.21+ kernels, called through tvm-ffi's `Any` cells),

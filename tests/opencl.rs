@@ -619,3 +619,33 @@ fn precompiled_programs_round_trip_and_bad_blobs_change_nothing() {
     exec(&m).run().unwrap();
     f.check_outputs(&m, "the blob set twice");
 }
+
+/// A library's kernels keep the device functions they looked up in the library's own memory for
+/// as long as it stays loaded, past the runtime's last module of it when something else holds
+/// the file open: here the test itself, as a host that dlopen'ed the library does, or another
+/// thread's load of the same file in flight. Each load's executor must still call live functions:
+/// upstream's bytes every round, while freed objects are being reused.
+#[test]
+fn kernels_keep_their_functions_while_the_library_stays_loaded() {
+    if !have_opencl() {
+        return;
+    }
+    let f = Fixture::load("opencl/mlp_unbound_cl_b4");
+    let path = std::ffi::CString::new(f.lib_path()).unwrap();
+    // SAFETY: loads the fixture (no constructors of note) and only holds it.
+    let pin = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!pin.is_null());
+    for round in 0..6 {
+        let lib = f.load_lib();
+        let m = f.executor_from_factory_on(&lib, CL);
+        f.set_inputs(&m);
+        exec(&m).run().unwrap();
+        f.check_outputs(&m, &format!("load {round} while the file stays loaded"));
+        drop((m, lib));
+        // Memory the freed objects held is handed out again.
+        let churn: Vec<Vec<u8>> = (0..256).map(|i| vec![0xA5; 16 + i % 512]).collect();
+        drop(churn);
+    }
+    // SAFETY: the handle taken above, given back once.
+    unsafe { libc::dlclose(pin) };
+}

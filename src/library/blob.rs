@@ -202,7 +202,7 @@ pub fn release_ffi_blob_holding(module_bytes: &[u8]) -> Option<usize> {
     super::symbols::loaded_blobs(c"__tvm_ffi__library_bin")
         .into_iter()
         .find(|b| holds(b) == Some(true))
-        .map(super::symbols::release_read_only)
+        .map(super::pages::release_read_only)
 }
 
 /// Imports each module's children, as the import tree says.

@@ -2,8 +2,14 @@
 //! memory with one context slot, so the slot cannot name a module: it names the one `LibContext`
 //! of that image, which every library module made from it holds, and which lives (with the image)
 //! as long as any of them. `TVMBackendGetFuncFromEnv` reaches the live modules through it.
+//!
+//! Compiled code keeps each function handle it looked up in a global of the image's own, never
+//! cleared while the image is mapped. The image can outlive its context: a host holding the file
+//! open with its own dlopen, or another thread's load of the file between its dlopen and taking
+//! the context. The functions a context handed out therefore live until nothing is mapped at its
+//! slot (`RETIRED`); a later load's kernels may still call them.
 
-use super::LibraryModule;
+use super::{pages, LibraryModule};
 use crate::backend::fork::{self, ForkLock, Held};
 use crate::module::Module;
 use crate::object::{AnyObject, ObjRef, ObjectHeader};
@@ -22,6 +28,33 @@ pub struct LibContext {
 }
 
 static CONTEXTS: Lazy<Mutex<HashMap<usize, Weak<LibContext>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// The functions of contexts gone while their image stayed mapped, by the context slot's address.
+type Retired = Vec<(usize, Vec<ObjRef<PackedFunc>>)>;
+static RETIRED: Mutex<Retired> = Mutex::new(Vec::new());
+
+/// Keeps `funcs` while an image is mapped at `slot` (the context goes before its load's image).
+fn retire(slot: usize, funcs: Vec<ObjRef<PackedFunc>>) {
+    if !funcs.is_empty() && pages::is_loaded(slot) {
+        RETIRED.lock().unwrap_or_else(|e| e.into_inner()).push((slot, funcs));
+    }
+}
+
+/// Lets go of the functions of images no longer mapped: a fresh mapping starts with empty handles,
+/// so nothing can call them any more. (Something else mapped at the slot keeps them: harmless.)
+pub fn release_unmapped() {
+    let gone: Retired = {
+        let mut retired = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
+        if retired.is_empty() {
+            return;
+        }
+        let (kept, gone) = std::mem::take(&mut *retired).into_iter().partition(|(s, _)| pages::is_loaded(*s));
+        *retired = kept;
+        gone
+    };
+    // Released outside the lock: a function may hold the last count of a module.
+    drop(gone);
+}
 
 impl LibContext {
     /// The context of the image whose context slot is at `slot`, shared with earlier loads.
@@ -75,6 +108,7 @@ impl ForkLock for LibContext {
 /// Has forks take the process-wide list of contexts.
 pub fn handle_forks() {
     fork::guard_static(&*CONTEXTS);
+    fork::guard_static(&RETIRED);
 }
 
 impl Drop for LibContext {
@@ -84,5 +118,14 @@ impl Drop for LibContext {
         if all.get(&self.slot).is_some_and(|w| w.strong_count() == 0) {
             all.remove(&self.slot);
         }
+        drop(all);
+        let funcs = std::mem::take(self.env_funcs.get_mut().unwrap_or_else(|e| e.into_inner()));
+        retire(self.slot, funcs.into_values().collect());
     }
+}
+
+/// Whether a live context is found at `slot`.
+#[cfg(test)]
+pub(super) fn live_at(slot: usize) -> bool {
+    CONTEXTS.lock().unwrap_or_else(|e| e.into_inner()).get(&slot).is_some_and(|w| w.strong_count() > 0)
 }

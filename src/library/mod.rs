@@ -8,6 +8,7 @@ mod elf;
 pub mod ffi_kernel;
 pub mod linked;
 pub mod opencl;
+mod pages;
 mod plugin;
 pub use plugin::{load_plugin, load_plugins_from_env};
 pub mod static_library;
@@ -21,6 +22,7 @@ use crate::packed::{registry, PackedFunc};
 use context::LibContext;
 use std::any::Any;
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use symbols::{Dso, SymbolSource, SystemLib};
@@ -74,7 +76,9 @@ fn layout_of(source: &dyn SymbolSource) -> &'static Layout {
 
 /// The `library` module: operators found by symbol name.
 pub struct LibraryModule {
-    source: Arc<dyn SymbolSource>,
+    /// The loaded code, let go of (its image unmapped, when this was the last load of it) only
+    /// after the context, in `drop`.
+    source: ManuallyDrop<Arc<dyn SymbolSource>>,
     abi: KernelAbi,
     /// The image's context (libraries whose code looks functions up by name), and this module's
     /// own header address, to leave the context when it goes.
@@ -83,15 +87,25 @@ pub struct LibraryModule {
 
 impl Drop for LibraryModule {
     fn drop(&mut self) {
-        if let Some((ctx, header)) = &self.context {
+        let had_context = self.context.is_some();
+        // The context goes while the image is still mapped: an image mapped at the same address
+        // afterwards (another library, once this one's last load is gone) must not find it by its
+        // slot, as its cached functions are this library's imports'.
+        if let Some((ctx, header)) = self.context.take() {
             ctx.unregister(header.load(Ordering::Relaxed));
+        }
+        // SAFETY: dropped once, here, and never touched again.
+        unsafe { ManuallyDrop::drop(&mut self.source) };
+        if had_context {
+            // The image may be gone now: what its kernels were handed need not stay.
+            context::release_unmapped();
         }
     }
 }
 
 impl LibraryModule {
     pub fn source(&self) -> &dyn SymbolSource {
-        &*self.source
+        &**self.source
     }
 
     /// The library's module blob (`__tvm_dev_mblob`: what `export_library` serialised beside the
@@ -122,7 +136,11 @@ impl LibraryModule {
                 "an empty library".into()
             }
         }
-        Module::new(LibraryModule { source: Arc::new(Nothing), abi: KernelAbi::Classic, context: None })
+        Module::new(LibraryModule {
+            source: ManuallyDrop::new(Arc::new(Nothing)),
+            abi: KernelAbi::Classic,
+            context: None,
+        })
     }
 }
 
@@ -265,7 +283,7 @@ fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
     let layout = layout_of(&*source);
     let slot = source.lookup(layout.context);
     let context = slot.map(|s| (LibContext::for_slot(s as usize), AtomicUsize::new(0)));
-    let lib = Module::new(LibraryModule { source: source.clone(), abi: layout.abi, context });
+    let lib = Module::new(LibraryModule { source: ManuallyDrop::new(source.clone()), abi: layout.abi, context });
     if let (Some(slot), Some((ctx, header))) = (slot, &lib.node::<LibraryModule>().expect("just made").context) {
         header.store(lib.as_ptr() as usize, Ordering::Relaxed);
         ctx.register(&lib);
@@ -280,7 +298,7 @@ fn finish(source: Arc<dyn SymbolSource>) -> Result<ObjRef<Module>> {
             // Parsed: every module copied what it keeps (a factory's weights among them, which a
             // prepared file may replace at once), so the blob's pages, as large as the embedded
             // weights, need not stay resident.
-            symbols::release_read_only(bytes);
+            pages::release_read_only(bytes);
             Ok(root)
         }
         None => Ok(lib),
@@ -332,5 +350,74 @@ pub fn load_file(path: &str, format: &str) -> Result<ObjRef<Module>> {
                 formats.join(", ")
             )))
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packed::RetValue;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+    /// A loaded image standing in for a file: its context slot is at `slot`, and as it goes it
+    /// notes whether a context can still be found there.
+    struct Image {
+        slot: usize,
+        context_found_as_it_went: Arc<AtomicBool>,
+    }
+
+    impl SymbolSource for Image {
+        fn lookup(&self, name: &str) -> Option<*mut c_void> {
+            (name == "__tvm_module_ctx").then_some(self.slot as *mut c_void)
+        }
+        fn describe(&self) -> String {
+            "a test image".into()
+        }
+    }
+
+    impl Drop for Image {
+        fn drop(&mut self) {
+            self.context_found_as_it_went.store(context::live_at(self.slot), Ordering::SeqCst);
+        }
+    }
+
+    /// Loads an image with its slot at `slot`, hands its kernels a function that only the
+    /// context (and the caller) hold, lets the library go, and gives back that function and
+    /// whether the context outlived the image.
+    fn load_hand_out_and_drop(slot: usize, name: &str) -> (ObjRef<PackedFunc>, bool) {
+        crate::init();
+        let went = Arc::new(AtomicBool::new(false));
+        let lib = finish(Arc::new(Image { slot, context_found_as_it_went: went.clone() })).unwrap();
+        registry::register(name, PackedFunc::native(|_| Ok(RetValue::Int(7))), true).unwrap();
+        // SAFETY: the slot holds what `finish` wrote there, the image's context.
+        let ctx = unsafe { (slot as *const *mut c_void).read() };
+        let handed = get_func_from_env(ctx, name).unwrap();
+        registry::remove(name);
+        let f = registry_free_clone(handed);
+        drop(lib);
+        (f, went.load(Ordering::SeqCst))
+    }
+
+    /// A new count of the function at `header`, as a kernel holding the handle would call it.
+    fn registry_free_clone(header: *mut ObjectHeader) -> ObjRef<PackedFunc> {
+        // SAFETY: `header` is a live function the context holds.
+        unsafe { crate::object::AnyObject::try_retain_raw(header) }.unwrap().downcast::<PackedFunc>().ok().unwrap()
+    }
+
+    /// The context goes before the image does: an image mapped at the same address afterwards
+    /// must not find this one's cached functions. Those stay while something is mapped at the
+    /// slot (a kernel there holds their handles) and go with the mapping.
+    #[test]
+    fn a_context_goes_before_its_image_and_its_functions_go_with_the_mapping() {
+        // Inside this binary's image: still mapped after the library goes.
+        static MAPPED_SLOT: AtomicUsize = AtomicUsize::new(0);
+        let (f, outlived) = load_hand_out_and_drop(MAPPED_SLOT.as_ptr() as usize, "tvmrt.test.retired_mapped");
+        assert!(!outlived, "the context was still found as its image went");
+        assert_eq!(f.ref_count(), 2, "a function handed to a still-mapped image's kernels was let go");
+        // On the heap: mapped by no image, so nothing can call what was handed out.
+        let heap_slot = Box::new(0usize);
+        let (f, outlived) = load_hand_out_and_drop(&*heap_slot as *const usize as usize, "tvmrt.test.retired_gone");
+        assert!(!outlived);
+        assert_eq!(f.ref_count(), 1, "a function handed to an image gone was kept");
     }
 }
