@@ -437,26 +437,6 @@ fn provide_runtime_soname() -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod plugin_tests {
-    use super::{Plugins, Seen};
-
-    #[test]
-    fn a_path_loaded_once_stays_loaded_and_a_replaced_file_is_reported_once() {
-        let mut p = Plugins::default();
-        assert_eq!(p.seen("/a/p.so", (1, 10)), Seen::New);
-        p.insert("/a/p.so", (1, 10));
-        assert_eq!(p.seen("/a/p.so", (1, 10)), Seen::Loaded);
-        // The same file under another name (a link) is the library already loaded.
-        assert_eq!(p.seen("/b/link.so", (1, 10)), Seen::Loaded);
-        // Replaced by a rebuild: kept, and said once.
-        assert_eq!(p.seen("/a/p.so", (1, 11)), Seen::Replaced);
-        assert_eq!(p.seen("/a/p.so", (1, 11)), Seen::Loaded);
-        // Another file at another path is new.
-        assert_eq!(p.seen("/a/q.so", (1, 12)), Seen::New);
-    }
-}
-
 /// The loaded objects' file names (the main program's is empty and left out).
 fn loaded_objects() -> Vec<std::ffi::CString> {
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: libc::size_t, data: *mut c_void) -> libc::c_int {
@@ -502,4 +482,24 @@ pub fn loaded_blobs(symbol: &std::ffi::CStr) -> Vec<&'static [u8]> {
         }
     }
     blobs
+}
+
+#[cfg(test)]
+mod plugin_tests {
+    use super::{Plugins, Seen};
+
+    #[test]
+    fn a_path_loaded_once_stays_loaded_and_a_replaced_file_is_reported_once() {
+        let mut p = Plugins::default();
+        assert_eq!(p.seen("/a/p.so", (1, 10)), Seen::New);
+        p.insert("/a/p.so", (1, 10));
+        assert_eq!(p.seen("/a/p.so", (1, 10)), Seen::Loaded);
+        // The same file under another name (a link) is the library already loaded.
+        assert_eq!(p.seen("/b/link.so", (1, 10)), Seen::Loaded);
+        // Replaced by a rebuild: kept, and said once.
+        assert_eq!(p.seen("/a/p.so", (1, 11)), Seen::Replaced);
+        assert_eq!(p.seen("/a/p.so", (1, 11)), Seen::Loaded);
+        // Another file at another path is new.
+        assert_eq!(p.seen("/a/q.so", (1, 12)), Seen::New);
+    }
 }
