@@ -289,6 +289,30 @@ fn the_blob_of_a_library_another_loader_opened_is_found_and_given_back() {
     std::fs::remove_file(&copy).unwrap();
 }
 
+/// The search reads other loaded libraries' blobs: one another thread unloads meanwhile (a model
+/// let go while another loads) stays mapped until the search is done with it.
+#[test]
+fn the_blob_search_holds_what_it_reads_while_others_unload() {
+    let f = fixture("0.27", "mlp_bound");
+    let copy = std::env::temp_dir().join(format!("relax-blob-churn-{}.so", std::process::id()));
+    std::fs::copy(f.dir.join("model.so"), &copy).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: a fixture library, loaded and let go as another loader would.
+                drop(unsafe { libloading::Library::new(&copy) }.unwrap());
+            }
+        });
+        let bytes = vec![7u8; 64];
+        for _ in 0..3000 {
+            assert!(tvm_runtime::library::blob::release_ffi_blob_holding(&bytes).is_none());
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    std::fs::remove_file(&copy).unwrap();
+}
+
 /// The profiler VM (`vm_profiler_load_executable`): `profile(name, args...)` times one call's
 /// kernels and builtins as upstream's report; `profile_rpc` gives the same JSON for the inputs
 /// `set_input` gave; the plain VM has neither.

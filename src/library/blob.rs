@@ -199,10 +199,9 @@ pub fn release_ffi_blob_holding(module_bytes: &[u8]) -> Option<usize> {
         }
         Some(false)
     };
-    super::symbols::loaded_blobs(c"__tvm_ffi__library_bin")
-        .into_iter()
-        .find(|b| holds(b) == Some(true))
-        .map(super::pages::release_read_only)
+    super::symbols::with_loaded_blobs(c"__tvm_ffi__library_bin", |blobs| {
+        blobs.iter().find(|b| holds(b) == Some(true)).map(|b| super::pages::release_read_only(b))
+    })
 }
 
 /// Imports each module's children, as the import tree says.

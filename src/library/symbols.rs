@@ -457,31 +457,43 @@ fn loaded_objects() -> Vec<std::ffi::CString> {
     names
 }
 
-/// The blob `symbol` (a u64 length, then the bytes) of each loaded object that defines it, as
-/// the object maps it.
-pub fn loaded_blobs(symbol: &std::ffi::CStr) -> Vec<&'static [u8]> {
-    let mut blobs: Vec<&'static [u8]> = Vec::new();
+/// Calls `f` with the blob `symbol` (a u64 length, then the bytes) of each loaded object that
+/// defines it, as the object maps it. Each such object is held loaded until `f` returns: another
+/// thread letting go of it meanwhile (a model unloaded while another loads) cannot unmap what `f`
+/// reads.
+pub fn with_loaded_blobs<R>(symbol: &std::ffi::CStr, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+    /// Counts taken on loaded objects, given back on drop (a panic in `f` included).
+    struct Holds(Vec<*mut c_void>);
+    impl Drop for Holds {
+        fn drop(&mut self) {
+            for &h in &self.0 {
+                // SAFETY: a handle RTLD_NOLOAD gave below, given back once.
+                unsafe { libc::dlclose(h) };
+            }
+        }
+    }
+    let mut holds = Holds(Vec::new());
+    let mut blobs: Vec<&[u8]> = Vec::new();
     for name in loaded_objects() {
-        // SAFETY: RTLD_NOLOAD only finds an object already loaded (it loads nothing, runs no
-        // constructor); its count is given back below, and the object stays loaded by its owner.
+        // SAFETY: RTLD_NOLOAD only finds an object still loaded (it loads nothing, runs no
+        // constructor) and takes a count on it, which `holds` gives back after `f`.
         unsafe {
             let h = libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
             if h.is_null() {
                 continue;
             }
+            holds.0.push(h);
             let addr = libc::dlsym(h, symbol.as_ptr());
             if !addr.is_null() {
-                // The blob of a library loaded for as long as the process keeps it (read only
-                // here, while its owner holds it: the caller's use ends before any unload).
+                // The object's blob, mapped while `holds` keeps the object.
                 let blob = read_blob(addr.cast());
                 if !blobs.iter().any(|b| b.as_ptr() == blob.as_ptr()) {
                     blobs.push(blob);
                 }
             }
-            libc::dlclose(h);
         }
     }
-    blobs
+    f(&blobs)
 }
 
 #[cfg(test)]
