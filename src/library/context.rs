@@ -33,9 +33,10 @@ static CONTEXTS: Lazy<Mutex<HashMap<usize, Weak<LibContext>>>> = Lazy::new(|| Mu
 type Retired = Vec<(usize, Vec<ObjRef<PackedFunc>>)>;
 static RETIRED: Mutex<Retired> = Mutex::new(Vec::new());
 
-/// Keeps `funcs` while an image is mapped at `slot` (the context goes before its load's image).
+/// Keeps `funcs` until nothing is mapped at `slot` ([`release_unmapped`], which the library
+/// module calls once it let go of the image: the context goes first).
 fn retire(slot: usize, funcs: Vec<ObjRef<PackedFunc>>) {
-    if !funcs.is_empty() && pages::is_loaded(slot) {
+    if !funcs.is_empty() {
         RETIRED.lock().unwrap_or_else(|e| e.into_inner()).push((slot, funcs));
     }
 }
