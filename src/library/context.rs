@@ -29,7 +29,8 @@ pub struct LibContext {
 
 static CONTEXTS: Lazy<Mutex<HashMap<usize, Weak<LibContext>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
-/// The functions of contexts gone while their image stayed mapped, by the context slot's address.
+/// The functions of contexts gone, by the address of their image's context slot: kept until
+/// nothing is mapped there.
 type Retired = Vec<(usize, Vec<ObjRef<PackedFunc>>)>;
 static RETIRED: Mutex<Retired> = Mutex::new(Vec::new());
 

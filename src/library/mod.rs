@@ -393,13 +393,13 @@ mod tests {
         let ctx = unsafe { (slot as *const *mut c_void).read() };
         let handed = get_func_from_env(ctx, name).unwrap();
         registry::remove(name);
-        let f = registry_free_clone(handed);
+        let f = counted(handed);
         drop(lib);
         (f, went.load(Ordering::SeqCst))
     }
 
-    /// A new count of the function at `header`, as a kernel holding the handle would call it.
-    fn registry_free_clone(header: *mut ObjectHeader) -> ObjRef<PackedFunc> {
+    /// A count of our own on the function at `header` (the handle a kernel would keep).
+    fn counted(header: *mut ObjectHeader) -> ObjRef<PackedFunc> {
         // SAFETY: `header` is a live function the context holds.
         unsafe { crate::object::AnyObject::try_retain_raw(header) }.unwrap().downcast::<PackedFunc>().ok().unwrap()
     }
