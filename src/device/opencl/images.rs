@@ -93,7 +93,7 @@ impl State {
                 std::ptr::null_mut(),
             )
         };
-        if let Err(e) = check(rc, "clEnqueueFillImage").and_then(|_| self.settle(*queue)) {
+        if let Err(e) = check(rc, "clEnqueueFillImage").and_then(|_| self.settle(&queue)) {
             // SAFETY: made above, not handed out.
             unsafe { (self.api.clReleaseMemObject)(mem) };
             return Err(e);
@@ -201,7 +201,7 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
                 (s.api.clEnqueueWriteImage)(*q, image, 1, origin.as_ptr(), r.as_ptr(), 0, 0, p, none.0, none.1, none.2)
             };
             check(rc, "clEnqueueWriteImage")?;
-            s.settle(*q)
+            s.settle(&q)
         }
         (false, true) => {
             let (image, texture) = src.expect("an image side");
@@ -271,7 +271,7 @@ pub(super) unsafe fn copy(from: Place, to: Place, nbytes: usize) -> Result<()> {
                 }
             };
             check(rc, "clEnqueueCopy (image)")?;
-            s.settle(*q)
+            s.settle(&q)
         }
         (true, true) => Err(Error::internal("Expect copy from/to OpenCL or between OpenCL")),
     }

@@ -186,7 +186,7 @@ impl State {
                     std::ptr::null_mut(),
                 )
             };
-            if let Err(e) = check(rc, "clEnqueueFillBuffer").and_then(|_| self.settle(*queue)) {
+            if let Err(e) = check(rc, "clEnqueueFillBuffer").and_then(|_| self.settle(&queue)) {
                 // SAFETY: made above, not handed out.
                 unsafe { (self.api.clReleaseMemObject)(mem) };
                 return Err(e);
@@ -206,13 +206,15 @@ impl State {
         self.queue(to)
     }
 
-    /// Waits for `queue` while streams exist (see `streams::any`).
-    fn settle(&self, queue: sys::Queue) -> Result<()> {
-        if !streams::any() {
+    /// Waits for `queue` when it is a stream, or while streams exist (see `streams::any`). A
+    /// stream's work is waited for even when another thread has just freed the last stream: the
+    /// caller's next command may go on the device's own queue, which does not wait for it.
+    fn settle(&self, queue: &streams::QueueRef) -> Result<()> {
+        if !queue.is_stream() && !streams::any() {
             return Ok(());
         }
-        // SAFETY: a live queue.
-        check(unsafe { (self.api.clFinish)(queue) }, "clFinish")
+        // SAFETY: a live queue (held).
+        check(unsafe { (self.api.clFinish)(**queue) }, "clFinish")
     }
 }
 
@@ -392,7 +394,7 @@ impl DeviceApi for OpenCl {
                     )
                 };
                 check(rc, "clEnqueueWriteBuffer")?;
-                s.settle(*q)
+                s.settle(&q)
             }
             (false, true) => {
                 let q = s.queue(from.device.device_id)?;
@@ -431,7 +433,7 @@ impl DeviceApi for OpenCl {
                     )
                 };
                 check(rc, "clEnqueueCopyBuffer")?;
-                s.settle(*q)
+                s.settle(&q)
             }
             (true, true) => Err(Error::internal("Expect copy from/to OpenCL or between OpenCL")),
         }

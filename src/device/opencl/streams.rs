@@ -45,12 +45,17 @@ impl Drop for Stream {
 /// A queue to put work on: the device's own, or a stream held alive for as long as this is.
 pub(crate) struct QueueRef {
     queue: sys::Queue,
-    _stream: Option<Arc<Stream>>,
+    stream: Option<Arc<Stream>>,
 }
 
 impl QueueRef {
     pub(super) fn device_own(queue: sys::Queue) -> QueueRef {
-        QueueRef { queue, _stream: None }
+        QueueRef { queue, stream: None }
+    }
+
+    /// Whether this is a stream (not the device's own queue).
+    pub(super) fn is_stream(&self) -> bool {
+        self.stream.is_some()
     }
 }
 
@@ -111,7 +116,7 @@ pub(super) fn queue_of(id: i32, stream: *mut c_void) -> Result<QueueRef> {
         return state()?.queue(id);
     }
     let held = listed(id, stream as usize).ok_or_else(|| not_a_stream(id, stream))?;
-    Ok(QueueRef { queue: held.queue, _stream: Some(held) })
+    Ok(QueueRef { queue: held.queue, stream: Some(held) })
 }
 
 /// Waits for the work on `stream`, then releases it (once whoever is queueing on it right now
@@ -155,7 +160,7 @@ pub(super) fn current(id: i32, default: sys::Queue) -> QueueRef {
     let stream = CURRENT.with(|c| c.borrow().iter().find(|&&(d, _)| d == id).map(|&(_, q)| q));
     let Some(q) = stream else { return QueueRef::device_own(default) };
     match listed(id, q) {
-        Some(held) => QueueRef { queue: held.queue, _stream: Some(held) },
+        Some(held) => QueueRef { queue: held.queue, stream: Some(held) },
         None => {
             CURRENT.with(|c| c.borrow_mut().retain(|&m| m != (id, q)));
             QueueRef::device_own(default)
