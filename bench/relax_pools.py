@@ -97,9 +97,10 @@ def make(model: Path) -> None:
 
 def main() -> None:
     tvm_python, tvmrt_python, ours, model = sys.argv[1:5]
-    results: dict[str, list[dict[str, float]]] = {s: [] for s in sides(tvm_python, tvmrt_python, ours)}
+    sides_ = sides(tvm_python, tvmrt_python, ours)
+    results: dict[str, list[dict[str, float]]] = {s: [] for s in sides_}
     for _ in range(3):
-        for side, (python, env) in sides(tvm_python, tvmrt_python, ours).items():
+        for side, (python, env) in sides_.items():
             e = {k: v for k, v in os.environ.items() if k not in ("TVM_LIBRARY_PATH", "TVM_USE_RUNTIME_LIB")}
             e.update(env)
             out = subprocess.run(

@@ -66,7 +66,8 @@ fn item_cell(item: &Item<'_>) -> Option<TVMFFIAny> {
     })
 }
 
-const SMALL: usize = 16;
+/// Arguments up to this many are translated on the stack.
+pub(crate) const SMALL: usize = 16;
 
 /// Calls `f` with the classic arguments `a` as cells.
 pub(crate) fn with_cells<R>(a: &Args<'_>, f: impl FnOnce(&[TVMFFIAny]) -> Result<R>) -> Result<R> {

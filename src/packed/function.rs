@@ -131,9 +131,8 @@ impl PackedFunc {
         if let FuncImpl::Cells(f) = &self.imp {
             return super::cells::with_lent_cells(args, item, |cells| f(cells));
         }
-        const SMALL: usize = 16;
-        let mut items = [super::Item::Null; SMALL];
-        if args.len() > SMALL {
+        let mut items = [super::Item::Null; super::cells::SMALL];
+        if args.len() > items.len() {
             return None;
         }
         for (slot, a) in items.iter_mut().zip(args) {
